@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs everything, builds what is slow into caches
+# outside the repo, then lint, type check and every test (real frameworks, real control plane).
+source "$(dirname "$0")/lib.sh"
+
+stage "python environment" ensure_venv "all,dev"
+if [ -f operator/mlmodelscope/devcluster/build.py ]; then
+  stage "kubernetes control plane (cached)" "$PY" -m mlmodelscope.devcluster build
+fi
+stage "example models (cached)" "$PY" -m mlmodelscope.agent.digits
+stage "ruff check" "$VENV/bin/ruff" check operator tests examples benchmarks
+stage "ruff format --check" "$VENV/bin/ruff" format --check operator tests examples benchmarks
+stage "mypy" "$VENV/bin/mypy"
+stage "crd up to date" "$VENV/bin/mlms" crd --check
+stage "pytest" "$PY" -m pytest -q "$@"

@@ -1,0 +1,5 @@
+"""`python -m mlmodelscope` is `mlms`."""
+
+from mlmodelscope.cli import main
+
+main()

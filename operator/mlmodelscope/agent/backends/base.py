@@ -1,0 +1,100 @@
+"""The one interface every framework adapter implements (MLPerf's backend.py pattern).
+
+The load generator (scenarios) only ever sees this interface, so the system under test and the
+harness stay separate, and a ``NullBackend`` lets the harness measure its own overhead.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from mlmodelscope.spec.evaluation import EvaluationSpec
+
+
+class MissingExtraError(RuntimeError):
+    """A framework is not installed; the message names the pip extra that installs it."""
+
+    def __init__(self, framework: str, extra: str, cause: BaseException | None = None) -> None:
+        super().__init__(
+            f"{framework} is not installed in this environment; "
+            f"install it with: pip install 'mlmodelscope[{extra}]'"
+            + (f" ({cause})" if cause else "")
+        )
+        self.framework = framework
+        self.extra = extra
+
+
+class ModelLoadError(RuntimeError):
+    """The model could not be loaded or does not match the spec (shape, names, format)."""
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What ran the model: recorded in every result document."""
+
+    framework: str
+    framework_version: str
+    device: str
+    """'cpu' or 'cuda:0' and so on."""
+    details: dict[str, str] = field(default_factory=dict)
+    """Adapter-specific facts: execution providers, thread counts, CUDA/cuDNN versions."""
+
+
+class Backend(ABC):
+    """Loads one model and runs batches through it, synchronously.
+
+    ``predict`` takes host arrays (batch first, one per model input, in spec order) and returns
+    host arrays (one per model output). Returning host arrays means GPU work has finished when
+    it returns, so timers stopped after it are honest.
+    """
+
+    name: str = "base"
+
+    @abstractmethod
+    def load(self, model_path: Path, spec: EvaluationSpec) -> None:
+        """Load the model at ``model_path`` as ``spec`` describes, on ``spec.hardware.device``."""
+
+    @abstractmethod
+    def predict(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run one batch and return the outputs on the host."""
+
+    @abstractmethod
+    def info(self) -> BackendInfo:
+        """Framework, version and device actually used (after load)."""
+
+    def warmup(self, inputs: Sequence[np.ndarray], iterations: int) -> list[float]:
+        """Run ``iterations`` batches, returning each one's latency in seconds (reported, never
+        mixed into measured results)."""
+        latencies = []
+        for _ in range(iterations):
+            start = time.perf_counter_ns()
+            self.predict(inputs)
+            latencies.append((time.perf_counter_ns() - start) / 1e9)
+        return latencies
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the session and device memory."""
+
+
+class NullBackend(Backend):
+    """Returns zeros instantly: measures the harness itself (its per-query overhead)."""
+
+    name = "null"
+
+    def __init__(self, num_classes: int = 10) -> None:
+        self._num_classes = num_classes
+
+    def load(self, model_path: Path, spec: EvaluationSpec) -> None:
+        return None
+
+    def predict(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [np.zeros((inputs[0].shape[0], self._num_classes), dtype=np.float32)]
+
+    def info(self) -> BackendInfo:
+        return BackendInfo(framework="null", framework_version="0", device="cpu")

@@ -1,0 +1,709 @@
+"""The ModelEvaluation spec: what to evaluate, on what data, how, and on which hardware.
+
+Field docstrings become the CRD's descriptions (``kubectl explain``), so write them for users.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator
+
+from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+URI_PATTERN = r"^(file://|https?://|s3://|pvc://|/|\.{0,2}/?[A-Za-z0-9_])"
+SHA256_PATTERN = r"^[a-f0-9]{64}$"
+
+
+class ModelFormat(StrEnum):
+    ONNX = "onnx"
+    TORCHSCRIPT = "torchscript"
+    TORCH_EXPORT = "torch-export"
+    SAVEDMODEL = "savedmodel"
+
+
+class FrameworkName(StrEnum):
+    PYTORCH = "pytorch"
+    TENSORFLOW = "tensorflow"
+    ONNXRUNTIME = "onnxruntime"
+
+
+FORMATS_BY_FRAMEWORK: dict[FrameworkName, frozenset[ModelFormat]] = {
+    FrameworkName.PYTORCH: frozenset({ModelFormat.TORCHSCRIPT, ModelFormat.TORCH_EXPORT}),
+    FrameworkName.TENSORFLOW: frozenset({ModelFormat.SAVEDMODEL}),
+    FrameworkName.ONNXRUNTIME: frozenset({ModelFormat.ONNX}),
+}
+"""Which model formats each framework adapter can load (a semantic check, not a schema rule)."""
+
+
+class DType(StrEnum):
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT64 = "float64"
+    INT64 = "int64"
+    INT32 = "int32"
+    UINT8 = "uint8"
+    BOOL = "bool"
+
+
+class Layout(StrEnum):
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+    NC = "NC"
+    CHW = "CHW"
+    HWC = "HWC"
+
+
+class ScenarioType(StrEnum):
+    SINGLE_STREAM = "SingleStream"
+    MULTI_STREAM = "MultiStream"
+    SERVER = "Server"
+    OFFLINE = "Offline"
+
+
+class Device(StrEnum):
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class TraceLevel(StrEnum):
+    NONE = "none"
+    MODEL = "model"
+    FRAMEWORK = "framework"
+    LIBRARY = "library"
+
+
+class DatasetType(StrEnum):
+    DIGITS = "digits"
+    SYNTHETIC = "synthetic"
+    IMAGEFOLDER = "imagefolder"
+    NPZ = "npz"
+
+
+class ChannelOrder(StrEnum):
+    RGB = "RGB"
+    BGR = "BGR"
+
+
+# --------------------------------------------------------------------------------------- model
+
+
+class TensorSpec(SpecModel):
+    """One named model input or output."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    """Tensor name as the model declares it (ONNX input name, SavedModel signature key, or a
+    positional name such as 'input0' for TorchScript)."""
+
+    shape: Annotated[list[int], Field(min_length=1, max_length=8)]
+    """Dimensions; -1 marks a dynamic dimension (normally the batch, first), e.g. [-1, 1, 8, 8]."""
+
+    dtype: DType = DType.FLOAT32
+    """Element type."""
+
+    layout: Layout | None = None
+    """Memory layout of image tensors, e.g. NCHW for PyTorch/ONNX, NHWC for TensorFlow."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.shape.all(d, d == -1 || d > 0)",
+            message="dimensions must be positive, or -1 for a dynamic dimension",
+            field="shape",
+            check=lambda m: all(d == -1 or d > 0 for d in m.shape),
+        ),
+    )
+
+
+class SecretReference(SpecModel):
+    """A Secret in the evaluation's namespace."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=NAME_PATTERN)]
+    """Name of the Secret."""
+
+
+class ModelSource(SpecModel):
+    """The model under evaluation and where to fetch it."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
+    """Model name, used in labels, metrics and reports (lower-case, digits, '-', '_', '.')."""
+
+    version: Annotated[str, Field(max_length=63)] = "1"
+    """Model version, recorded with every result."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=2048, pattern=URI_PATTERN)]
+    """Where the model lives: file:// or a local path (relative paths resolve against the spec
+    file's folder), http(s)://, s3://bucket/key, or pvc://claim/path for a mounted volume.
+    Credentials never go here: use credentialsSecretRef."""
+
+    sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
+    """Expected SHA-256 of the model file (for a directory model: of its canonical archive
+    listing, as `mlms hash` prints). The agent refuses a model that does not match."""
+
+    format: ModelFormat
+    """Serialization format: onnx, torchscript, torch-export (a .pt2 program) or savedmodel."""
+
+    inputs: Annotated[list[TensorSpec], Field(min_length=1, max_length=16)]
+    """Model inputs, in order."""
+
+    outputs: Annotated[list[TensorSpec], Field(max_length=16)] = []
+    """Model outputs, in order; the first is the one post-processing reads."""
+
+    credentials_secret_ref: SecretReference | None = None
+    """Secret holding credentials for the model source (e.g. AWS_ACCESS_KEY_ID and
+    AWS_SECRET_ACCESS_KEY for s3://), exposed to the evaluation job as environment variables."""
+
+
+# ------------------------------------------------------------------------------ processing
+
+
+class Resize(SpecModel):
+    """Resize an image to height x width."""
+
+    height: Annotated[int, Field(gt=0, le=16384)]
+    """Target height in pixels."""
+    width: Annotated[int, Field(gt=0, le=16384)]
+    """Target width in pixels."""
+    interpolation: Literal["nearest", "bilinear", "bicubic"] = "bilinear"
+    """Interpolation filter."""
+
+
+class CenterCrop(SpecModel):
+    """Crop the central height x width region."""
+
+    height: Annotated[int, Field(gt=0, le=16384)]
+    """Crop height in pixels."""
+    width: Annotated[int, Field(gt=0, le=16384)]
+    """Crop width in pixels."""
+
+
+class Decode(SpecModel):
+    """Decode an encoded image file (PNG, JPEG) into an HWC uint8 array."""
+
+    mode: Literal["RGB", "L"] = "RGB"
+    """Colour mode after decoding: RGB (3 channels) or L (grey, 1 channel)."""
+
+
+class ToFloat(SpecModel):
+    """Convert the array's element type."""
+
+    dtype: DType = DType.FLOAT32
+    """Element type after the conversion."""
+
+
+class Scale(SpecModel):
+    """Multiply every element by a constant (e.g. 1/255 for 8-bit images)."""
+
+    factor: Annotated[float, Field(gt=0)]
+    """The multiplier."""
+
+
+class Normalize(SpecModel):
+    """Per-channel (x - mean) / std, channels last or first as the current layout says."""
+
+    mean: Annotated[list[float], Field(min_length=1, max_length=16)]
+    """Per-channel mean."""
+    std: Annotated[list[float], Field(min_length=1, max_length=16)]
+    """Per-channel standard deviation (all > 0)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="size(self.mean) == size(self.std)",
+            message="mean and std need the same number of channels",
+            field="std",
+            check=lambda m: len(m.mean) == len(m.std),
+        ),
+        Rule(
+            cel="self.std.all(s, s > 0.0)",
+            message="every std must be > 0",
+            field="std",
+            check=lambda m: all(s > 0 for s in m.std),
+        ),
+    )
+
+
+class LayoutChange(SpecModel):
+    """Transpose a sample between layouts, e.g. HWC (images) to CHW (PyTorch/ONNX)."""
+
+    from_: Annotated[Literal["HWC", "CHW"], Field(alias="from")]
+    """Layout of the sample before the step."""
+    to: Literal["HWC", "CHW"]
+    """Layout of the sample after the step."""
+
+
+class ChannelOrderChange(SpecModel):
+    """Reorder colour channels of an HWC/CHW sample (decoded images are RGB)."""
+
+    order: ChannelOrder
+    """Channel order the model expects."""
+
+
+class PreprocessStep(SpecModel):
+    """One preprocessing step; set exactly one member. Steps run per sample, in order."""
+
+    decode: Decode | None = None
+    """Decode an image file."""
+    resize: Resize | None = None
+    """Resize the image."""
+    center_crop: CenterCrop | None = None
+    """Crop the centre."""
+    to_float: ToFloat | None = None
+    """Convert the element type."""
+    scale: Scale | None = None
+    """Multiply by a constant."""
+    normalize: Normalize | None = None
+    """Subtract mean, divide by std per channel."""
+    layout: LayoutChange | None = None
+    """Transpose between HWC and CHW."""
+    channel_order: ChannelOrderChange | None = None
+    """Reorder colour channels (RGB/BGR)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        exactly_one_of(
+            "decode", "resize", "centerCrop", "toFloat", "scale", "normalize", "layout",
+            "channelOrder",
+        ),
+    )  # fmt: skip
+
+    @property
+    def op(self) -> str:
+        """The camelCase name of the member that is set."""
+        for name, field in type(self).model_fields.items():
+            if getattr(self, name) is not None:
+                return field.alias or name
+        raise AssertionError("validated step has no member set")
+
+
+class Softmax(SpecModel):
+    """Turn logits into probabilities along the last axis."""
+
+    axis: int = -1
+    """Axis to normalize over."""
+
+
+class TopK(SpecModel):
+    """Keep the k best classes per sample."""
+
+    k: Annotated[int, Field(gt=0, le=1000)] = 5
+    """How many classes to keep."""
+
+
+class Argmax(SpecModel):
+    """Reduce each sample to its best class index."""
+
+    axis: int = -1
+    """Axis to reduce."""
+
+
+class Labels(SpecModel):
+    """Map class indices to names in reports."""
+
+    names: Annotated[list[str], Field(max_length=100000)] = []
+    """Class names, index order."""
+    uri: Annotated[str | None, Field(max_length=2048)] = None
+    """A text file with one class name per line, instead of names."""
+
+
+class PostprocessStep(SpecModel):
+    """One postprocessing step; set exactly one member. Steps run on the batch output, in order."""
+
+    softmax: Softmax | None = None
+    """Softmax over classes."""
+    topk: TopK | None = None
+    """Top-k classes."""
+    argmax: Argmax | None = None
+    """Best class."""
+    labels: Labels | None = None
+    """Class names."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (exactly_one_of("softmax", "topk", "argmax", "labels"),)
+
+    @property
+    def op(self) -> str:
+        """The name of the member that is set."""
+        for name in type(self).model_fields:
+            if getattr(self, name) is not None:
+                return name
+        raise AssertionError("validated step has no member set")
+
+
+# ------------------------------------------------------------------------------- framework
+
+
+class Framework(SpecModel):
+    """The framework that runs the model, and how it is configured."""
+
+    name: FrameworkName
+    """pytorch, tensorflow or onnxruntime."""
+
+    version: Annotated[str | None, Field(max_length=64)] = None
+    """A PEP 440 version constraint the installed framework must satisfy, e.g. '>=2.4,<3'."""
+
+    image: Annotated[str | None, Field(max_length=512)] = None
+    """Container image for the evaluation job, overriding the operator's per-framework default."""
+
+    execution_provider: (
+        Literal["CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"] | None
+    ) = None
+    """ONNX Runtime execution provider; default follows hardware.device (CUDA on gpu)."""
+
+    intra_op_threads: Annotated[int | None, Field(ge=0, le=1024)] = None
+    """Threads inside one operator (0 or unset: the framework's default)."""
+
+    inter_op_threads: Annotated[int | None, Field(ge=0, le=1024)] = None
+    """Threads across independent operators (0 or unset: the framework's default)."""
+
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
+    """ONNX Runtime graph optimization level (default: all)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.executionProvider) || self.name == 'onnxruntime'",
+            message="executionProvider applies only to framework onnxruntime; remove it",
+            field="executionProvider",
+            check=lambda m: m.execution_provider is None or m.name == FrameworkName.ONNXRUNTIME,
+        ),
+        Rule(
+            cel="!has(self.graphOptimizationLevel) || self.name == 'onnxruntime'",
+            message="graphOptimizationLevel applies only to framework onnxruntime; remove it",
+            field="graphOptimizationLevel",
+            check=lambda m: (
+                m.graph_optimization_level is None or m.name == FrameworkName.ONNXRUNTIME
+            ),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------- dataset
+
+
+class Dataset(SpecModel):
+    """The data the model is evaluated on."""
+
+    type: DatasetType
+    """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
+    tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels)."""
+
+    shape: Annotated[list[int] | None, Field(min_length=1, max_length=8)] = None
+    """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
+
+    dtype: DType = DType.FLOAT32
+    """synthetic: element type of the generated samples."""
+
+    path: Annotated[str | None, Field(max_length=2048)] = None
+    """imagefolder: folder with one sub-folder of images per class (sorted names = classes)."""
+
+    uri: Annotated[str | None, Field(max_length=2048, pattern=URI_PATTERN)] = None
+    """npz: an .npz file holding 'x' (samples) and optionally 'y' (integer labels)."""
+
+    split: Literal["train", "test", "all"] = "test"
+    """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
+
+    limit: Annotated[int | None, Field(gt=0)] = None
+    """Use only the first N samples (after the deterministic ordering)."""
+
+    size: Annotated[int, Field(gt=0, le=10_000_000)] = 1024
+    """synthetic: how many samples to generate."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.type != 'synthetic' || has(self.shape)",
+            message="required when type is synthetic: the shape of one sample, e.g. [3, 224, 224]",
+            field="shape",
+            check=lambda m: m.type != DatasetType.SYNTHETIC or m.shape is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="self.type != 'imagefolder' || has(self.path)",
+            message="required when type is imagefolder: a folder with one sub-folder per class",
+            field="path",
+            check=lambda m: m.type != DatasetType.IMAGEFOLDER or m.path is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="self.type != 'npz' || has(self.uri)",
+            message="required when type is npz: the location of the .npz file",
+            field="uri",
+            check=lambda m: m.type != DatasetType.NPZ or m.uri is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="!has(self.shape) || self.shape.all(d, d > 0)",
+            message="every dimension must be > 0",
+            field="shape",
+            check=lambda m: m.shape is None or all(d > 0 for d in m.shape),
+        ),
+    )
+
+
+# -------------------------------------------------------------------------------- scenario
+
+
+class Stability(SpecModel):
+    """When a measurement counts as stable (perf_analyzer's rule): p50 of consecutive
+    measurement windows moves less than tolerancePercent."""
+
+    tolerance_percent: Annotated[float, Field(gt=0, le=100)] = 10.0
+    """Largest allowed change of p50 between consecutive windows, in percent."""
+
+    max_windows: Annotated[int, Field(ge=2, le=100)] = 5
+    """Give up (verdict INVALID: unstable) after this many windows."""
+
+
+TargetQPS = Annotated[
+    float | Literal["auto"],
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+
+
+class Scenario(SpecModel):
+    """How queries are issued, following MLPerf LoadGen's scenarios."""
+
+    type: ScenarioType = ScenarioType.SINGLE_STREAM
+    """SingleStream (one query at a time, latency), MultiStream (samplesPerQuery samples per
+    query), Server (Poisson arrivals at targetQPS, latency under load), Offline (throughput)."""
+
+    batch_sizes: Annotated[list[int], Field(min_length=1, max_length=32)] = [1]
+    """Batch sizes to measure, each a separate run; unique and > 0."""
+
+    warmup: Annotated[int, Field(ge=0, le=100000)] = 10
+    """Queries run before measuring, per batch size; excluded from results and reported."""
+
+    min_query_count: Annotated[int, Field(ge=1, le=100_000_000)] = 100
+    """A measurement needs at least this many queries to be VALID."""
+
+    min_duration: Duration = "1s"
+    """A measurement needs to last at least this long to be VALID, e.g. '10s'."""
+
+    samples_per_query: Annotated[int, Field(ge=1, le=4096)] = 8
+    """MultiStream: samples in each query."""
+
+    target_qps: TargetQPS | None = Field(default=None, alias="targetQPS")
+    """Server: queries per second to offer (Poisson arrivals), or 'auto' to search the peak QPS
+    that still meets latencyBound (LoadGen's FindPeakPerformance)."""
+
+    latency_bound: Duration = "100ms"
+    """Server: the latency that latencyBoundPercentile of queries must meet for a VALID run."""
+
+    latency_bound_percentile: Annotated[float, Field(gt=0, lt=100)] = 99.0
+    """Server: the percentile held to latencyBound."""
+
+    latency_percentiles: Annotated[list[float], Field(min_length=1, max_length=16)] = [
+        50.0,
+        90.0,
+        95.0,
+        99.0,
+        99.9,
+    ]
+    """Latency percentiles to report (from the full distribution)."""
+
+    repetitions: Annotated[int, Field(ge=1, le=100)] = 1
+    """Independent repetitions of each measurement; all are kept, the median one summarized."""
+
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    """Seed for sample order, synthetic data and Server arrivals."""
+
+    accuracy: bool = True
+    """Run a separate accuracy pass over the whole dataset (needs labels)."""
+
+    stability: Stability = Stability()
+    """When a latency measurement counts as stable."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.type != 'Server' || has(self.targetQPS)",
+            message="required when type is Server: queries per second to offer, or 'auto'",
+            field="targetQPS",
+            check=lambda m: m.type != ScenarioType.SERVER or m.target_qps is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="!has(self.targetQPS) || self.type == 'Server'",
+            message="applies only to scenario type Server; remove it or set type: Server",
+            field="targetQPS",
+            check=lambda m: m.target_qps is None or m.type == ScenarioType.SERVER,
+        ),
+        Rule(
+            cel="!has(self.targetQPS) || (type(self.targetQPS) == int ? self.targetQPS > 0 : "
+            "(self.targetQPS == 'auto' || double(self.targetQPS) > 0.0))",
+            message="must be a number > 0 or 'auto'",
+            field="targetQPS",
+            check=lambda m: m.target_qps is None or m.target_qps == "auto" or m.target_qps > 0,
+        ),
+        Rule(
+            cel="self.batchSizes.all(b, b > 0)",
+            message="every batch size must be > 0",
+            field="batchSizes",
+            check=lambda m: all(b > 0 for b in m.batch_sizes),
+        ),
+        Rule(
+            cel="self.batchSizes.all(b, self.batchSizes.exists_one(c, c == b))",
+            message="batch sizes must be unique",
+            field="batchSizes",
+            check=lambda m: len(set(m.batch_sizes)) == len(m.batch_sizes),
+        ),
+        Rule(
+            cel="self.latencyPercentiles.all(p, p > 0.0 && p < 100.0)",
+            message="percentiles must be between 0 and 100 (exclusive)",
+            field="latencyPercentiles",
+            check=lambda m: all(0 < p < 100 for p in m.latency_percentiles),
+        ),
+    )
+
+    @field_validator("target_qps", mode="before")
+    @classmethod
+    def _qps_from_string(cls, value: Any) -> Any:
+        """Accept '12.5' as well as 12.5: the CRD stores fractional QPS as a string."""
+        if isinstance(value, str) and value != "auto":
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError("must be a number > 0 or 'auto'") from None
+        return value
+
+
+# -------------------------------------------------------------------------------- hardware
+
+
+class Toleration(SpecModel):
+    """A Kubernetes toleration (same fields as core/v1 Toleration)."""
+
+    key: Annotated[str | None, Field(max_length=316)] = None
+    """Taint key; empty with operator Exists matches every taint."""
+    operator: Literal["Exists", "Equal"] = "Equal"
+    """Exists or Equal."""
+    value: Annotated[str | None, Field(max_length=63)] = None
+    """Taint value for operator Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to match; empty matches all."""
+    toleration_seconds: int | None = None
+    """For NoExecute: how long the pod stays bound after the taint appears."""
+
+
+Quantity = Annotated[
+    int | str,
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+
+
+class ResourceList(SpecModel):
+    """CPU, memory and ephemeral storage quantities (Kubernetes quantity syntax)."""
+
+    cpu: Quantity | None = None
+    """CPU, e.g. '2' or '500m'."""
+    memory: Quantity | None = None
+    """Memory, e.g. '4Gi'."""
+    ephemeral_storage: Quantity | None = None
+    """Scratch disk, e.g. '10Gi' (the model cache lives there)."""
+
+
+class Resources(SpecModel):
+    """Requests and limits for the evaluation container (GPUs go in hardware.gpus)."""
+
+    requests: ResourceList = ResourceList()
+    """Guaranteed resources the scheduler reserves."""
+    limits: ResourceList = ResourceList()
+    """Upper bounds; set limits equal to requests for Guaranteed QoS and steadier timings."""
+
+
+class Hardware(SpecModel):
+    """Where the evaluation runs."""
+
+    device: Device = Device.CPU
+    """cpu or gpu."""
+
+    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    """Number of GPUs (nvidia.com/gpu) for device gpu; 0 means 1 when device is gpu."""
+
+    gpu_product: Annotated[str | None, Field(max_length=128)] = None
+    """GPU model as GPU Feature Discovery labels it (nvidia.com/gpu.product), e.g.
+    NVIDIA-A100-SXM4-80GB; the job is pinned to nodes with that label."""
+
+    node_selector: Annotated[dict[str, str], Field(max_length=64)] = {}
+    """Extra node labels the evaluation pod requires."""
+
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
+    """Extra tolerations (the nvidia.com/gpu taint is tolerated automatically for gpu)."""
+
+    resources: Resources = Resources()
+    """CPU and memory requests and limits."""
+
+    runtime_class_name: Annotated[str | None, Field(max_length=253)] = None
+    """RuntimeClass for the pod, e.g. 'nvidia' where the NVIDIA runtime is not the default."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.gpus == 0 || self.device == 'gpu'",
+            message="gpus > 0 needs device: gpu",
+            field="gpus",
+            check=lambda m: m.gpus == 0 or m.device == Device.GPU,
+        ),
+        Rule(
+            cel="!has(self.gpuProduct) || self.device == 'gpu'",
+            message="gpuProduct needs device: gpu",
+            field="gpuProduct",
+            check=lambda m: m.gpu_product is None or m.device == Device.GPU,
+        ),
+    )
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs the job asks for: at least one for device gpu."""
+        return max(self.gpus, 1) if self.device == Device.GPU else 0
+
+
+# --------------------------------------------------------------------------------- tracing
+
+
+class Tracing(SpecModel):
+    """Across-stack tracing (the XSP idea): each level adds detail below the previous one."""
+
+    level: TraceLevel = TraceLevel.MODEL
+    """none; model (evaluation, scenario, queries, pre/predict/post); framework (+ operator or
+    layer spans from the framework's profiler); library (+ GPU kernels and copies)."""
+
+    sampling: Annotated[float, Field(ge=0, le=1)] = 1.0
+    """Fraction of queries traced at model level and below (evaluation and scenario spans are
+    always kept)."""
+
+
+# ------------------------------------------------------------------------------------ spec
+
+
+class EvaluationSpec(SpecModel):
+    """What to evaluate: a model, with a framework, on a dataset, under a scenario."""
+
+    model: ModelSource
+    """The model and where to fetch it."""
+
+    preprocessing: Annotated[list[PreprocessStep], Field(max_length=32)] = []
+    """Per-sample steps from dataset sample to model input, in order."""
+
+    postprocessing: Annotated[list[PostprocessStep], Field(max_length=16)] = []
+    """Steps from model output to predictions, in order (accuracy reads the scores)."""
+
+    framework: Framework
+    """The framework that runs the model."""
+
+    dataset: Dataset
+    """The evaluation data."""
+
+    scenario: Scenario = Scenario()
+    """How queries are issued and measured."""
+
+    hardware: Hardware = Hardware()
+    """Where it runs."""
+
+    tracing: Tracing = Tracing()
+    """Across-stack tracing."""
+
+    timeout: Duration = "1h"
+    """Wall-clock limit of the evaluation job (activeDeadlineSeconds)."""
+
+    retries: Annotated[int, Field(ge=0, le=10)] = 0
+    """Times a failed evaluation pod is retried (the Job's backoffLimit)."""
+
+    ttl_after_finished: Duration | None = None
+    """Delete the finished Job (not the results) after this long, e.g. '24h'."""
