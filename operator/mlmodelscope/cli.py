@@ -4,10 +4,11 @@ stays fast and a missing framework only matters to the command that uses it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from mlmodelscope import __version__
 
@@ -20,6 +21,13 @@ app = typer.Typer(
 )
 console = Console()
 errors = Console(stderr=True)
+
+
+def fail(text: str) -> None:
+    """Print an error on stderr verbatim: no Rich markup (``mlmodelscope[torch]`` is not a
+    style tag) and no hard wrapping (messages are copied into issues and searched)."""
+    errors.print(f"[red]✗[/red] {escape(text)}", soft_wrap=True, highlight=False)
+
 
 REPO_CRDS = Path("crds")
 
@@ -43,7 +51,7 @@ def validate(
             loaded = load_evaluations(file)
         except SpecValidationError as exc:
             failed = True
-            errors.print(f"[red]✗[/red] {exc}", highlight=False, markup=True)
+            fail(str(exc))
             continue
         for item in loaded:
             console.print(f"[green]✓[/green] {item.source}", highlight=False)
@@ -76,6 +84,90 @@ def crd(
         return
     for path in write_crds(output_dir):
         console.print(f"wrote {path}")
+
+
+@app.command()
+def run(
+    spec: Annotated[
+        Path, typer.Argument(help="A ModelEvaluation YAML file (one or more documents).")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for the result documents.")
+    ] = Path("results"),
+    raw: Annotated[
+        bool, typer.Option("--raw/--no-raw", help="Keep every latency sample in the result.")
+    ] = True,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Run only these evaluations (by name).")
+    ] = None,
+) -> None:
+    """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run."""
+    import json
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mlmodelscope.agent.report import agreement, results_table
+    from mlmodelscope.agent.runner import EvaluationError, RunOutcome, evaluate
+    from mlmodelscope.spec import SpecValidationError, load_evaluations
+
+    try:
+        loaded = load_evaluations(spec)
+    except SpecValidationError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    if only:
+        loaded = [item for item in loaded if item.evaluation.metadata.name in only]
+    outcomes: list[RunOutcome] = []
+    failed = 0
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+    ) as bar:
+        for item in loaded:
+            name = item.evaluation.metadata.name
+            task = bar.add_task(name, total=None)
+            reporter = _bar_reporter(bar, task, name)
+            try:
+                outcomes.append(evaluate(item, output=output / f"{name}.json", reporter=reporter))
+                console.print(f"[green]✓[/green] {name} → {output / f'{name}.json'}")
+            except EvaluationError as exc:
+                failed += 1
+                fail(f"{name}: {exc}")
+            bar.remove_task(task)
+    if outcomes:
+        table, notes = results_table(outcomes)
+        console.print(table)
+        for note in notes:
+            console.print(note, highlight=False)
+        check = agreement(outcomes)
+        if check:
+            for row in check["outputs"]:
+                console.print(
+                    f"outputs of {row['evaluation']} vs {check['reference']}: "
+                    f"max |diff| = {row['max_abs_output_diff']:.3g}"
+                )
+            if check["top1_spread_percentage_points"] is not None:
+                spread = check["top1_spread_percentage_points"]
+                console.print(f"top-1 spread across evaluations: {spread:.2f} percentage points")
+            (output / "comparison.json").write_text(json.dumps(check, indent=1) + "\n")
+    raise typer.Exit(1 if failed else 0)
+
+
+def _bar_reporter(bar: Any, task: Any, name: str) -> Any:
+    """A runner Reporter that drives one line of a Rich progress display."""
+    from mlmodelscope.agent.runner import Reporter
+
+    def stage(text: str) -> None:
+        bar.update(task, description=f"{name}: {text}", completed=0, total=None)
+
+    def progress(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return Reporter(stage=stage, progress=progress)
 
 
 def _mount_subcommands() -> None:

@@ -1,0 +1,186 @@
+"""scikit-learn's bundled 8x8 digits: the one real, download-free dataset, and its example CNN.
+
+``digits_split`` is the single definition of the train/test split, shared by the training
+script (examples/models/train_digits.py) and the agent's dataset loader, so the accuracy the
+agent reports is measured on data the model never saw. ``ensure_digits_models`` builds the
+example model in every format once per machine and caches it for demos, tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+
+from mlmodelscope.agent.sources import default_cache_dir
+
+SPLIT_SEED = 0
+"""random_state of the stratified split; changing it changes every recorded accuracy."""
+TEST_FRACTION = 0.2
+TRAINING_SCRIPT = Path("examples") / "models" / "train_digits.py"
+MANIFEST = "manifest.json"
+"""Written last by the training script: its presence marks a complete build."""
+BUILD_TIMEOUT_S = 900.0
+MODEL_FILES = {
+    "onnx": "digits.onnx",
+    "torchscript": "digits.torchscript.pt",
+    "torch-export": "digits.pt2",
+    "savedmodel": "digits_savedmodel",
+}
+"""Model format -> artifact name inside the folder ``ensure_digits_models`` returns."""
+
+
+def digits_split(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """Images (N, 8, 8, 1) float32 HWC with raw values 0..16, and int64 labels, for ``split``.
+
+    'train' and 'test' are a stratified 80/20 split with a fixed seed; every split keeps the
+    original dataset order, so ``limit`` (first N samples) is deterministic too.
+    """
+    if split not in ("train", "test", "all"):
+        raise ValueError(f"unknown digits split {split!r}; expected 'train', 'test' or 'all'")
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    images = np.asarray(bunch.images, dtype=np.float32)[..., np.newaxis]
+    labels = np.asarray(bunch.target, dtype=np.int64)
+    if split == "all":
+        return np.ascontiguousarray(images), labels
+    train_idx, test_idx = train_test_split(
+        np.arange(len(labels)),
+        test_size=TEST_FRACTION,
+        random_state=SPLIT_SEED,
+        stratify=labels,
+    )
+    idx = np.sort(train_idx if split == "train" else test_idx)
+    return np.ascontiguousarray(images[idx]), labels[idx]
+
+
+def find_training_script() -> Path:
+    """Locate examples/models/train_digits.py: next to the source tree, else $MLMS_EXAMPLES_DIR.
+
+    The script is an example, not package data, so an installed (non-editable) package finds
+    it only through the environment variable.
+    """
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / TRAINING_SCRIPT
+        if candidate.is_file():
+            return candidate
+    env = os.environ.get("MLMS_EXAMPLES_DIR")
+    if env:
+        candidate = Path(env) / "models" / "train_digits.py"
+        if candidate.is_file():
+            return candidate
+        raise FileNotFoundError(f"MLMS_EXAMPLES_DIR={env} has no models/train_digits.py")
+    raise FileNotFoundError(
+        f"cannot find {TRAINING_SCRIPT} above {Path(__file__).resolve().parent}; "
+        "set MLMS_EXAMPLES_DIR to the repository's examples folder"
+    )
+
+
+def _version(*distributions: str) -> str:
+    for dist in distributions:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(dist)
+    return "none"
+
+
+def digits_models_key(script: Path) -> str:
+    """Cache key: the training script plus the framework versions that shape its outputs.
+
+    Versions come from package metadata so computing the key imports no framework.
+    """
+    digest = hashlib.sha256(script.read_bytes())
+    for dists in (("torch",), ("tensorflow", "tensorflow-cpu"), ("onnx",)):
+        digest.update(f"\0{dists[0]}={_version(*dists)}".encode())
+    return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock, so parallel test workers or agents build only once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_digits_models(cache_dir: Path | None = None) -> Path:
+    """The folder holding the example digits CNN in every format, building it on first use.
+
+    ``cache_dir`` replaces the cache root (default: ``sources.default_cache_dir()``, i.e.
+    $MLMS_CACHE_DIR or ~/.cache/mlmodelscope); the models live in ``<root>/models/digits/<key>``.
+    The build runs the training script in a subprocess, so TensorFlow and PyTorch state
+    (threads, seeds, devices) never leaks into the caller.
+    """
+    script = find_training_script()
+    base = (cache_dir if cache_dir is not None else default_cache_dir()) / "models" / "digits"
+    final = base / digits_models_key(script)
+    if (final / MANIFEST).is_file():
+        return final
+    with _file_lock(base / f"{final.name}.lock"):
+        if (final / MANIFEST).is_file():
+            return final
+        staging = base / f"{final.name}.tmp-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        env = {
+            **os.environ,
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONHASHSEED": "0",
+        }
+        proc = subprocess.run(
+            [sys.executable, str(script), "--out", str(staging)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+            check=False,
+        )
+        if proc.returncode != 0 or not (staging / MANIFEST).is_file():
+            shutil.rmtree(staging, ignore_errors=True)
+            tail = (proc.stdout + proc.stderr)[-4000:]
+            raise RuntimeError(f"building the digits models with {script} failed:\n{tail}")
+        shutil.rmtree(final, ignore_errors=True)
+        staging.rename(final)
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mlmodelscope.agent.digits [--link DIR]`: build (or reuse) the cached models
+    and optionally point DIR at them, which is where the examples' relative URIs look."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--link", type=Path, help="make this path a symlink to the models")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    folder = ensure_digits_models()
+    print(f"digits models: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
+    if args.link is not None:
+        link: Path = args.link
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        elif link.is_dir():
+            shutil.rmtree(link)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(folder, target_is_directory=True)
+        print(f"linked {link} -> {folder}")  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

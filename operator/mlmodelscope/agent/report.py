@@ -1,0 +1,104 @@
+"""What `mlms run` prints: a comparison table across evaluations and frameworks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from rich.table import Table
+
+from mlmodelscope.agent.runner import RunOutcome
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def results_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
+    """One row per evaluation and batch size, plus footnotes saying why rows are INVALID."""
+    table = Table(title="mlmodelscope results", title_justify="left", pad_edge=False)
+    widest = max((len(o.document["evaluation"]["name"]) for o in outcomes), default=10)
+    for column, justify in (
+        ("evaluation", "left"),
+        ("framework", "left"),
+        ("scenario", "left"),
+        ("batch", "right"),
+        ("p50 ms", "right"),
+        ("p99 ms", "right"),
+        ("samples/s", "right"),
+        ("top-1", "right"),
+        ("verdict", "left"),
+    ):
+        table.add_column(
+            column,
+            justify=justify,  # type: ignore[arg-type]
+            no_wrap=True,
+            min_width=min(widest, 28) if column == "evaluation" else None,
+        )
+    notes: list[str] = []
+    for outcome in outcomes:
+        doc = outcome.document
+        backend = doc.get("backend", {})
+        framework = (
+            f"{backend.get('framework', '?')} {backend.get('framework_version', '')} "
+            f"{backend.get('device', '')}"
+        )
+        for row in doc.get("results", []):
+            verdict = "[green]VALID[/green]"
+            if not row["valid"]:
+                notes.append(
+                    f"[{len(notes) + 1}] {doc['evaluation']['name']} batch {row['batch_size']}: "
+                    + "; ".join(row["invalid_reasons"])
+                )
+                verdict = f"[yellow]INVALID[{len(notes)}][/yellow]"
+            table.add_row(
+                doc["evaluation"]["name"],
+                " ".join(framework.split()),
+                row["scenario"],
+                str(row["batch_size"]),
+                _ms(row["latency_ms"]["p50"]),
+                _ms(row["latency_ms"]["p99"]),
+                f"{row['throughput']:.0f}",
+                _pct(row["top1"]),
+                verdict,
+            )
+    return table, notes
+
+
+def agreement(outcomes: Sequence[RunOutcome]) -> dict[str, Any] | None:
+    """How far the evaluations' outputs and top-1 accuracies are from the first one's, when
+    they ran the same samples (same output shape): the cross-framework consistency check."""
+    with_outputs = [o for o in outcomes if o.outputs is not None]
+    if len(with_outputs) < 2:
+        return None
+    reference = with_outputs[0]
+    assert reference.outputs is not None
+    rows = []
+    for other in with_outputs[1:]:
+        assert other.outputs is not None
+        if other.outputs.shape != reference.outputs.shape:
+            continue
+        diff = np.abs(other.outputs.astype(np.float64) - reference.outputs.astype(np.float64))
+        rows.append(
+            {
+                "evaluation": other.document["evaluation"]["name"],
+                "max_abs_output_diff": float(diff.max()),
+            }
+        )
+    accuracies = [
+        o.document["accuracy"]["top1"]
+        for o in with_outputs
+        if o.document.get("accuracy") and o.document["accuracy"]["top1"] is not None
+    ]
+    return {
+        "reference": reference.document["evaluation"]["name"],
+        "outputs": rows,
+        "top1_spread_percentage_points": (
+            100 * (max(accuracies) - min(accuracies)) if accuracies else None
+        ),
+    }

@@ -1,0 +1,338 @@
+"""One evaluation, end to end: the agent's main path, shared by `mlms run` and the job image.
+
+Order matters for honest numbers: every check that can fail on the spec (sources, dataset,
+shapes, framework version) runs before anything is measured; samples are preprocessed into
+memory before timing (MLPerf's sample library), and the accuracy pass runs separately from
+the latency measurement. The result document is written atomically and only once: a failed
+run writes a document whose status says Failed, never one that looks complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlmodelscope import __version__
+from mlmodelscope.agent.backends import Backend, create_backend
+from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
+from mlmodelscope.spec.evaluation import EvaluationSpec
+
+RESULT_API_VERSION = "mlmodelscope.io/results/v1alpha1"
+RESULT_KIND = "EvaluationResult"
+
+StageHook = Callable[[str], None]
+ProgressHook = Callable[[int, int], None]
+
+
+class EvaluationError(RuntimeError):
+    """The evaluation failed; ``document`` is the Failed result document (also on disk)."""
+
+    def __init__(self, message: str, document: dict[str, Any], path: Path | None) -> None:
+        super().__init__(message)
+        self.document = document
+        self.path = path
+
+
+@dataclass
+class Reporter:
+    """How the runner tells a UI what it is doing; the defaults say nothing."""
+
+    stage: StageHook = lambda name: None
+    progress: ProgressHook = lambda done, total: None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one evaluation produced."""
+
+    document: dict[str, Any]
+    path: Path | None
+    outputs: np.ndarray | None
+    """First model output of the accuracy pass, in dataset order (for cross-framework checks)."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def write_document(document: dict[str, Any], path: Path) -> None:
+    """Write JSON atomically: readers see the old file or the complete new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+    ) as tmp:
+        json.dump(document, tmp, indent=1, allow_nan=False)
+        tmp.write("\n")
+    Path(tmp.name).replace(path)
+
+
+def _check_framework_version(spec: EvaluationSpec, installed: str) -> None:
+    if not spec.framework.version:
+        return
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import Version
+
+    try:
+        wanted = SpecifierSet(spec.framework.version)
+    except InvalidSpecifier:
+        raise SpecError(
+            "spec.framework.version",
+            f"{spec.framework.version!r} is not a version constraint; write e.g. '>=2.4,<3'",
+        ) from None
+    local = Version(installed.split("+")[0])
+    if local not in wanted:
+        raise SpecError(
+            "spec.framework.version",
+            f"installed {spec.framework.name.value} {installed} does not satisfy "
+            f"{spec.framework.version!r}; use an image with a matching version or relax it",
+        )
+
+
+def _batches(count: int, size: int) -> Iterator[slice]:
+    for start in range(0, count, size):
+        yield slice(start, min(start + size, count))
+
+
+def accuracy_pass(
+    backend: Backend,
+    inputs: np.ndarray,
+    labels: np.ndarray | None,
+    postprocess: Any,
+    batch_size: int,
+    progress: ProgressHook,
+) -> tuple[dict[str, Any], np.ndarray]:
+    """Every sample once, in dataset order, at a fixed batch size: deterministic, so the same
+    spec on the same stack gives the same outputs bit for bit (``outputs_sha256`` shows it)."""
+    from mlmodelscope.agent.processing import Predictions, accuracy
+
+    outputs: list[np.ndarray] = []
+    top1_hits = top5_hits = 0.0
+    start = time.perf_counter_ns()
+    count = len(inputs)
+    for done, part in enumerate(_batches(count, batch_size)):
+        out = backend.predict([inputs[part]])[0]
+        outputs.append(np.asarray(out))
+        if labels is not None:
+            predictions: Predictions = postprocess(out)
+            top1, top5 = accuracy(predictions, labels[part])
+            size = part.stop - part.start
+            top1_hits += top1 * size
+            top5_hits += top5 * size
+        progress(min((done + 1) * batch_size, count), count)
+    elapsed = (time.perf_counter_ns() - start) / 1e9
+    stacked = np.concatenate(outputs)
+    digest = hashlib.sha256(np.ascontiguousarray(stacked).tobytes()).hexdigest()
+    result: dict[str, Any] = {
+        "samples": count,
+        "batch_size": batch_size,
+        "duration_s": elapsed,
+        "outputs_sha256": digest,
+        "top1": None if labels is None else top1_hits / count,
+        "top5": None if labels is None else top5_hits / count,
+    }
+    return result, stacked
+
+
+def _headline(
+    measurements: list[dict[str, Any]], accuracy: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Per-batch-size summary (what the operator copies into .status.results)."""
+    rows = []
+    for m in measurements:
+        pct = m["latency"]["percentiles_s"]
+        rows.append(
+            {
+                "batch_size": m["batch_size"],
+                "scenario": m["scenario"],
+                "latency_ms": {
+                    "p50": pct.get("p50", 0.0) * 1e3,
+                    "p90": pct.get("p90", 0.0) * 1e3,
+                    "p99": pct.get("p99", 0.0) * 1e3,
+                    "mean": m["latency"]["mean_s"] * 1e3,
+                },
+                "throughput": m["throughput_samples_per_s"],
+                "qps": m["qps"],
+                "top1": None if accuracy is None else accuracy["top1"],
+                "top5": None if accuracy is None else accuracy["top5"],
+                "valid": m["verdict"]["valid"],
+                "invalid_reasons": m["verdict"]["reasons"],
+            }
+        )
+    return rows
+
+
+def evaluate(
+    loaded: LoadedEvaluation,
+    *,
+    output: Path | None = None,
+    reporter: Reporter | None = None,
+    include_raw: bool = True,
+    cache_dir: Path | None = None,
+) -> RunOutcome:
+    """Run one evaluation and write its result document to ``output`` (a .json path).
+
+    Raises :class:`EvaluationError` (with a Failed document written) on any failure.
+    """
+    report = reporter or Reporter()
+    evaluation = loaded.evaluation
+    spec = evaluation.spec
+    run_id = str(uuid.uuid4())
+    started = time.monotonic()
+    timings: dict[str, float] = {}
+    document: dict[str, Any] = {
+        "api_version": RESULT_API_VERSION,
+        "kind": RESULT_KIND,
+        "run_id": run_id,
+        "status": "Running",
+        "evaluation": {
+            "name": evaluation.metadata.name,
+            "namespace": evaluation.metadata.namespace,
+            "generation": evaluation.metadata.generation,
+            "source": loaded.source,
+        },
+        "agent_version": __version__,
+        "started_at": _now(),
+        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        report.stage(name)
+        t0 = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            timings[name] = (time.perf_counter_ns() - t0) / 1e9
+
+    backend: Backend | None = None
+    try:
+        from mlmodelscope.agent.datasets import load_dataset
+        from mlmodelscope.agent.processing import Postprocessor, Preprocessor, preprocess_all
+        from mlmodelscope.agent.provenance import collect_stack, spec_hash
+        from mlmodelscope.agent.scenarios import (
+            BackendSUT,
+            BatchRing,
+            measure_harness_overhead,
+            run_scenario,
+        )
+        from mlmodelscope.agent.sources import fetch_model
+        from mlmodelscope.agent.stats import summarize_latencies
+
+        document["spec_sha256"] = spec_hash(spec)
+        with timed("fetch model"):
+            fetched = fetch_model(spec.model, base_dir=loaded.base_dir, cache_dir=cache_dir)
+        document["model"] = {
+            "name": spec.model.name,
+            "version": spec.model.version,
+            "format": spec.model.format.value,
+            "uri": spec.model.uri,
+            "sha256": fetched.sha256,
+            "sha256_verified": spec.model.sha256 is not None,
+            "source": fetched.source,
+            "cached": fetched.cached,
+        }
+        with timed("load dataset"):
+            samples = load_dataset(spec.dataset, seed=spec.scenario.seed, base_dir=loaded.base_dir)
+        pre = Preprocessor(spec.preprocessing)
+        raw_shape = samples.x.shape[1:] if isinstance(samples.x, np.ndarray) else None
+        raw_dtype = samples.x.dtype.name if isinstance(samples.x, np.ndarray) else None
+        pre.check_model_input(spec.model.inputs[0], raw_shape, raw_dtype)
+        if len(spec.model.inputs) > 1:
+            raise SpecError(
+                "spec.model.inputs",
+                "models with more than one input are not supported by the agent yet",
+            )
+        with timed("preprocess"):
+            inputs, pre_ns = preprocess_all(pre, samples)
+        document["dataset"] = {
+            "name": samples.name,
+            "type": spec.dataset.type.value,
+            "samples": len(samples),
+            "labelled": samples.has_labels,
+            "preprocessing": summarize_latencies(pre_ns, (50.0, 90.0, 99.0)).to_dict(),
+        }
+        with timed("load model"):
+            backend = create_backend(spec.framework.name)
+            backend.load(fetched.path, spec)
+        info = backend.info()
+        _check_framework_version(spec, info.framework_version)
+        document["backend"] = {
+            "framework": info.framework,
+            "framework_version": info.framework_version,
+            "device": info.device,
+            "details": dict(info.details),
+        }
+        document["stack"] = collect_stack(backend_info=document["backend"])
+        postprocess = Postprocessor(spec.postprocessing, base_dir=loaded.base_dir)
+
+        outputs: np.ndarray | None = None
+        document["accuracy"] = None
+        if spec.scenario.accuracy and samples.has_labels:
+            with timed("accuracy pass"):
+                document["accuracy"], outputs = accuracy_pass(
+                    backend,
+                    inputs,
+                    samples.y,
+                    postprocess,
+                    max(spec.scenario.batch_sizes),
+                    report.progress,
+                )
+        elif spec.scenario.accuracy:
+            document["accuracy_skipped"] = f"dataset {samples.name} has no labels"
+
+        deadline = started + parse_duration(spec.timeout)
+        measurements = []
+        sut = BackendSUT(backend, postprocess if spec.postprocessing else None)
+        with timed("measure"):
+            for batch_size in spec.scenario.batch_sizes:
+                report.stage(f"measure {spec.scenario.type.value} batch {batch_size}")
+                ring = BatchRing.for_scenario(spec.scenario, [inputs], batch_size)
+                overhead = measure_harness_overhead(spec.scenario.type, ring)
+                measurement = run_scenario(
+                    spec.scenario,
+                    sut,
+                    ring,
+                    progress=report.progress,
+                    time_limit_s=max(deadline - time.monotonic(), 1.0),
+                )
+                entry = measurement.to_dict(include_raw=include_raw)
+                entry["harness_overhead"] = overhead.to_dict()
+                measurements.append(entry)
+        document["measurements"] = measurements
+        document["results"] = _headline(measurements, document["accuracy"])
+        document["status"] = "Succeeded"
+    except Exception as exc:
+        document["status"] = "Failed"
+        field = exc.field if isinstance(exc, SpecError) else None
+        document["error"] = {"type": type(exc).__name__, "message": str(exc), "field": field}
+        _finish(document, timings, started)
+        if output is not None:
+            write_document(document, output)
+        raise EvaluationError(str(exc), document, output) from exc
+    finally:
+        if backend is not None:
+            backend.close()
+    _finish(document, timings, started)
+    if output is not None:
+        write_document(document, output)
+    return RunOutcome(document, output, outputs)
+
+
+def _finish(document: dict[str, Any], timings: dict[str, float], started: float) -> None:
+    document["finished_at"] = _now()
+    document["duration_s"] = time.monotonic() - started
+    document["stage_durations_s"] = timings
+    if image := os.environ.get("MLMS_IMAGE"):
+        document.setdefault("image", image)

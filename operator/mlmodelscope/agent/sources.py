@@ -1,0 +1,645 @@
+"""Fetching models (and dataset files) from where a spec says they live.
+
+Every fetch ends in a local path plus the SHA-256 actually computed, so a result always records
+exactly which bytes were evaluated. Remote artifacts land in a content-addressed cache
+(``$MLMS_CACHE_DIR/models/sha256/<hex>/``) and are downloaded once; a pinned ``sha256`` is
+verified before anything is returned, and a mismatch leaves nothing in the cache.
+
+Supported URIs: a plain path or ``file://`` (relative paths resolve against the spec file's
+folder), ``http(s)://``, ``s3://bucket/key`` (boto3, credentials from the environment only) and
+``pvc://claim/path`` (a volume the operator mounts under ``$MLMS_PVC_ROOT``). Archives (.tar,
+.tar.gz, .tgz, .tar.bz2, .tar.xz, .zip) are unpacked into the cache, which is how a directory
+model such as a SavedModel travels over http or s3.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, BinaryIO
+
+from mlmodelscope.spec.base import SpecError
+from mlmodelscope.spec.evaluation import ModelSource
+
+CHUNK = 1 << 20
+DEFAULT_PVC_ROOT = "/var/run/mlmodelscope/pvc"
+DEFAULT_SECRET_DIR = "/var/run/secrets/mlmodelscope/model-credentials"
+DEFAULT_TIMEOUT_S = 60.0
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
+USER_AGENT = "mlmodelscope-agent"
+
+
+class FetchError(RuntimeError):
+    """A transient-looking transport failure (network, HTTP 5xx): retrying may help.
+
+    Problems the user has to fix in the spec (404, wrong digest, missing file) raise
+    :class:`SpecError` instead, so the operator does not retry them.
+    """
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class MissingDependencyError(RuntimeError):
+    """An optional library a URI scheme needs is not installed; the message says what to install."""
+
+
+class UnsafeArchiveError(SpecError):
+    """An archive member would escape the extraction folder or is not a plain file/dir/link."""
+
+
+@dataclass(frozen=True)
+class FetchedModel:
+    """A model (or data file) ready on local disk."""
+
+    path: Path
+    """The file, or the directory for directory models and unpacked archives."""
+    sha256: str
+    """Digest of ``path``: :func:`file_sha256` for a file, :func:`directory_sha256` for a
+    directory (what ``mlms hash`` prints), always computed, never copied from the spec."""
+    source: str
+    """URI scheme it came from: file, pvc, http, https or s3."""
+    cached: bool
+    """True when it came from the local cache without contacting the source."""
+    archive_sha256: str | None = None
+    """For an unpacked archive: the digest of the archive file itself (also accepted as pin)."""
+
+
+# ------------------------------------------------------------------------------------ digests
+
+
+def _hash_stream(stream: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    while chunk := stream.read(CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes (the same as ``sha256sum``)."""
+    with Path(path).open("rb") as stream:
+        return _hash_stream(stream)
+
+
+def _tree_files(root: Path) -> Iterator[tuple[str, Path]]:
+    """(relative posix path, path) of every file under ``root``: symlinks to files are followed,
+    symlinked directories are not entered, empty directories do not count."""
+    for folder, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in filenames:
+            path = Path(folder, name)
+            if path.is_file():
+                yield path.relative_to(root).as_posix(), path
+
+
+def directory_sha256(path: Path) -> str:
+    """Digest of a directory model, independent of timestamps, permissions and walk order.
+
+    SHA-256 over the lines ``"<file sha256>  <relative posix path>\\n"`` sorted by path, i.e.
+    ``cd DIR && find . -type f -printf '%P\\n' | LC_ALL=C sort | xargs -d '\\n' sha256sum |
+    sha256sum`` — so anyone can reproduce a pin without this tool.
+    """
+    root = Path(path)
+    entries = sorted(_tree_files(root), key=lambda e: e[0].encode())
+    digest = hashlib.sha256()
+    for rel, file in entries:
+        digest.update(f"{file_sha256(file)}  {rel}\n".encode())
+    return digest.hexdigest()
+
+
+def path_sha256(path: Path) -> str:
+    """:func:`directory_sha256` for a directory, :func:`file_sha256` otherwise."""
+    return directory_sha256(path) if Path(path).is_dir() else file_sha256(path)
+
+
+# ------------------------------------------------------------------------------ local paths
+
+
+def default_cache_dir() -> Path:
+    """``$MLMS_CACHE_DIR``, else ``$XDG_CACHE_HOME/mlmodelscope``, else ~/.cache/mlmodelscope."""
+    if env := os.environ.get("MLMS_CACHE_DIR"):
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "mlmodelscope"
+
+
+def map_container_path(path: str) -> str:
+    """Translate a container path to the host path ``MLMS_PATH_MAP`` says it is mounted from.
+
+    The dev cluster's exec kubelet runs pods as host processes, so the volume paths the
+    operator wrote into the pod spec exist only under their host folders. The longest matching
+    prefix wins, matched on whole path components (``/data`` maps ``/data/x``, not ``/database``).
+    """
+    raw = os.environ.get("MLMS_PATH_MAP")
+    if not raw:
+        return path
+    try:
+        mapping = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"MLMS_PATH_MAP is not valid JSON ({exc}); expected an object") from exc
+    if not isinstance(mapping, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
+    ):
+        raise ValueError("MLMS_PATH_MAP must be a JSON object of {containerPath: hostPath}")
+    for container in sorted(mapping, key=len, reverse=True):
+        prefix = container.rstrip("/") or "/"
+        if path == prefix:
+            return str(mapping[container])
+        if path.startswith(prefix.rstrip("/") + "/"):
+            rest = path[len(prefix.rstrip("/")) + 1 :]
+            return str(Path(mapping[container]) / rest)
+    return path
+
+
+def scheme_of(uri: str) -> str:
+    """The URI's scheme, ``file`` for plain paths."""
+    for scheme in ("https", "http", "s3", "pvc", "file"):
+        if uri.startswith(f"{scheme}://"):
+            return scheme
+    return "file"
+
+
+def _pvc_path(uri: str, field: str) -> Path:
+    rest = uri.removeprefix("pvc://")
+    claim, _, sub = rest.partition("/")
+    if not claim:
+        raise SpecError(field, f"{uri!r} names no claim; write pvc://<claim>/<path>")
+    parts = PurePosixPath(sub).parts
+    if ".." in parts:
+        raise SpecError(field, f"{uri!r} must not contain '..'; give a path inside the claim")
+    root = os.environ.get("MLMS_PVC_ROOT", DEFAULT_PVC_ROOT)
+    return Path(map_container_path(str(PurePosixPath(root, claim, *parts))))
+
+
+def local_path(uri: str, *, base_dir: Path | None = None, field: str = "spec.model.uri") -> Path:
+    """The local path a file://, pvc:// or plain-path URI refers to (not checked to exist).
+
+    Relative paths resolve against ``base_dir`` (the spec file's folder) or the working
+    directory; absolute ones go through ``MLMS_PATH_MAP``.
+    """
+    scheme = scheme_of(uri)
+    if scheme == "pvc":
+        return _pvc_path(uri, field)
+    if scheme != "file":
+        raise SpecError(field, f"{uri!r} is not a local path")
+    text = uri
+    if text.startswith("file://"):
+        text = urllib.parse.unquote(text.removeprefix("file://"))
+        if text.startswith("localhost/"):
+            text = text.removeprefix("localhost")
+    path = Path(text).expanduser()
+    if path.is_absolute():
+        return Path(map_container_path(str(path)))
+    return (base_dir if base_dir is not None else Path.cwd()) / path
+
+
+def _require_exists(path: Path, uri: str, field: str) -> None:
+    if not path.exists():
+        where = f" (resolved to {path})" if str(path) != uri else ""
+        hint = (
+            "check that the claim is mounted and holds that path"
+            if uri.startswith("pvc://")
+            else "relative paths resolve against the spec file's folder; in a cluster use "
+            "pvc://, https:// or s3://"
+        )
+        raise SpecError(field, f"{uri!r} not found{where}; {hint}")
+
+
+# ---------------------------------------------------------------------------------- archives
+
+
+def is_archive(name: str) -> bool:
+    """Whether a file name says it is an archive this module unpacks."""
+    return name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _check_member_name(name: str, archive: str, field: str) -> PurePosixPath:
+    posix = PurePosixPath(name.replace("\\", "/"))
+    if posix.is_absolute() or (posix.parts and posix.parts[0].endswith(":")):
+        raise UnsafeArchiveError(field, f"{archive}: member {name!r} has an absolute path")
+    if ".." in posix.parts:
+        raise UnsafeArchiveError(field, f"{archive}: member {name!r} contains '..'")
+    return posix
+
+
+def _inside(target: PurePosixPath) -> bool:
+    """Whether a normalized relative path stays inside the extraction root."""
+    depth = 0
+    for part in target.parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif part not in (".", ""):
+            depth += 1
+    return not target.is_absolute()
+
+
+def _extract_tar(archive: Path, dest: Path, field: str) -> None:
+    label = archive.name
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for m in members:
+            name = _check_member_name(m.name, label, field)
+            if m.issym():
+                link = PurePosixPath(m.linkname)
+                if link.is_absolute() or not _inside(name.parent / link):
+                    raise UnsafeArchiveError(
+                        field, f"{label}: symlink {m.name!r} -> {m.linkname!r} points outside"
+                    )
+            elif m.islnk():
+                link = PurePosixPath(m.linkname)
+                if link.is_absolute() or not _inside(link):
+                    raise UnsafeArchiveError(
+                        field, f"{label}: hard link {m.name!r} -> {m.linkname!r} points outside"
+                    )
+            elif not (m.isfile() or m.isdir()):
+                raise UnsafeArchiveError(
+                    field, f"{label}: member {m.name!r} is a device, FIFO or other special file"
+                )
+        # The data filter (Python >= 3.11.4) re-checks all of the above and drops set-uid bits.
+        tar.extractall(dest, members=members, filter="data")
+
+
+def _extract_zip(archive: Path, dest: Path, field: str) -> None:
+    label = archive.name
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            _check_member_name(info.filename, label, field)
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise UnsafeArchiveError(
+                    field, f"{label}: member {info.filename!r} is a symlink; use a .tar.gz"
+                )
+            # Zips from non-Unix tools carry no file type bits (S_IFMT 0): plain files.
+            if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise UnsafeArchiveError(
+                    field, f"{label}: member {info.filename!r} is a device or special file"
+                )
+        zf.extractall(dest)
+
+
+def extract_archive(archive: Path, dest: Path, *, field: str = "spec.model.uri") -> Path:
+    """Unpack ``archive`` into the new folder ``dest``, refusing unsafe members.
+
+    Members with absolute paths or ``..``, links pointing outside ``dest`` and device files
+    raise :class:`UnsafeArchiveError` naming the member, before anything is written. Returns
+    the model root: the single top-level folder if the archive holds exactly one, else ``dest``.
+    """
+    dest.mkdir(parents=True, exist_ok=False)
+    if archive.name.lower().endswith(".zip"):
+        _extract_zip(archive, dest, field)
+    else:
+        try:
+            _extract_tar(archive, dest, field)
+        except tarfile.FilterError as exc:
+            raise UnsafeArchiveError(field, f"{archive.name}: {exc}") from exc
+        except tarfile.TarError as exc:
+            raise SpecError(field, f"{archive.name} is not a readable tar archive: {exc}") from exc
+    return _archive_root(dest)
+
+
+def _archive_root(dest: Path) -> Path:
+    entries = [p for p in dest.iterdir() if not p.name.startswith(".")]
+    if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink():
+        return entries[0]
+    return dest
+
+
+# ------------------------------------------------------------------------------------- cache
+
+
+class _Cache:
+    """Content-addressed store: ``<root>/<kind>/sha256/<hex>/`` holds one artifact + meta.json.
+
+    Entries appear by atomic rename of a finished temp folder, so readers never see partial
+    downloads and concurrent agents on a node sharing the cache cannot corrupt each other.
+    ``<root>/<kind>/index/`` maps other keys (a URI, an unpacked tree's digest) to entries.
+    """
+
+    def __init__(self, root: Path, kind: str) -> None:
+        self.base = root / kind
+        self.entries = self.base / "sha256"
+        self.index = self.base / "index"
+        self.tmp = self.base / "tmp"
+
+    def entry(self, digest: str) -> Path:
+        return self.entries / digest
+
+    def get(self, digest: str | None) -> dict[str, Any] | None:
+        """The meta of the complete entry ``digest``, if there is one."""
+        if not digest:
+            return None
+        try:
+            meta: dict[str, Any] = json.loads((self.entry(digest) / "meta.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+        return meta if (self.entry(digest) / meta["path"]).exists() else None
+
+    def resolve(self, key: str) -> str | None:
+        """The entry digest an index key points to."""
+        try:
+            return (self.index / _alias_name(key)).read_text().strip()
+        except OSError:
+            return None
+
+    def add_alias(self, key: str, digest: str) -> None:
+        self.index.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.index, prefix=".alias-")
+        with os.fdopen(fd, "w") as out:
+            out.write(digest)
+        Path(tmp).replace(self.index / _alias_name(key))
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Path]:
+        """A temp folder inside the cache (same filesystem, so rename is atomic), always removed."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(dir=self.tmp))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                self.tmp.rmdir()
+
+    def commit(self, staged: Path, digest: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Publish a staged folder as entry ``digest``; a concurrent winner is kept instead."""
+        (staged / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+        self.entries.mkdir(parents=True, exist_ok=True)
+        try:
+            staged.rename(self.entry(digest))
+        except OSError:
+            if (winner := self.get(digest)) is None:
+                raise
+            return winner
+        return meta
+
+
+def _alias_name(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------- transport
+
+
+def _timeout() -> float:
+    return float(os.environ.get("MLMS_FETCH_TIMEOUT", DEFAULT_TIMEOUT_S))
+
+
+def _copy_hashing(chunks: Iterator[bytes], out: BinaryIO) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        digest.update(chunk)
+        out.write(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _http_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
+    request = urllib.request.Request(uri, headers={"User-Agent": USER_AGENT})
+    try:
+        with urllib.request.urlopen(request, timeout=_timeout()) as response:
+            expected_len = response.headers.get("Content-Length")
+
+            def chunks() -> Iterator[bytes]:
+                while chunk := response.read(CHUNK):
+                    yield chunk
+
+            digest, size = _copy_hashing(chunks(), out)
+    except urllib.error.HTTPError as exc:
+        message = f"GET {uri} failed: HTTP {exc.code} {exc.reason}"
+        if 400 <= exc.code < 500 and exc.code not in (408, 429):
+            hint = (
+                "check the URI"
+                if exc.code == 404
+                else "check the URI and that it is readable without credentials in the URI"
+            )
+            raise SpecError(field, f"{message}; {hint}") from exc
+        raise FetchError(message, status=exc.code) from exc
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise FetchError(f"GET {uri} failed: {reason}") from exc
+    if expected_len is not None and expected_len.isdigit() and int(expected_len) != size:
+        raise FetchError(f"GET {uri}: got {size} bytes, Content-Length said {expected_len}")
+    return digest, size
+
+
+def _load_boto3() -> Any:
+    try:
+        return importlib.import_module("boto3")
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "s3:// URIs need boto3, which is not installed; install it with: pip install boto3"
+        ) from exc
+
+
+def _secret_credentials() -> dict[str, str]:
+    """Keys from a mounted Secret volume (one file per key), used only when the environment
+    has none: the job mounts ``credentialsSecretRef`` there or exposes it as env vars."""
+    if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_SHARED_CREDENTIALS_FILE"):
+        return {}
+    folder = Path(os.environ.get("MLMS_SECRET_DIR", DEFAULT_SECRET_DIR))
+    names = {
+        "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+        "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+        "AWS_SESSION_TOKEN": "aws_session_token",
+    }
+    found = {}
+    for env_name, arg in names.items():
+        with contextlib.suppress(OSError):
+            found[arg] = (folder / env_name).read_text().strip()
+    return found if "aws_access_key_id" in found else {}
+
+
+def _s3_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    if not bucket or not key or key.endswith("/"):
+        raise SpecError(
+            field,
+            f"{uri!r} must name one object, s3://bucket/key; pack a directory model "
+            "(SavedModel) as a .tar.gz",
+        )
+    boto3 = _load_boto3()
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    session = boto3.session.Session(**_secret_credentials())
+    client = session.client("s3", **({"endpoint_url": endpoint} if endpoint else {}))
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"]
+        return _copy_hashing(body.iter_chunks(CHUNK), out)
+    except Exception as exc:
+        kind = type(exc).__name__
+        response = getattr(exc, "response", None)
+        error = response.get("Error", {}) if isinstance(response, dict) else {}
+        code = str(error.get("Code", ""))
+        if code in ("NoSuchKey", "NoSuchBucket", "404"):
+            raise SpecError(field, f"{uri!r} not found ({code})") from exc
+        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+            raise SpecError(
+                "spec.model.credentialsSecretRef",
+                f"access to {uri!r} denied ({code}); check the credentials in the Secret",
+            ) from exc
+        if kind in ("NoCredentialsError", "PartialCredentialsError"):
+            raise SpecError(
+                "spec.model.credentialsSecretRef",
+                f"no AWS credentials for {uri!r}; set credentialsSecretRef to a Secret with "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            ) from exc
+        raise FetchError(f"GET {uri} failed: {kind}: {exc}") from exc
+
+
+_DOWNLOADERS: dict[str, Callable[[str, BinaryIO, str], tuple[str, int]]] = {
+    "http": _http_download,
+    "https": _http_download,
+    "s3": _s3_download,
+}
+
+
+# ------------------------------------------------------------------------------------- fetch
+
+
+def _mismatch(uri: str, expected: str, actual: list[str], field: str, path: str) -> SpecError:
+    got = " or ".join(dict.fromkeys(actual))
+    return SpecError(
+        field,
+        f"{uri!r} has sha256 {got}, but the spec expects {expected}; if the model changed on "
+        f"purpose, set {field} to the new digest (`mlms hash {path}` prints it), otherwise "
+        "fix the source or the URI",
+    )
+
+
+def _basename(uri: str) -> str:
+    path = urllib.parse.urlparse(uri).path if "://" in uri else uri
+    name = PurePosixPath(urllib.parse.unquote(path)).name
+    return name if name not in ("", ".", "..") else "model"
+
+
+def _publish(
+    cache: _Cache,
+    staged: Path,
+    artifact: Path,
+    digest: str,
+    *,
+    uri: str,
+    expected: str | None,
+    fields: tuple[str, str],
+) -> dict[str, Any]:
+    """Verify an artifact (unpacking archives into ``staged``), then publish it as an entry.
+
+    A mismatch raises before the commit, so the staged copy is discarded with its folder.
+    """
+    uri_field, sha_field = fields
+    meta: dict[str, Any] = {"uri": uri, "sha256": digest}
+    if is_archive(artifact.name):
+        root = extract_archive(artifact, staged / "tree", field=uri_field)
+        if artifact.parent == staged:
+            artifact.unlink()
+        tree = directory_sha256(root)
+        if expected is not None and expected not in (digest, tree):
+            raise _mismatch(uri, expected, [tree, digest], sha_field, "<unpacked folder>")
+        meta.update(path=root.relative_to(staged).as_posix(), tree_sha256=tree, archive=True)
+    else:
+        if expected is not None and expected != digest:
+            raise _mismatch(uri, expected, [digest], sha_field, artifact.name)
+        meta.update(path=artifact.name, archive=False)
+    meta = cache.commit(staged, digest, meta)
+    if meta.get("archive"):
+        cache.add_alias(f"sha256:{meta['tree_sha256']}", digest)
+    return meta
+
+
+def _from_meta(cache: _Cache, meta: dict[str, Any], *, cached: bool, source: str) -> FetchedModel:
+    entry = cache.entry(meta["sha256"])
+    if meta.get("archive"):
+        return FetchedModel(
+            path=entry / meta["path"],
+            sha256=meta["tree_sha256"],
+            source=source,
+            cached=cached,
+            archive_sha256=meta["sha256"],
+        )
+    return FetchedModel(
+        path=entry / meta["path"], sha256=meta["sha256"], source=source, cached=cached
+    )
+
+
+def fetch_uri(
+    uri: str,
+    *,
+    sha256: str | None = None,
+    base_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    kind: str = "models",
+    uri_field: str = "spec.model.uri",
+    sha256_field: str = "spec.model.sha256",
+) -> FetchedModel:
+    """Fetch any supported URI to local disk, verify it and return where it is.
+
+    Local files and folders are used in place (hashed, not copied); local archives and every
+    remote artifact go through the cache under ``kind``. ``sha256`` is matched against the
+    artifact, or for an archive against either the archive file or the unpacked folder.
+    """
+    source = scheme_of(uri)
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    cache = _Cache(root, kind)
+    fields = (uri_field, sha256_field)
+
+    if source in ("file", "pvc"):
+        path = local_path(uri, base_dir=base_dir, field=uri_field)
+        _require_exists(path, uri, uri_field)
+        if not (path.is_file() and is_archive(path.name)):
+            digest = path_sha256(path)
+            if sha256 is not None and sha256 != digest:
+                raise _mismatch(uri, sha256, [digest], sha256_field, str(path))
+            return FetchedModel(path=path, sha256=digest, source=source, cached=False)
+        # A local archive is unpacked once into the cache, keyed by the archive's digest.
+        digest = file_sha256(path)
+        if (meta := cache.get(digest)) is not None:
+            fetched = _from_meta(cache, meta, cached=True, source=source)
+            if sha256 is not None and sha256 not in (fetched.sha256, digest):
+                raise _mismatch(uri, sha256, [fetched.sha256, digest], sha256_field, str(path))
+            return fetched
+        with cache.staging() as staged:
+            meta = _publish(cache, staged, path, digest, uri=uri, expected=sha256, fields=fields)
+        return _from_meta(cache, meta, cached=False, source=source)
+
+    download = _DOWNLOADERS[source]
+    if sha256 is not None:
+        meta = cache.get(sha256) or cache.get(cache.resolve(f"sha256:{sha256}"))
+    else:
+        meta = cache.get(cache.resolve(f"uri:{uri}"))
+    if meta is not None:
+        return _from_meta(cache, meta, cached=True, source=source)
+    with cache.staging() as staged:
+        artifact = staged / _basename(uri)
+        with artifact.open("wb") as out:
+            digest, _ = download(uri, out, uri_field)
+        meta = _publish(cache, staged, artifact, digest, uri=uri, expected=sha256, fields=fields)
+    cache.add_alias(f"uri:{uri}", digest)
+    return _from_meta(cache, meta, cached=False, source=source)
+
+
+def fetch_model(
+    model: ModelSource, *, base_dir: Path | None = None, cache_dir: Path | None = None
+) -> FetchedModel:
+    """Fetch ``spec.model`` to local disk and verify ``spec.model.sha256`` if pinned.
+
+    Raises :class:`SpecError` for what the user must fix (missing file, 404, digest mismatch,
+    unsafe archive) and :class:`FetchError` for transient transport failures.
+    """
+    return fetch_uri(model.uri, sha256=model.sha256, base_dir=base_dir, cache_dir=cache_dir)

@@ -1,0 +1,196 @@
+"""The agent end to end on the real digits CNN: every adapter, every scenario, two batch sizes,
+and the failures a user will meet, each with one clear message and no complete-looking file."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mlmodelscope.agent.runner import EvaluationError, evaluate
+from mlmodelscope.cli import app
+from mlmodelscope.spec import load_evaluations
+
+pytestmark = pytest.mark.frameworks
+
+SCHEMA = json.loads(
+    (
+        Path(__file__).parents[2] / "operator" / "mlmodelscope" / "agent" / "result.schema.json"
+    ).read_text()
+)
+MODELS = {
+    "onnxruntime": ("onnx", "digits.onnx"),
+    "pytorch": ("torchscript", "digits.torchscript.pt"),
+    "tensorflow": ("savedmodel", "digits_savedmodel"),
+}
+QUICK = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms", "stability": {"maxWindows": 2}}
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "SingleStream": {"type": "SingleStream"},
+    "MultiStream": {"type": "MultiStream", "samplesPerQuery": 8},
+    "Server": {"type": "Server", "targetQPS": 100, "latencyBound": "1s"},
+    "Offline": {"type": "Offline"},
+}
+
+
+def document(models: Path, backend: str, name: str = "eval", **spec: Any) -> dict[str, Any]:
+    """A digits ModelEvaluation for ``backend``; ``spec`` sections are merged in (camelCase)."""
+    fmt, file = MODELS[backend]
+    body: dict[str, Any] = {
+        "model": {
+            "name": "digits-cnn",
+            "uri": str(models / file),
+            "format": fmt,
+            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
+            "outputs": [{"name": "logits", "shape": [-1, 10]}],
+        },
+        "preprocessing": [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}],
+        "postprocessing": [{"softmax": {}}, {"topk": {"k": 5}}],
+        "framework": {"name": backend},
+        "dataset": {"type": "digits"},
+        "scenario": {"batchSizes": [1, 8], **QUICK},
+    }
+    for key, value in spec.items():
+        body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
+    return {
+        "apiVersion": "mlmodelscope.io/v1alpha1",
+        "kind": "ModelEvaluation",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def write(tmp_path: Path, *documents: dict[str, Any]) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump_all(documents))
+    return path
+
+
+def validate_result(doc: dict[str, Any]) -> None:
+    jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(doc)
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("framework", list(MODELS))
+def test_every_adapter_every_scenario(
+    tmp_path: Path, digits_models: Path, framework: str, scenario: str
+) -> None:
+    spec = write(tmp_path, document(digits_models, framework, scenario={**SCENARIOS[scenario]}))
+    [loaded] = load_evaluations(spec)
+    outcome = evaluate(loaded, output=tmp_path / "result.json")
+    doc = json.loads((tmp_path / "result.json").read_text())
+    validate_result(doc)
+    assert doc["status"] == "Succeeded"
+    assert doc["backend"]["framework"] == framework
+    assert doc["accuracy"]["top1"] >= 0.95
+    assert [m["batch_size"] for m in doc["measurements"]] == [1, 8]
+    for m in doc["measurements"]:
+        assert m["scenario"] == scenario
+        assert m["warmup"]["queries"] == 3
+        assert len(m["raw"]["latencies_ns"]) == m["queries"] == m["latency"]["count"]
+        assert m["harness_overhead"]["percentiles_s"]["p50"] > 0
+        if scenario == "MultiStream":
+            assert m["samples"] == 8 * m["queries"]
+        if scenario == "Server":
+            assert m["server"]["target_qps"] == 100
+    assert outcome.outputs is not None and outcome.outputs.shape == (360, 10)
+
+
+def test_same_spec_same_stack_same_bits(tmp_path: Path, digits_models: Path) -> None:
+    spec = write(tmp_path, document(digits_models, "onnxruntime"))
+    [loaded] = load_evaluations(spec)
+    first = evaluate(loaded).document
+    second = evaluate(loaded).document
+    assert first["run_id"] != second["run_id"]
+    assert first["accuracy"]["outputs_sha256"] == second["accuracy"]["outputs_sha256"]
+    assert first["accuracy"]["top1"] == second["accuracy"]["top1"]
+    assert first["spec_sha256"] == second["spec_sha256"]
+
+
+def test_three_frameworks_agree(tmp_path: Path, digits_models: Path) -> None:
+    spec = write(
+        tmp_path,
+        *(
+            document(digits_models, f, name=f"digits-{f}", scenario={"batchSizes": [16]})
+            for f in MODELS
+        ),
+    )
+    result = CliRunner().invoke(app, ["run", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert comparison["top1_spread_percentage_points"] <= 0.5
+    assert all(row["max_abs_output_diff"] < 1e-4 for row in comparison["outputs"])
+    assert "max |diff|" in result.output
+
+
+def failed_run(tmp_path: Path, doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Run through the CLI; return what it printed and the Failed document it left."""
+    spec = write(tmp_path, doc)
+    result = CliRunner().invoke(app, ["run", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    path = tmp_path / "out" / f"{doc['metadata']['name']}.json"
+    left = json.loads(path.read_text()) if path.exists() else {"status": "absent"}
+    assert left["status"] in ("Failed", "absent"), "a failed run left a complete-looking file"
+    assert "results" not in left and "measurements" not in left
+    if path.exists():
+        validate_result(left)
+    return result.output, left
+
+
+def test_wrong_sha256(tmp_path: Path, digits_models: Path) -> None:
+    doc = document(digits_models, "onnxruntime", model={"sha256": "0" * 64})
+    output, left = failed_run(tmp_path, doc)
+    assert "spec.model.sha256" in output
+    assert left["error"]["field"] == "spec.model.sha256"
+
+
+def test_missing_file(tmp_path: Path, digits_models: Path) -> None:
+    doc = document(digits_models, "onnxruntime", model={"uri": str(tmp_path / "nope.onnx")})
+    output, left = failed_run(tmp_path, doc)
+    assert "spec.model.uri" in output and "nope.onnx" in output
+    assert left["error"]["field"] == "spec.model.uri"
+
+
+def test_unsupported_format_for_framework(tmp_path: Path, digits_models: Path) -> None:
+    doc = document(digits_models, "onnxruntime", framework={"name": "tensorflow"})
+    output, left = failed_run(tmp_path, doc)
+    assert "spec.model.format" in output and left["status"] == "absent"
+
+
+def test_shape_mismatch_between_model_and_preprocessing(
+    tmp_path: Path, digits_models: Path
+) -> None:
+    doc = document(digits_models, "onnxruntime", preprocessing=[{"scale": {"factor": 0.0625}}])
+    output, left = failed_run(tmp_path, doc)
+    assert "spec.model.inputs[0].shape" in output
+    assert left["error"]["field"] == "spec.model.inputs[0].shape"
+
+
+def test_missing_extra(
+    tmp_path: Path, digits_models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    output, left = failed_run(tmp_path, document(digits_models, "onnxruntime"))
+    assert "pip install 'mlmodelscope[onnxruntime]'" in output
+    assert left["error"]["type"] == "MissingExtraError"
+
+
+def test_framework_version_constraint(tmp_path: Path, digits_models: Path) -> None:
+    doc = document(digits_models, "onnxruntime", framework={"version": "<1.0"})
+    output, left = failed_run(tmp_path, doc)
+    assert "spec.framework.version" in output
+    assert left["error"]["field"] == "spec.framework.version"
+
+
+def test_evaluate_raises_with_the_failed_document(tmp_path: Path, digits_models: Path) -> None:
+    spec = write(tmp_path, document(digits_models, "onnxruntime", model={"sha256": "1" * 64}))
+    [loaded] = load_evaluations(spec)
+    with pytest.raises(EvaluationError) as info:
+        evaluate(loaded, output=tmp_path / "r.json")
+    assert info.value.document["status"] == "Failed"
+    assert json.loads((tmp_path / "r.json").read_text())["status"] == "Failed"
