@@ -377,3 +377,15 @@ def test_accuracy_with_fewer_than_five_classes_and_errors() -> None:
         accuracy(p, np.array([0, 0, 1]))
     only_indices = Predictions(scores=None, topk_indices=np.array([[1]]), argmax=np.array([1]))
     assert accuracy(only_indices, np.array([1])) == (1.0, 1.0)
+
+
+def test_channels_first_raw_samples_normalize_on_axis_zero() -> None:
+    """A CHW dataset (spec.dataset.layout) normalizes per channel on axis 0, no transpose."""
+    step = PreprocessStep.model_validate({"normalize": {"mean": [1.0, 2.0], "std": [1.0, 2.0]}})
+    pre = Preprocessor([step], layout="CHW")
+    sample = np.stack([np.full((3, 3), 2.0), np.full((3, 3), 4.0)]).astype(np.float32)
+    out = pre(sample)
+    assert out.shape == (2, 3, 3)
+    np.testing.assert_allclose(out[0], 1.0)
+    np.testing.assert_allclose(out[1], 1.0)
+    assert pre.infer((2, 3, 3)).layout == "CHW"

@@ -161,9 +161,17 @@ def resize_hwc(img: np.ndarray, height: int, width: int, interpolation: str) -> 
 class Preprocessor:
     """Runs the declared preprocessing steps on one sample at a time."""
 
-    def __init__(self, steps: Sequence[PreprocessStep], *, field: str = "spec.preprocessing"):
+    def __init__(
+        self,
+        steps: Sequence[PreprocessStep],
+        *,
+        field: str = "spec.preprocessing",
+        layout: str = HWC,
+    ):
         self.steps = list(steps)
         self.field = field
+        self.layout = layout
+        """Layout of raw samples (spec.dataset.layout): decoded images are always HWC."""
 
     def _where(self, index: int, *rest: str) -> str:
         return ".".join([f"{self.field}[{index}]", self.steps[index].op, *rest])
@@ -174,7 +182,7 @@ class Preprocessor:
         """Preprocess one raw sample into the array the model gets (without a batch axis)."""
         if not isinstance(sample, np.ndarray):
             self._require_decode_first()
-        layout, order = HWC, "RGB"
+        layout, order = self.layout, "RGB"
         x: Any = sample
         for i, step in enumerate(self.steps):
             if step.decode is not None:
@@ -336,7 +344,7 @@ class Preprocessor:
         if input_shape is None:
             self._require_decode_first()
         shape: Shape | None = None if input_shape is None else tuple(input_shape)
-        dtype, layout = input_dtype, HWC
+        dtype, layout = input_dtype, self.layout
         for i, step in enumerate(self.steps):
             if step.decode is not None:
                 if shape is not None:

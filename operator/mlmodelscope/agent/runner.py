@@ -245,7 +245,7 @@ def evaluate(
         }
         with timed("load dataset"):
             samples = load_dataset(spec.dataset, seed=spec.scenario.seed, base_dir=loaded.base_dir)
-        pre = Preprocessor(spec.preprocessing)
+        pre = Preprocessor(spec.preprocessing, layout=spec.dataset.layout)
         raw_shape = samples.x.shape[1:] if isinstance(samples.x, np.ndarray) else None
         raw_dtype = samples.x.dtype.name if isinstance(samples.x, np.ndarray) else None
         pre.check_model_input(spec.model.inputs[0], raw_shape, raw_dtype)

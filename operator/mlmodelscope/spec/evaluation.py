@@ -392,6 +392,10 @@ class Dataset(SpecModel):
     dtype: DType = DType.FLOAT32
     """synthetic: element type of the generated samples."""
 
+    layout: Literal["HWC", "CHW"] = "HWC"
+    """Layout of each raw sample: HWC (images, digits) or CHW (channels-first arrays from
+    synthetic or npz); preprocessing steps find the channel axis from it."""
+
     path: Annotated[str | None, Field(max_length=2048)] = None
     """imagefolder: folder with one sub-folder of images per class (sorted names = classes)."""
 
