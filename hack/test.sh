@@ -8,8 +8,9 @@ if [ -f operator/mlmodelscope/devcluster/build.py ]; then
   stage "kubernetes control plane (cached)" "$PY" -m mlmodelscope.devcluster build
 fi
 stage "example models (cached)" "$PY" -m mlmodelscope.agent.digits
-stage "ruff check" "$VENV/bin/ruff" check operator tests examples benchmarks
-stage "ruff format --check" "$VENV/bin/ruff" format --check operator tests examples benchmarks
+read -r -a LINTED <<< "$(ls -d operator tests examples benchmarks 2>/dev/null | tr '\n' ' ')"
+stage "ruff check" "$VENV/bin/ruff" check "${LINTED[@]}"
+stage "ruff format --check" "$VENV/bin/ruff" format --check "${LINTED[@]}"
 stage "mypy" "$VENV/bin/mypy"
 stage "crd up to date" "$VENV/bin/mlms" crd --check
 stage "pytest" "$PY" -m pytest -q "$@"
