@@ -185,7 +185,8 @@ def openapi_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {"type": "object", "description": "Standard object metadata."},
+            # The API server forbids anything but the type on metadata: it validates it itself.
+            "metadata": {"type": "object"},
             "spec": spec,
             "status": status,
         },

@@ -517,14 +517,14 @@ class Scenario(SpecModel):
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
-            cel="self.type != 'Server' || has(self.targetQPS)",
+            cel="!has(self.type) || self.type != 'Server' || has(self.targetQPS)",
             message="required when type is Server: queries per second to offer, or 'auto'",
             field="targetQPS",
             check=lambda m: m.type != ScenarioType.SERVER or m.target_qps is not None,
             reason="FieldValueRequired",
         ),
         Rule(
-            cel="!has(self.targetQPS) || self.type == 'Server'",
+            cel="!has(self.targetQPS) || (has(self.type) && self.type == 'Server')",
             message="applies only to scenario type Server; remove it or set type: Server",
             field="targetQPS",
             check=lambda m: m.target_qps is None or m.type == ScenarioType.SERVER,
@@ -537,19 +537,21 @@ class Scenario(SpecModel):
             check=lambda m: m.target_qps is None or m.target_qps == "auto" or m.target_qps > 0,
         ),
         Rule(
-            cel="self.batchSizes.all(b, b > 0)",
+            cel="!has(self.batchSizes) || self.batchSizes.all(b, b > 0)",
             message="every batch size must be > 0",
             field="batchSizes",
             check=lambda m: all(b > 0 for b in m.batch_sizes),
         ),
         Rule(
-            cel="self.batchSizes.all(b, self.batchSizes.exists_one(c, c == b))",
+            cel="!has(self.batchSizes) || "
+            "self.batchSizes.all(b, self.batchSizes.exists_one(c, c == b))",
             message="batch sizes must be unique",
             field="batchSizes",
             check=lambda m: len(set(m.batch_sizes)) == len(m.batch_sizes),
         ),
         Rule(
-            cel="self.latencyPercentiles.all(p, p > 0.0 && p < 100.0)",
+            cel="!has(self.latencyPercentiles) || "
+            "self.latencyPercentiles.all(p, p > 0.0 && p < 100.0)",
             message="percentiles must be between 0 and 100 (exclusive)",
             field="latencyPercentiles",
             check=lambda m: all(0 < p < 100 for p in m.latency_percentiles),
@@ -639,13 +641,13 @@ class Hardware(SpecModel):
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
-            cel="self.gpus == 0 || self.device == 'gpu'",
+            cel="!has(self.gpus) || self.gpus == 0 || (has(self.device) && self.device == 'gpu')",
             message="gpus > 0 needs device: gpu",
             field="gpus",
             check=lambda m: m.gpus == 0 or m.device == Device.GPU,
         ),
         Rule(
-            cel="!has(self.gpuProduct) || self.device == 'gpu'",
+            cel="!has(self.gpuProduct) || (has(self.device) && self.device == 'gpu')",
             message="gpuProduct needs device: gpu",
             field="gpuProduct",
             check=lambda m: m.gpu_product is None or m.device == Device.GPU,

@@ -1,0 +1,143 @@
+"""`mlms dev-cluster`: build, start, inspect and stop the local control plane.
+
+`up` leaves the cluster running detached; its state (PIDs, ports, kubeconfig, logs) lives in a
+run dir, so `down` or `status` from any other shell finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    name="dev-cluster",
+    help="A real Kubernetes control plane (etcd, API server, controllers, scheduler, kwok) "
+    "with simulated CPU and GPU nodes, for tests and local development.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+RunDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--run-dir",
+        help="State, kubeconfig and logs [default: $MLMS_CACHE_DIR/dev-cluster].",
+        envvar="MLMS_DEV_CLUSTER_DIR",
+    ),
+]
+
+
+def _run_dir(run_dir: Path | None) -> Path:
+    from mlmodelscope.devcluster.cluster import default_run_dir
+
+    return run_dir or default_run_dir()
+
+
+def _err(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+@app.command()
+def build(
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")] = False,
+) -> None:
+    """Build the pinned binaries into the cache (a no-op when they are up to date)."""
+    from mlmodelscope.devcluster import build as builder
+
+    try:
+        result = builder.build(force=force, log=_err)
+    except builder.BuildError as exc:
+        _err(str(exc))
+        raise typer.Exit(1) from exc
+    if result.seconds:
+        timings = ", ".join(f"{k} {v:.0f}s" for k, v in result.seconds.items())
+        _err(f"cold build took {result.total_seconds:.0f}s ({timings})")
+    else:
+        _err(f"all components up to date in {result.bin_dir}")
+
+
+@app.command()
+def up(
+    run_dir: RunDir = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 180.0,
+) -> None:
+    """Start the cluster in the background and print how to use it."""
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+
+    cluster = Cluster(_run_dir(run_dir), detach=True, log=_err)
+    try:
+        cluster.start(timeout=timeout)
+    except ClusterError as exc:
+        _err(str(exc))
+        raise typer.Exit(1) from exc
+    typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
+    _err(f"kubectl: {cluster.bin_dir / 'kubectl'}   logs: {cluster.logs_dir}")
+    _err("stop with: mlms dev-cluster down")
+
+
+@app.command()
+def down(run_dir: RunDir = None) -> None:
+    """Stop every process of the cluster started by `up` (by PID), from any shell."""
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+
+    try:
+        cluster = Cluster.attach(_run_dir(run_dir), log=_err)
+    except ClusterError as exc:
+        _err(f"nothing to stop: {exc}")
+        return
+    leftovers = cluster.stop()
+    if leftovers:
+        _err(f"still running after SIGKILL: {leftovers}")
+        raise typer.Exit(1)
+    _err(f"stopped; logs kept in {cluster.logs_dir}")
+
+
+@app.command()
+def status(
+    run_dir: RunDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show each component's PID and whether it runs, the API server's readiness and nodes."""
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+
+    try:
+        cluster = Cluster.attach(_run_dir(run_dir), log=_err)
+    except ClusterError as exc:
+        _err(f"not running: {exc}")
+        raise typer.Exit(1) from exc
+    assert cluster.state is not None
+    alive = cluster.alive_components()
+    ready = bool(alive) and cluster.is_ready()
+    info = {
+        "ready": ready,
+        "server": cluster.state.server,
+        "kubeconfig": cluster.state.kubeconfig,
+        "components": {
+            p.name: {"pid": p.pid, "running": p.name in alive} for p in cluster.state.processes
+        },
+        "ready_seconds": cluster.state.ready_seconds,
+    }
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+    else:
+        typer.echo(f"server {info['server']}  ready={ready}")
+        typer.echo(f"KUBECONFIG={info['kubeconfig']}")
+        for p in cluster.state.processes:
+            typer.echo(f"  {p.name:<24} pid {p.pid:<8} {'running' if p.name in alive else 'DOWN'}")
+        if ready:
+            typer.echo(cluster.kubectl("get", "nodes", "-L", "mlmodelscope.io/pool").stdout)
+    raise typer.Exit(0 if ready else 1)
+
+
+@app.command(hidden=True)
+def execlet(run_dir: Annotated[Path, typer.Argument()]) -> None:
+    """Internal: the exec kubelet process the cluster starts."""
+    from mlmodelscope.devcluster.execlet import main
+
+    main(run_dir)
+    sys.exit(0)

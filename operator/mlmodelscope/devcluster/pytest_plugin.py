@@ -1,0 +1,92 @@
+"""pytest fixtures: one real cluster per session, a fresh namespace per test.
+
+Register with `pytest_plugins = ["mlmodelscope.devcluster.pytest_plugin"]` in the root conftest.
+The session fixture stops every process by PID even when tests fail, then checks that nothing
+the harness started (components, or pod processes on exec nodes) is still alive.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlmodelscope.devcluster import versions
+from mlmodelscope.devcluster.cluster import Cluster, marked_processes, pid_alive
+
+KEEP_RUNS = 3
+"""Old per-session run dirs (logs) kept for post-mortems; older ones are pruned."""
+
+
+def _runs_dir() -> Path:
+    return versions.cache_base() / "runs"
+
+
+def _prune_runs() -> None:
+    runs = sorted(_runs_dir().glob("pytest-*"), key=lambda p: p.stat().st_mtime)
+    for old in runs[:-KEEP_RUNS]:
+        if not (old / "state.json").exists():  # never a run dir that may still be live
+            shutil.rmtree(old, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """A started control plane with the simulated node pools, stopped after the session."""
+    from mlmodelscope.devcluster import build
+
+    if shutil.which("go") is None and not all(build.is_built(c) for c in versions.ALL_COMPONENTS):
+        pytest.skip("the dev cluster needs Go >= 1.26 to build (or a prebuilt cache)")
+    _runs_dir().mkdir(parents=True, exist_ok=True)
+    _prune_runs()
+    run_dir = _runs_dir() / f"pytest-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    instance = Cluster(run_dir)
+    try:
+        instance.start()
+        yield instance
+    finally:
+        leftovers = instance.stop()
+        recorded = [p.pid for p in instance.state.processes] if instance.state else []
+        alive = [pid for pid in recorded if pid_alive(pid)]
+        if instance.state is not None:
+            leftovers += marked_processes(instance.state.marker)
+        assert not leftovers and not alive, (
+            f"dev cluster processes left running: {sorted(set(leftovers + alive))}; "
+            f"logs in {run_dir}"
+        )
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:40].strip("-") or "test"
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace unique to this test (its default ServiceAccount ready), deleted after."""
+    from kubernetes import client
+
+    name = f"{_slug(request.node.name)}-{uuid.uuid4().hex[:5]}"
+    core = client.CoreV1Api(cluster.api_client())
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            core.read_namespaced_service_account("default", name)
+            break
+        except client.ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    try:
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise

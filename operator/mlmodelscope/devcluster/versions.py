@@ -1,0 +1,89 @@
+"""Pinned versions of every control-plane component, in one place.
+
+Changing a pin changes the build fingerprint, so the next `build` recompiles only what moved.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+KUBERNETES_VERSION: Final = "v1.36.3"
+"""k8s.io/kubernetes: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl."""
+
+KUBERNETES_STAGING_VERSION: Final = "v0.36.3"
+"""The published k8s.io/<staging> modules matching KUBERNETES_VERSION."""
+
+ETCD_VERSION: Final = "v3.6.16"
+"""go.etcd.io/etcd/server/v3 (and its sibling modules at the same tag)."""
+
+KWOK_VERSION: Final = "v0.8.0"
+"""sigs.k8s.io/kwok: simulates kubelets for the kwok-managed nodes."""
+
+GO_MIN_VERSION: Final = "1.26"
+"""Kubernetes 1.36 and etcd 3.6.16 need Go 1.26; GOTOOLCHAIN=local forbids downloading one."""
+
+KUBERNETES_STAGING_MODULES: Final = (
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "cri-streaming",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+    "sample-cli-plugin",
+    "sample-controller",
+    "streaming",
+)
+"""k8s.io/kubernetes replaces these with ./staging paths, which a dependent module cannot see."""
+
+ETCD_SIBLING_MODULES: Final = (
+    "go.etcd.io/etcd/api/v3",
+    "go.etcd.io/etcd/client/pkg/v3",
+    "go.etcd.io/etcd/client/v3",
+    "go.etcd.io/etcd/pkg/v3",
+)
+"""etcd's server module replaces these with ../ paths; we pin them to the same tag instead."""
+
+KUBE_COMPONENTS: Final = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+ALL_COMPONENTS: Final = (*KUBE_COMPONENTS, "etcd", "kwok")
+
+
+def cache_base() -> Path:
+    """The mlmodelscope cache root (`MLMS_CACHE_DIR`, default ~/.cache/mlmodelscope)."""
+    env = os.environ.get("MLMS_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "mlmodelscope"
+
+
+def cluster_cache_dir() -> Path:
+    """Where this Kubernetes version's wrapper modules and binaries live, outside the repo."""
+    return cache_base() / "cluster" / KUBERNETES_VERSION
+
+
+def bin_dir() -> Path:
+    """The built binaries (kube-apiserver, …, etcd, kwok)."""
+    return cluster_cache_dir() / "bin"
