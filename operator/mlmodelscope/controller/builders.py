@@ -1,0 +1,332 @@
+"""Every object the operator creates, built by pure functions from the evaluation and settings.
+
+Nothing here talks to the cluster, so each object is unit-tested as a dict. The pod follows
+Pod Security ``restricted`` (non-root, no privilege escalation, all capabilities dropped,
+RuntimeDefault seccomp, read-only root filesystem with emptyDir volumes for what must be
+written) and gets model credentials only through ``envFrom`` of the referenced Secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Final
+
+import yaml
+
+from mlmodelscope import API_GROUP, API_VERSION
+from mlmodelscope.agent.pod import EXIT_SPEC_ERROR
+from mlmodelscope.controller import names
+from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.spec import ModelEvaluation, parse_duration
+from mlmodelscope.spec.evaluation import Device, ResourceList
+
+SPEC_DIR: Final = "/etc/mlmodelscope/spec"
+RESULTS_DIR: Final = "/var/run/mlmodelscope/results"
+CACHE_DIR: Final = "/var/cache/mlmodelscope"
+TMP_DIR: Final = "/tmp"
+PVC_ROOT: Final = "/var/run/mlmodelscope/pvc"
+"""Where ``pvc://<claim>/<path>`` URIs are mounted (the agent's sources.DEFAULT_PVC_ROOT)."""
+TERMINATION_LOG: Final = "/dev/termination-log"
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+OTEL_SERVICE_NAME: Final = "mlmodelscope-agent"
+KIND: Final = "ModelEvaluation"
+
+
+def owner_reference(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """The evaluation as controller owner: deleting it garbage-collects the child."""
+    if not evaluation.metadata.uid:
+        raise ValueError("the evaluation has no metadata.uid; build children from a stored object")
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "name": evaluation.metadata.name,
+        "uid": evaluation.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def generation_of(evaluation: ModelEvaluation) -> int:
+    return evaluation.metadata.generation or 1
+
+
+def _metadata(evaluation: ModelEvaluation, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": evaluation.metadata.namespace,
+        "labels": names.labels(evaluation.metadata.name, generation_of(evaluation)),
+        "ownerReferences": [owner_reference(evaluation)],
+    }
+
+
+def evaluation_document(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """The evaluation as the agent reads it: identity plus the validated spec."""
+    meta = evaluation.metadata
+    return {
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": meta.name,
+            "namespace": meta.namespace,
+            "uid": meta.uid,
+            "generation": generation_of(evaluation),
+        },
+        "spec": evaluation.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+
+
+def build_spec_configmap(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """ConfigMap ``<name>-spec``: the evaluation YAML the agent loads (mounted read-only)."""
+    text = yaml.safe_dump(evaluation_document(evaluation), sort_keys=False)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(evaluation, names.spec_configmap_name(evaluation.metadata.name)),
+        "data": {names.SPEC_KEY: text},
+    }
+
+
+def build_results_configmap(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """ConfigMap ``<name>-results``, created empty so the agent only needs ``patch`` on it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(evaluation, names.results_configmap_name(evaluation.metadata.name)),
+        "data": {},
+    }
+
+
+def trace_context(evaluation: ModelEvaluation) -> tuple[str, str]:
+    """(trace id, W3C traceparent) derived from uid and generation: deterministic, so a retried
+    handler builds the same Job, and the trace id is known before the agent starts."""
+    seed = f"{evaluation.metadata.uid}/{generation_of(evaluation)}".encode()
+    digest = hashlib.sha256(seed).hexdigest()
+    trace_id, span_id = digest[:32], digest[32:48]
+    return trace_id, f"00-{trace_id}-{span_id}-01"
+
+
+def _quantities(resources: ResourceList) -> dict[str, str]:
+    values = {
+        "cpu": resources.cpu,
+        "memory": resources.memory,
+        "ephemeral-storage": resources.ephemeral_storage,
+    }
+    return {k: str(v) for k, v in values.items() if v is not None}
+
+
+def _resources(evaluation: ModelEvaluation) -> dict[str, Any]:
+    hardware = evaluation.spec.hardware
+    requests = _quantities(hardware.resources.requests)
+    limits = _quantities(hardware.resources.limits)
+    if hardware.gpu_count:
+        limits[GPU_RESOURCE] = str(hardware.gpu_count)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def _env(
+    evaluation: ModelEvaluation, settings: OperatorSettings, image: str
+) -> list[dict[str, Any]]:
+    def field(name: str, path: str) -> dict[str, Any]:
+        return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+    name = evaluation.metadata.name
+    env: list[dict[str, Any]] = [
+        {"name": "MLMS_IMAGE", "value": image},
+        field("MLMS_POD_NAME", "metadata.name"),
+        field("MLMS_NODE_NAME", "spec.nodeName"),
+        field("MLMS_NAMESPACE", "metadata.namespace"),
+        {"name": "MLMS_CACHE_DIR", "value": CACHE_DIR},
+        {"name": "HOME", "value": TMP_DIR},
+        {"name": "OTEL_SERVICE_NAME", "value": OTEL_SERVICE_NAME},
+        {
+            "name": "OTEL_RESOURCE_ATTRIBUTES",
+            "value": "k8s.namespace.name=$(MLMS_NAMESPACE),k8s.pod.name=$(MLMS_POD_NAME),"
+            f"mlmodelscope.evaluation={name}",
+        },
+    ]
+    if settings.otlp_endpoint:
+        _, traceparent = trace_context(evaluation)
+        env.append({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": settings.otlp_endpoint})
+        env.append({"name": "TRACEPARENT", "value": traceparent})
+    if settings.pushgateway_url:
+        env.append({"name": "MLMS_PUSHGATEWAY_URL", "value": settings.pushgateway_url})
+    return env
+
+
+def agent_command(evaluation: ModelEvaluation) -> list[str]:
+    """The container command: the agent, reading the mounted spec, publishing results."""
+    return [
+        "mlms",
+        "agent",
+        "--spec",
+        f"{SPEC_DIR}/{names.SPEC_KEY}",
+        "--output",
+        f"{RESULTS_DIR}/{names.RESULT_KEY}",
+        "--results-configmap",
+        names.results_configmap_name(evaluation.metadata.name),
+    ]
+
+
+def image_for(evaluation: ModelEvaluation, settings: OperatorSettings) -> str:
+    """spec.framework.image, else the operator's image for the framework and device."""
+    spec = evaluation.spec
+    return spec.framework.image or settings.image_for(spec.framework.name, spec.hardware.device)
+
+
+def _container(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
+    image = image_for(evaluation, settings)
+    container: dict[str, Any] = {
+        "name": names.CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": agent_command(evaluation),
+        "env": _env(evaluation, settings, image),
+        "resources": _resources(evaluation),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [
+            {"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+            {"name": "results", "mountPath": RESULTS_DIR},
+            {"name": "cache", "mountPath": CACHE_DIR},
+            {"name": "tmp", "mountPath": TMP_DIR},
+            *(
+                {"name": _claim_volume(c), "mountPath": f"{PVC_ROOT}/{c}", "readOnly": True}
+                for c in claims(evaluation)
+            ),
+        ],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    secret = evaluation.spec.model.credentials_secret_ref
+    if secret is not None:
+        container["envFrom"] = [{"secretRef": {"name": secret.name}}]
+    return container
+
+
+def claims(evaluation: ModelEvaluation) -> list[str]:
+    """PersistentVolumeClaims that ``pvc://`` URIs of the model or dataset refer to."""
+    uris = [evaluation.spec.model.uri, evaluation.spec.dataset.uri or ""]
+    found = []
+    for uri in uris:
+        if uri.startswith("pvc://"):
+            claim = uri.removeprefix("pvc://").partition("/")[0]
+            if claim and claim not in found:
+                found.append(claim)
+    return found
+
+
+def _claim_volume(claim: str) -> str:
+    return names.child_name("pvc-" + claim.replace(".", "-"), "")
+
+
+def _scheduling(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
+    hardware = evaluation.spec.hardware
+    node_selector = dict(hardware.node_selector)
+    tolerations = [
+        t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in hardware.tolerations
+    ]
+    runtime_class = hardware.runtime_class_name
+    if hardware.device == Device.GPU:
+        if hardware.gpu_product:
+            node_selector[GPU_PRODUCT_LABEL] = hardware.gpu_product
+        gpu_toleration = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+        if gpu_toleration not in tolerations:
+            tolerations.append(gpu_toleration)
+        runtime_class = runtime_class or settings.runtime_class
+    out: dict[str, Any] = {}
+    if node_selector:
+        out["nodeSelector"] = node_selector
+    if tolerations:
+        out["tolerations"] = tolerations
+    if runtime_class:
+        out["runtimeClassName"] = runtime_class
+    return out
+
+
+def _pod_spec(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
+    spec_cm = names.spec_configmap_name(evaluation.metadata.name)
+    uid = settings.run_as_user
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "containers": [_container(evaluation, settings)],
+        "volumes": [
+            {
+                "name": "spec",
+                "configMap": {
+                    "name": spec_cm,
+                    "items": [{"key": names.SPEC_KEY, "path": names.SPEC_KEY}],
+                },
+            },
+            {"name": "results", "emptyDir": {}},
+            {"name": "cache", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {}},
+            *(
+                {
+                    "name": _claim_volume(c),
+                    "persistentVolumeClaim": {"claimName": c, "readOnly": True},
+                }
+                for c in claims(evaluation)
+            ),
+        ],
+        **_scheduling(evaluation, settings),
+    }
+    if settings.job_service_account:
+        pod["serviceAccountName"] = settings.job_service_account
+    return pod
+
+
+def _seconds(duration: str) -> int:
+    return max(1, math.ceil(parse_duration(duration)))
+
+
+def build_job(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
+    """Job ``<name>-g<generation>``: one pod running the agent, never restarted in place;
+    ``retries`` become the backoffLimit and ``timeout`` the activeDeadlineSeconds."""
+    spec = evaluation.spec
+    generation = generation_of(evaluation)
+    metadata = _metadata(evaluation, names.job_name(evaluation.metadata.name, generation))
+    queue = evaluation.metadata.labels.get(names.LABEL_KUEUE_QUEUE)
+    if queue:
+        metadata["labels"][names.LABEL_KUEUE_QUEUE] = queue
+    job_spec: dict[str, Any] = {
+        "backoffLimit": spec.retries,
+        "activeDeadlineSeconds": _seconds(spec.timeout),
+        "template": {
+            "metadata": {"labels": names.labels(evaluation.metadata.name, generation)},
+            "spec": _pod_spec(evaluation, settings),
+        },
+    }
+    if spec.ttl_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = _seconds(spec.ttl_after_finished)
+    elif settings.job_ttl_seconds is not None:
+        job_spec["ttlSecondsAfterFinished"] = settings.job_ttl_seconds
+    if settings.pod_failure_policy:
+        job_spec["podFailurePolicy"] = {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {
+                        "containerName": names.CONTAINER_NAME,
+                        "operator": "In",
+                        "values": [EXIT_SPEC_ERROR],
+                    },
+                },
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            ]
+        }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}

@@ -1,0 +1,68 @@
+"""What every handler shares: settings, the API client, locks, and how events are posted.
+
+Status is written by read-modify-write of the freshest object (never a handler's possibly
+stale body) under a per-evaluation lock, because the evaluation's own handlers and the Job
+and Pod handlers all update the same status from different Kopf workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlmodelscope.controller import status
+from mlmodelscope.controller.kube import Kube, evaluation_path
+from mlmodelscope.controller.settings import OperatorSettings
+
+log = logging.getLogger("mlmodelscope.controller")
+
+EventPoster = Callable[[Mapping[str, Any], status.Event], None]
+StatusFn = Callable[[Mapping[str, Any]], status.StatusChange]
+
+
+def log_event(evaluation: Mapping[str, Any], event: status.Event) -> None:
+    """The event poster outside Kopf (tests, dry runs): log it."""
+    meta = evaluation.get("metadata") or {}
+    log.info("event %s/%s %s %s: %s", meta.get("namespace"), meta.get("name"), event.type,
+             event.reason, event.message)  # fmt: skip
+
+
+@dataclass
+class Context:
+    settings: OperatorSettings
+    kube: Kube
+    post_event: EventPoster = log_event
+    clock: Callable[[], str] = status.now
+    admission_lock: threading.Lock = field(default_factory=threading.Lock)
+    _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
+    _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault((namespace, name), threading.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._locks_guard:
+            self._locks.pop((namespace, name), None)
+
+    def update_status(
+        self, namespace: str, name: str, compute: StatusFn
+    ) -> tuple[dict[str, Any] | None, status.StatusChange]:
+        """Apply ``compute(current status)`` to the live object and post its event.
+
+        Returns the evaluation as read (None when gone or being deleted) and the change.
+        """
+        with self.lock(namespace, name):
+            evaluation = self.kube.get_or_none(evaluation_path(namespace, name))
+            if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
+                return None, status.NO_CHANGE
+            change = compute(evaluation.get("status") or {})
+            if change.patch:
+                path = evaluation_path(namespace, name) + "/status"
+                evaluation = self.kube.merge_patch(path, {"status": change.patch})
+        if change.event is not None:
+            self.post_event(evaluation, change.event)
+        return evaluation, change

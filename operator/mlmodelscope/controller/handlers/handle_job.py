@@ -1,0 +1,175 @@
+"""An evaluation Job progressed (or vanished): mirror it into the evaluation's status.
+
+Level-based on the Job's own status: ready pods mean Running; the Complete condition means
+read the agent's results (ConfigMap first, then the pod's termination message) and end
+Succeeded, or Failed/ResultsMissing when there are none; the Failed condition ends Failed with
+the Job's reason and the agent's own error message. Jobs of an older generation are ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import urllib3
+
+from mlmodelscope.controller import names, queue, results, status
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.handlers.handle_evaluation import admit_queued
+from mlmodelscope.controller.kube import KubeError, configmap_path, evaluation_path, pod_path
+from mlmodelscope.controller.status import Reason
+
+log = logging.getLogger(__name__)
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
+"""Watch events are not redelivered, so transient API errors are retried in the handler."""
+SPEC_ERROR_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded")
+QUIET = ("not ours", "other generation", "already final", "waiting", "running")
+"""Outcomes that free no slot: no need to look at the queue."""
+"""Job failure reasons that become InvalidSpec when the agent's error names a spec field."""
+
+
+def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return dict(cond)
+    return None
+
+
+def owner_of(job: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """(namespace, evaluation, generation) from the labels the operator put on the Job."""
+    meta = job.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    name = labels.get(names.LABEL_EVALUATION)
+    try:
+        generation = int(labels.get(names.LABEL_GENERATION, ""))
+    except ValueError:
+        return None
+    if not name or not meta.get("namespace"):
+        return None
+    return str(meta["namespace"]), str(name), generation
+
+
+def collect_outcome(
+    ctx: Context, namespace: str, evaluation: str, job_name: str, generation: int
+) -> results.Outcome | None:
+    """The agent's outcome: the results ConfigMap, else the newest termination message."""
+    configmap = ctx.kube.get_or_none(
+        configmap_path(namespace, names.results_configmap_name(evaluation))
+    )
+    outcome = results.outcome_from_configmap(configmap, generation)
+    if outcome is not None:
+        return outcome
+    pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
+    return results.outcome_from_pods(pods, generation)
+
+
+def failure(
+    job_condition: Mapping[str, Any], outcome: results.Outcome | None, timeout: str | None
+) -> tuple[str, str]:
+    """(reason, message) for a failed Job: the Job's reason, the agent's words."""
+    job_reason = str(job_condition.get("reason") or "JobFailed")
+    agent = outcome.error if outcome is not None and outcome.error else None
+    if job_reason == "DeadlineExceeded":
+        limit = f" (spec.timeout {timeout})" if timeout else ""
+        message = f"the evaluation ran longer than its deadline{limit}"
+        return Reason.DEADLINE_EXCEEDED, f"{message}; agent: {agent}" if agent else message
+    if job_reason in SPEC_ERROR_REASONS and outcome is not None and outcome.error_field:
+        return Reason.INVALID_SPEC, agent or str(job_condition.get("message") or "")
+    if job_reason == "PodFailurePolicy":
+        job_reason = Reason.EVALUATION_FAILED
+    return job_reason, agent or str(job_condition.get("message") or "the evaluation Job failed")
+
+
+def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
+    """React to one Job event; returns what it did (for logs)."""
+    owner = owner_of(job)
+    if owner is None:
+        return "not ours"
+    namespace, name, generation = owner
+    job_name = str(job["metadata"]["name"])
+    evaluation = ctx.kube.get_or_none(evaluation_path(namespace, name))
+    if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
+        return "evaluation gone"
+    current = evaluation.get("status") or {}
+    if not status.is_current(current, generation) or current.get("jobName") != job_name:
+        return "other generation"
+    if current.get("phase") not in ("Pending", "Running"):
+        return "already final"
+    now = ctx.clock
+    if deleted:
+        message = f"Job {job_name} was deleted before it finished"
+        ctx.update_status(
+            namespace,
+            name,
+            lambda st: status.failed(st, generation, job_name, Reason.JOB_DELETED, message, now()),
+        )
+        return "job deleted"
+    if _condition(job, "Complete") is not None:
+        outcome = collect_outcome(ctx, namespace, name, job_name, generation)
+        if outcome is not None and outcome.succeeded and outcome.results:
+            done = outcome
+            ctx.update_status(
+                namespace, name, lambda st: status.succeeded(st, generation, job_name, done, now())
+            )
+            return "succeeded"
+        if outcome is not None and not outcome.succeeded:
+            reason, message = Reason.EVALUATION_FAILED, outcome.error or "the agent reported Failed"
+        else:
+            reason = Reason.RESULTS_MISSING
+            message = (
+                f"Job {job_name} completed but the agent published no results for generation "
+                f"{generation} (ConfigMap {names.results_configmap_name(name)} is empty and no "
+                "termination message was found)"
+            )
+        ctx.update_status(
+            namespace,
+            name,
+            lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
+        )
+        return reason
+    failed_condition = _condition(job, "Failed")
+    if failed_condition is not None:
+        outcome = collect_outcome(ctx, namespace, name, job_name, generation)
+        timeout = (evaluation.get("spec") or {}).get("timeout")
+        reason, message = failure(failed_condition, outcome, timeout)
+        ctx.update_status(
+            namespace,
+            name,
+            lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
+        )
+        return reason
+    if int((job.get("status") or {}).get("ready") or 0) > 0:
+        ctx.update_status(
+            namespace, name, lambda st: status.running(st, generation, job_name, now())
+        )
+        return "running"
+    return "waiting"
+
+
+def transient(exc: Exception) -> bool:
+    if isinstance(exc, KubeError):
+        return exc.status in (409, 429) or exc.status >= 500
+    return isinstance(exc, (OSError, urllib3.exceptions.HTTPError))
+
+
+def job_progressed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
+    """A Job event: update its evaluation (retrying transient API errors), then, if the Job
+    no longer holds a slot, let queued evaluations take it."""
+    for delay in (*RETRY_DELAYS, None):
+        try:
+            outcome = job_changed(job, ctx, deleted)
+            break
+        except Exception as exc:
+            if delay is None or not transient(exc):
+                raise
+            log.warning("job %s: %s; retrying in %.1fs", job["metadata"]["name"], exc, delay)
+            time.sleep(delay)
+    if deleted or (not queue.is_active_job(job) and outcome not in QUIET):
+        started = admit_queued(ctx)
+        if started:
+            outcome += f"; started {', '.join(started)}"
+    return outcome

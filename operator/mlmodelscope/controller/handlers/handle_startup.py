@@ -1,0 +1,43 @@
+"""Operator startup: Kopf's own settings, chosen once before any watch starts.
+
+Kopf's bookkeeping (handler progress, the last handled spec, a finalizer if one were ever
+needed) lives under the project's API group instead of kopf.zalando.org, so `kubectl get -o
+yaml` shows whose annotations they are. Jobs and Pods are watched with a server-side label
+selector: the operator never receives other workloads' pods. Lifecycle transitions are posted as
+Events with their own reasons (Queued, JobCreated, Running, Succeeded, InvalidSpec, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import kopf
+
+from mlmodelscope import API_GROUP
+from mlmodelscope.controller import names
+
+MAX_WORKERS = 8
+"""Threads for the (synchronous) handlers: enough to overlap API calls, few enough to be gentle
+on the API server."""
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.finalizer = f"{API_GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=API_GROUP, key="last-handled-configuration", ignored_fields=["status"]
+    )
+    settings.posting.reporting_component = names.MANAGED_BY
+    settings.posting.reporting_instance = os.environ.get("HOSTNAME", "local")
+    settings.posting.event_name_prefix = "mlmodelscope-"
+    # Transitions are posted as Events with their own reasons; from the per-object loggers
+    # only warnings and errors (a retried handler, a rejected request) become Events.
+    settings.posting.level = logging.WARNING
+    settings.watching.label_selectors["batch", "jobs"] = names.MANAGED_SELECTOR
+    settings.watching.label_selectors["v1", "pods"] = names.MANAGED_SELECTOR
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    settings.networking.request_timeout = 60
+    settings.execution.max_workers = MAX_WORKERS

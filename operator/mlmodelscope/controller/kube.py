@@ -1,0 +1,178 @@
+"""Plain-JSON access to the Kubernetes API for the operator and the agent.
+
+The builders produce dicts and the handlers read dicts (Kopf bodies are dicts too), while the
+official client's typed methods want pydantic models and return them. This thin layer keeps
+the official client for what it is good at, configuration and authentication (kubeconfig,
+in-cluster token refresh, TLS), and sends and receives plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+from mlmodelscope import API_GROUP, API_VERSION
+
+JSON: Final = "application/json"
+MERGE_PATCH: Final = "application/merge-patch+json"
+SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
+EVALUATIONS: Final = "modelevaluations"
+
+
+class KubeError(RuntimeError):
+    """A non-2xx answer; ``status`` is the HTTP code, ``reason`` the Status reason."""
+
+    def __init__(self, status: int, method: str, path: str, body: str) -> None:
+        self.status = status
+        self.body = body
+        self.reason = ""
+        self.message = body[:1000]
+        try:
+            parsed = json.loads(body)
+            self.reason = str(parsed.get("reason", ""))
+            self.message = str(parsed.get("message", self.message))
+        except (ValueError, AttributeError):
+            pass
+        super().__init__(f"{method} {path}: HTTP {status}: {self.message}")
+
+
+def namespaced(
+    namespace: str, plural: str, name: str = "", *, group: str = "", version: str = "v1"
+) -> str:
+    """The REST path of a namespaced collection or object (core group when ``group`` is '')."""
+    root = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    path = f"{root}/namespaces/{quote(namespace)}/{plural}"
+    return f"{path}/{quote(name)}" if name else path
+
+
+def configmap_path(namespace: str, name: str = "") -> str:
+    return namespaced(namespace, "configmaps", name)
+
+
+def job_path(namespace: str, name: str = "") -> str:
+    return namespaced(namespace, "jobs", name, group="batch")
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    return namespaced(namespace, "pods", name)
+
+
+def evaluation_path(namespace: str, name: str = "") -> str:
+    return namespaced(namespace, EVALUATIONS, name, group=API_GROUP, version=API_VERSION)
+
+
+def all_evaluations_path() -> str:
+    return f"/apis/{API_GROUP}/{API_VERSION}/{EVALUATIONS}"
+
+
+def all_jobs_path() -> str:
+    return "/apis/batch/v1/jobs"
+
+
+class Kube:
+    """JSON requests through an authenticated ``kubernetes.client.ApiClient`` (thread-safe)."""
+
+    def __init__(self, api_client: Any, timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.timeout = timeout
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config."""
+        from kubernetes import client, config
+
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and Path(SERVICE_ACCOUNT_DIR).exists():
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+            return cls(client.ApiClient())
+        return cls(config.new_client_from_config())  # type: ignore[no-untyped-call]
+
+    @classmethod
+    def in_cluster(cls, token_file: str, ca_file: str) -> Kube:
+        """In-cluster configuration from explicit token/CA paths (the dev cluster's exec
+        kubelet mounts them elsewhere than /var/run/secrets)."""
+        from kubernetes import client
+        from kubernetes.config.incluster_config import InClusterConfigLoader
+
+        configuration = client.Configuration()
+        loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
+            token_filename=token_file, cert_filename=ca_file
+        )
+        loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+        return cls(client.ApiClient(configuration))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, str] | None = None,
+        content_type: str = JSON,
+    ) -> Any:
+        """One request; returns the decoded JSON answer, raises :class:`KubeError` on non-2xx."""
+        url_path = path + (f"?{urlencode(dict(params))}" if params else "")
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        method, url, headers, _, _ = self.api_client.param_serialize(
+            method=method,
+            resource_path=url_path,
+            header_params=headers,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            method, url, headers, body, None, _request_timeout=self.timeout
+        )
+        response.read()
+        text = (response.data or b"").decode("utf-8", errors="replace")
+        if not 200 <= response.status <= 299:
+            raise KubeError(response.status, method, path, text)
+        return json.loads(text) if text else None
+
+    def get(self, path: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", path)
+        return result
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.get(path)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        params = {"labelSelector": label_selector} if label_selector else None
+        items: list[dict[str, Any]] = self.request("GET", path, params=params)["items"]
+        return items
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("POST", path, dict(body))
+        return result
+
+    def create_if_absent(self, path: str, body: Mapping[str, Any]) -> bool:
+        """Create; an existing object of that name (409) counts as success. True if created."""
+        try:
+            self.create(path, body)
+        except KubeError as exc:
+            if exc.status == 409 and exc.reason == "AlreadyExists":
+                return False
+            raise
+        return True
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("PATCH", path, dict(body), content_type=MERGE_PATCH)
+        return result
+
+    def delete(self, path: str, propagation: str = "Background") -> None:
+        """Delete; already gone (404) is fine."""
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        try:
+            self.request("DELETE", path, body)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,144 @@
+"""The Kopf wiring: thin decorators that call the plain handlers, and `mlms operator`.
+
+Each decorator says what it reacts to and how errors are classified; what happens is in
+``handlers/handle_*.py``. Handlers are synchronous (the API client is), so Kopf runs them in
+its thread pool. They are registered into a registry built per operator instance and bound to
+its :class:`Context`, so tests can run one in-process. There are no timers or daemons: Kopf
+would put a finalizer on every evaluation for them, and a stopped operator would then block
+deletions; queued evaluations are admitted when a Job ends instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final, cast
+
+import kopf
+import urllib3
+
+from mlmodelscope import API_GROUP, API_VERSION
+from mlmodelscope.controller import names, status
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.handlers import (
+    handle_delete,
+    handle_evaluation,
+    handle_job,
+    handle_pod,
+    handle_startup,
+)
+from mlmodelscope.controller.kube import Kube, KubeError
+from mlmodelscope.controller.settings import DEFAULT_PEERING_NAME, OperatorSettings
+from mlmodelscope.spec.document import PLURAL
+
+RESOURCE: Final = (API_GROUP, API_VERSION, PLURAL)
+TRANSIENT_DELAY: Final = 5.0
+MANAGED: Final = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
+
+log = logging.getLogger(__name__)
+
+
+def kopf_event(evaluation: Mapping[str, Any], event: status.Event) -> None:
+    """Post a transition as a Kubernetes Event on the evaluation (through Kopf's poster)."""
+    body = kopf.Body(cast(kopf.RawBody, dict(evaluation)))
+    kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def _classified(
+    action: Callable[[], str], logger: logging.Logger | logging.LoggerAdapter[Any]
+) -> None:
+    """Run a handler and classify its failure for Kopf: waiting on the world (API errors that
+    heal, connection problems) is retried with a delay; an invalid spec or a request the API
+    server rejects is permanent, so a broken object never spins in a retry loop."""
+    try:
+        outcome = action()
+    except handle_evaluation.InvalidSpecError as exc:
+        raise kopf.PermanentError(f"invalid spec: {exc}") from None
+    except KubeError as exc:
+        if exc.status in (409, 429) or exc.status >= 500:
+            raise kopf.TemporaryError(str(exc), delay=TRANSIENT_DELAY) from exc
+        raise kopf.PermanentError(str(exc)) from exc
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
+        message = f"cannot reach the API server: {exc}"
+        raise kopf.TemporaryError(message, delay=TRANSIENT_DELAY) from exc
+    logger.debug("handled: %s", outcome)
+
+
+def build_registry(ctx: Context) -> kopf.OperatorRegistry:
+    """Every handler of the operator, bound to ``ctx``."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        handle_startup.configure(settings)
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    # Reconciling is idempotent, so the evaluation handlers retry transient errors until they
+    # heal (Kopf's default: no retry limit) every TRANSIENT_DELAY seconds.
+    @kopf.on.create(*RESOURCE, id="created", registry=registry, backoff=TRANSIENT_DELAY)
+    def evaluation_created(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
+
+    @kopf.on.update(
+        *RESOURCE, id="spec-changed", field="spec", registry=registry, backoff=TRANSIENT_DELAY
+    )
+    def evaluation_spec_changed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
+
+    @kopf.on.resume(*RESOURCE, id="resumed", registry=registry, backoff=TRANSIENT_DELAY)
+    def evaluation_resumed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
+
+    @kopf.on.event(*RESOURCE, id="deleted", registry=registry)
+    def evaluation_deleted(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            handle_delete.evaluation_deleted(body, ctx)
+
+    @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
+    def job_progressed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        outcome = handle_job.job_progressed(body, ctx, deleted=event["type"] == "DELETED")
+        log.debug("job %s: %s", body["metadata"]["name"], outcome)
+
+    @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)
+    def pod_scheduling(body: kopf.Body, **_: Any) -> None:
+        outcome = handle_pod.pod_changed(body, ctx)
+        log.debug("pod %s: %s", body["metadata"]["name"], outcome)
+
+    return registry
+
+
+def run_operator(
+    settings: OperatorSettings,
+    *,
+    standalone: bool = False,
+    liveness: str | None = None,
+    verbose: bool = False,
+    stop_flag: Any = None,
+    ready_flag: Any = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop_flag``): Kopf finishes the running handlers, then
+    exits. With peering configured and not ``standalone``, only the highest-priority operator
+    of the peering object ``settings.peering`` acts (leader election through Kopf peering)."""
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
+    ctx = Context(settings=settings, kube=Kube.from_environment(), post_event=kopf_event)
+    registry = build_registry(ctx)
+    alone = standalone or settings.peering is None
+    log.info(
+        "mlmodelscope operator: %s, %s",
+        f"namespaces {', '.join(settings.namespaces)}" if settings.namespaces else "cluster-wide",
+        "standalone" if alone else f"peering {settings.peering}",
+    )
+    kopf.run(
+        registry=registry,
+        standalone=alone,
+        # Naming a peering makes Kopf wait for its CRD, even when standalone.
+        peering_name=None if alone else settings.peering or DEFAULT_PEERING_NAME,
+        clusterwide=not settings.namespaces,
+        namespaces=settings.namespaces,
+        liveness_endpoint=liveness,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )

@@ -1,0 +1,71 @@
+"""Deterministic names and labels of everything the operator creates for a ModelEvaluation.
+
+Names depend only on the evaluation's name and generation, never on time or randomness, so a
+retried or restarted handler finds (409) what an earlier attempt created instead of making a
+second Job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+from mlmodelscope import API_GROUP
+
+MAX_NAME: Final = 63
+"""Job names end up in the pod label ``batch.kubernetes.io/job-name`` (a label value, <= 63)."""
+HASH_LENGTH: Final = 8
+
+APP_NAME: Final = "mlmodelscope"
+COMPONENT: Final = "evaluation"
+MANAGED_BY: Final = "mlmodelscope-operator"
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
+LABEL_EVALUATION: Final = f"{API_GROUP}/evaluation"
+LABEL_GENERATION: Final = f"{API_GROUP}/generation"
+LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+"""Server-side label selector for the Jobs and Pods the operator watches."""
+
+SPEC_KEY: Final = "evaluation.yaml"
+RESULT_KEY: Final = "result.json"
+SUMMARY_KEY: Final = "summary.json"
+CONTAINER_NAME: Final = "agent"
+
+
+def child_name(base: str, suffix: str, limit: int = MAX_NAME) -> str:
+    """``base + suffix``, or when that is too long, a truncated base plus a short hash of the
+    full base, so two long names that share a prefix still get different children."""
+    name = base + suffix
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(base.encode()).hexdigest()[:HASH_LENGTH]
+    keep = limit - len(suffix) - HASH_LENGTH - 1
+    return f"{base[:keep].rstrip('-.')}-{digest}{suffix}"
+
+
+def spec_configmap_name(evaluation: str) -> str:
+    return child_name(evaluation, "-spec")
+
+
+def results_configmap_name(evaluation: str) -> str:
+    return child_name(evaluation, "-results")
+
+
+def job_name(evaluation: str, generation: int) -> str:
+    return child_name(evaluation, f"-g{generation}")
+
+
+def labels(evaluation: str, generation: int) -> dict[str, str]:
+    """Labels on every child (and the evaluation pod): how the operator finds them, and how a
+    user selects them with kubectl."""
+    return {
+        LABEL_NAME: APP_NAME,
+        LABEL_COMPONENT: COMPONENT,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_INSTANCE: evaluation,
+        LABEL_EVALUATION: evaluation,
+        LABEL_GENERATION: str(generation),
+    }

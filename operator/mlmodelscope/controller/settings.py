@@ -1,0 +1,236 @@
+"""Operator settings: one typed object, read once at startup from ``MLMS_OPERATOR_*`` variables.
+
+The Helm chart maps its values to these variables (docs/operator.md lists every one). A bad
+value stops the operator at startup with a message naming the variable and what it accepts,
+instead of failing later inside a handler; all bad values are reported together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeVar, cast
+
+from mlmodelscope import __version__
+from mlmodelscope.spec.evaluation import Device, FrameworkName
+
+PREFIX: Final = "MLMS_OPERATOR_"
+DEFAULT_IMAGE_REPOSITORY: Final = "ghcr.io/mlmodelscope"
+DEFAULT_PEERING_NAME: Final = "mlmodelscope"
+PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_NAMESPACE_PATTERN = re.compile(r"^!?[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """One or more ``MLMS_OPERATOR_*`` variables hold a value the operator cannot use."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid operator settings:\n{lines}")
+
+
+def default_image(framework: FrameworkName, device: Device, version: str = __version__) -> str:
+    """The agent image published for a framework and device, e.g.
+    ``ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu``."""
+    return f"{DEFAULT_IMAGE_REPOSITORY}/agent-{framework.value}:{version}-{device.value}"
+
+
+def image_variable(framework: FrameworkName, device: Device) -> str:
+    """The variable that overrides one image, e.g. ``MLMS_OPERATOR_IMAGE_ONNXRUNTIME_GPU``."""
+    return f"{PREFIX}IMAGE_{framework.value.upper()}_{device.value.upper()}"
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Everything the operator reads from its environment (defaults suit a dev cluster)."""
+
+    images: Mapping[tuple[FrameworkName, Device], str] = field(
+        default_factory=lambda: {(f, d): default_image(f, d) for f in FrameworkName for d in Device}
+    )
+    """Agent image per (framework, device); spec.framework.image overrides it per evaluation."""
+    image_pull_policy: PullPolicy = "IfNotPresent"
+    max_running: int = 0
+    """Evaluation Jobs allowed to run at once in the whole cluster; 0 = no limit."""
+    max_running_per_namespace: int = 0
+    """Evaluation Jobs allowed to run at once per namespace; 0 = no limit."""
+    job_service_account: str | None = None
+    """ServiceAccount of evaluation pods (needs get/patch on ConfigMaps); None = namespace
+    default, in which case results travel only through the termination message."""
+    otlp_endpoint: str | None = None
+    pushgateway_url: str | None = None
+    runtime_class: str | None = None
+    """RuntimeClass for GPU evaluations that set none in hardware.runtimeClassName."""
+    namespaces: tuple[str, ...] = ()
+    """Namespaces (or glob patterns) to watch; empty = the whole cluster."""
+    peering: str | None = None
+    """Kopf peering object name for leader election; None = standalone."""
+    pod_failure_policy: bool = True
+    """Fail a Job at once (no retries) when the agent exits with the spec-error code."""
+    job_ttl_seconds: int | None = 86400
+    """ttlSecondsAfterFinished when spec.ttlAfterFinished is unset; None = keep Jobs."""
+    run_as_user: int = 65532
+    """UID of the agent container (the images' non-root user)."""
+
+    def image_for(self, framework: FrameworkName, device: Device) -> str:
+        return self.images[(framework, device)]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
+        """Read and check every ``MLMS_OPERATOR_*`` variable; raises :class:`SettingsError`."""
+        reader = _Reader(environ)
+        version = reader.text("IMAGE_VERSION") or __version__
+        images = {}
+        for framework in FrameworkName:
+            for device in Device:
+                name = image_variable(framework, device).removeprefix(PREFIX)
+                images[(framework, device)] = reader.text(name) or default_image(
+                    framework, device, version
+                )
+        known = {f"{PREFIX}{k}" for k in KNOWN_VARIABLES} | {
+            image_variable(f, d) for f in FrameworkName for d in Device
+        }
+        for name in sorted(environ):
+            if name.startswith(PREFIX) and name not in known:
+                close = [k for k in sorted(known) if k.startswith(name[: len(PREFIX) + 4])]
+                hint = f"; did you mean {close[0]}?" if close else ""
+                reader.problems.append(f"{name} is not an operator setting{hint}")
+        settings = cls(
+            images=images,
+            image_pull_policy=reader.choice("IMAGE_PULL_POLICY", PULL_POLICIES, "IfNotPresent"),
+            max_running=reader.count("MAX_RUNNING", 0),
+            max_running_per_namespace=reader.count("MAX_RUNNING_PER_NAMESPACE", 0),
+            job_service_account=reader.name("JOB_SERVICE_ACCOUNT", _DNS_SUBDOMAIN),
+            otlp_endpoint=reader.url("OTLP_ENDPOINT"),
+            pushgateway_url=reader.url("PUSHGATEWAY_URL"),
+            runtime_class=reader.name("RUNTIME_CLASS", _DNS_SUBDOMAIN),
+            namespaces=reader.namespaces("NAMESPACES"),
+            peering=reader.peering("PEERING"),
+            pod_failure_policy=reader.flag("POD_FAILURE_POLICY", True),
+            job_ttl_seconds=reader.optional_count("JOB_TTL_SECONDS", 86400),
+            run_as_user=reader.count("RUN_AS_USER", 65532, minimum=1),
+        )
+        if reader.problems:
+            raise SettingsError(reader.problems)
+        return settings
+
+
+KNOWN_VARIABLES: Final = (
+    "IMAGE_VERSION",
+    "IMAGE_PULL_POLICY",
+    "MAX_RUNNING",
+    "MAX_RUNNING_PER_NAMESPACE",
+    "JOB_SERVICE_ACCOUNT",
+    "OTLP_ENDPOINT",
+    "PUSHGATEWAY_URL",
+    "RUNTIME_CLASS",
+    "NAMESPACES",
+    "PEERING",
+    "POD_FAILURE_POLICY",
+    "JOB_TTL_SECONDS",
+    "RUN_AS_USER",
+)
+"""Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
+so a typo in a Helm value cannot silently fall back to a default)."""
+
+
+class _Reader:
+    """Parses variables, collecting one readable problem per bad value."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        self.problems: list[str] = []
+
+    def text(self, name: str) -> str | None:
+        value = self.environ.get(PREFIX + name, "").strip()
+        return value or None
+
+    def _parse(self, name: str, default: T, parse: Callable[[str], T], accepts: str) -> T:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        try:
+            return parse(raw)
+        except ValueError:
+            self.problems.append(f"{PREFIX}{name}={raw!r}: expected {accepts}")
+            return default
+
+    def count(self, name: str, default: int, minimum: int = 0) -> int:
+        def parse(raw: str) -> int:
+            value = int(raw)
+            if value < minimum:
+                raise ValueError
+            return value
+
+        accepts = f"a whole number >= {minimum}" + (" (0 = no limit)" if minimum == 0 else "")
+        return self._parse(name, default, parse, accepts)
+
+    def optional_count(self, name: str, default: int | None) -> int | None:
+        raw = (self.text(name) or "").lower()
+        if raw in ("none", "never"):
+            return None
+        return self.count(name, 0) if raw else default
+
+    def flag(self, name: str, default: bool) -> bool:
+        def parse(raw: str) -> bool:
+            if raw.lower() in _TRUE:
+                return True
+            if raw.lower() in _FALSE:
+                return False
+            raise ValueError
+
+        return self._parse(name, default, parse, "true or false")
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> PullPolicy:
+        def parse(raw: str) -> str:
+            if raw not in choices:
+                raise ValueError
+            return raw
+
+        return cast(PullPolicy, self._parse(name, default, parse, f"one of {', '.join(choices)}"))
+
+    def name(self, name: str, pattern: re.Pattern[str]) -> str | None:
+        def parse(raw: str) -> str:
+            if len(raw) > 253 or not pattern.match(raw):
+                raise ValueError
+            return raw
+
+        return self._parse(name, None, parse, "a Kubernetes object name (lower-case, '-', '.')")
+
+    def url(self, name: str) -> str | None:
+        def parse(raw: str) -> str:
+            if not re.match(r"^https?://[^\s/]+", raw):
+                raise ValueError
+            return raw
+
+        return self._parse(name, None, parse, "an http:// or https:// URL")
+
+    def namespaces(self, name: str) -> tuple[str, ...]:
+        def parse(raw: str) -> tuple[str, ...]:
+            items = tuple(part.strip() for part in raw.split(",") if part.strip())
+            if not all(_NAMESPACE_PATTERN.match(item) for item in items):
+                raise ValueError
+            return items
+
+        accepts = "comma-separated namespace names or globs (e.g. 'team-a,ml-*'), empty = all"
+        return self._parse(name, (), parse, accepts)
+
+    def peering(self, name: str) -> str | None:
+        def parse(raw: str) -> str | None:
+            if raw.lower() in _TRUE:
+                return DEFAULT_PEERING_NAME
+            if raw.lower() in _FALSE:
+                return None
+            if not _DNS_LABEL.match(raw):
+                raise ValueError
+            return raw
+
+        accepts = "true (peering object 'mlmodelscope'), false, or a peering object name"
+        return self._parse(name, None, parse, accepts)

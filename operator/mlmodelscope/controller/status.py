@@ -1,0 +1,481 @@
+"""Status transitions of a ModelEvaluation, as pure functions of the current status.
+
+Each function returns a :class:`StatusChange`: a JSON merge patch for ``.status`` plus the
+Kubernetes Event that announces the transition (None when nothing changed, so a repeated
+watch event or a retried handler neither rewrites status nor repeats events).
+
+Phases: Pending (Job created) -> Queued (held back by a concurrency limit) -> Running ->
+Succeeded | Failed. Conditions follow metav1.Condition; ``Succeeded`` and ``Failed`` appear
+only when a run ends and are removed when a new generation starts, so
+``kubectl wait --for=condition=Succeeded`` always waits for the current spec's run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from mlmodelscope.controller.results import Outcome
+from mlmodelscope.spec.status import Phase, RunRecord, Summary
+
+MESSAGE_LIMIT: Final = 4096
+HISTORY_LIMIT: Final = 10
+TERMINAL: Final = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+
+
+class ConditionType:
+    VALID = "Valid"
+    QUEUED = "Queued"
+    SCHEDULED = "Scheduled"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Reason:
+    SPEC_VALID = "SpecValid"
+    INVALID_SPEC = "InvalidSpec"
+    CONCURRENCY_LIMIT = "ConcurrencyLimit"
+    ADMITTED = "Admitted"
+    JOB_CREATED = "JobCreated"
+    SCHEDULED = "Scheduled"
+    UNSCHEDULABLE = "Unschedulable"
+    POD_RUNNING = "PodRunning"
+    SUCCEEDED = "Succeeded"
+    RESULTS_MISSING = "ResultsMissing"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    EVALUATION_FAILED = "EvaluationFailed"
+    JOB_DELETED = "JobDeleted"
+
+
+RUN_CONDITIONS: Final = (
+    ConditionType.QUEUED,
+    ConditionType.SCHEDULED,
+    ConditionType.RUNNING,
+    ConditionType.SUCCEEDED,
+    ConditionType.FAILED,
+)
+"""Conditions that describe one run; dropped when a new generation starts."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event about the evaluation."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    patch: dict[str, Any] = field(default_factory=dict)
+    """JSON merge patch for .status (None values delete fields)."""
+    event: Event | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.patch) or self.event is not None
+
+
+NO_CHANGE: Final = StatusChange()
+
+
+def now() -> str:
+    """RFC 3339 UTC with seconds, as Kubernetes writes timestamps."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _clip(message: str) -> str:
+    return message if len(message) <= MESSAGE_LIMIT else message[: MESSAGE_LIMIT - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A condition to set: type, status, reason, message."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+
+
+def merge_conditions(
+    current: list[Mapping[str, Any]],
+    updates: list[Cond],
+    generation: int,
+    timestamp: str,
+    drop: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """metav1.Condition semantics: lastTransitionTime moves only when status changes; other
+    conditions are kept in order, updated ones replaced in place, new ones appended."""
+    by_type = {u.type: u for u in updates}
+    out: list[dict[str, Any]] = []
+    seen = set()
+    for old in current:
+        kind = str(old.get("type"))
+        if kind in drop and kind not in by_type:
+            continue
+        if kind in by_type:
+            out.append(_condition(by_type[kind], old, generation, timestamp))
+            seen.add(kind)
+        else:
+            out.append(dict(old))
+    out.extend(_condition(u, None, generation, timestamp) for u in updates if u.type not in seen)
+    return out
+
+
+def _condition(
+    update: Cond, old: Mapping[str, Any] | None, generation: int, timestamp: str
+) -> dict[str, Any]:
+    unchanged = old is not None and old.get("status") == update.status
+    return {
+        "type": update.type,
+        "status": update.status,
+        "reason": update.reason,
+        "message": _clip(update.message),
+        "lastTransitionTime": (old or {}).get("lastTransitionTime", timestamp)
+        if unchanged
+        else timestamp,
+        "observedGeneration": generation,
+    }
+
+
+def _conditions_of(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list(status.get("conditions") or [])
+
+
+def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    return next((c for c in _conditions_of(status) if c.get("type") == kind), None)
+
+
+def is_current(status: Mapping[str, Any], generation: int) -> bool:
+    return status.get("observedGeneration") == generation
+
+
+def is_terminal(status: Mapping[str, Any], generation: int) -> bool:
+    """The run of ``generation`` has ended (Succeeded or Failed)."""
+    return is_current(status, generation) and status.get("phase") in TERMINAL
+
+
+def _history_record(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    generation = status.get("observedGeneration")
+    phase = status.get("phase")
+    if not isinstance(generation, int) or phase not in TERMINAL or not status.get("jobName"):
+        return None
+    try:
+        summary = Summary.model_validate(status.get("summary") or {})
+    except ValueError:
+        summary = Summary()
+    record = RunRecord(
+        generation=generation,
+        run_id=status.get("runId"),
+        phase=Phase(phase),
+        completion_time=status.get("completionTime"),
+        summary=summary,
+    )
+    return record.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _begin_run(
+    status: Mapping[str, Any], generation: int
+) -> tuple[dict[str, Any], list[Mapping[str, Any]]]:
+    """When ``generation`` is new: move the previous run into history (newest first, at most
+    10) and clear the run fields. Returns the patch part and the conditions to start from."""
+    if is_current(status, generation):
+        return {}, _conditions_of(status)
+    patch: dict[str, Any] = {
+        "results": None,
+        "summary": None,
+        "stack": None,
+        "runId": None,
+        "traceID": None,
+        "startTime": None,
+        "completionTime": None,
+        "jobName": None,
+    }
+    record = _history_record(status)
+    if record is not None:
+        history = [
+            h for h in status.get("history") or [] if h.get("generation") != record["generation"]
+        ]
+        patch["history"] = [record, *history][:HISTORY_LIMIT]
+    conditions = [c for c in _conditions_of(status) if c.get("type") not in RUN_CONDITIONS]
+    return patch, conditions
+
+
+# ------------------------------------------------------------------------------- transitions
+
+
+def invalid_spec(
+    status: Mapping[str, Any], generation: int, message: str, timestamp: str
+) -> StatusChange:
+    """Failed/InvalidSpec: the spec cannot be run as written; ``message`` names the fields."""
+    failed = condition(status, ConditionType.FAILED)
+    if (
+        is_terminal(status, generation)
+        and failed is not None
+        and failed.get("reason") == Reason.INVALID_SPEC
+    ):
+        return NO_CHANGE
+    patch, conditions = _begin_run(status, generation)
+    patch.update(
+        phase=Phase.FAILED.value,
+        observedGeneration=generation,
+        completionTime=timestamp,
+        message=_clip(message),
+        conditions=merge_conditions(
+            conditions,
+            [
+                Cond(ConditionType.VALID, "False", Reason.INVALID_SPEC, message),
+                Cond(ConditionType.SUCCEEDED, "False", Reason.INVALID_SPEC, message),
+                Cond(ConditionType.FAILED, "True", Reason.INVALID_SPEC, message),
+            ],
+            generation,
+            timestamp,
+            drop=RUN_CONDITIONS,
+        ),
+    )
+    return StatusChange(patch, Event("Warning", Reason.INVALID_SPEC, _clip(message)))
+
+
+def queued(
+    status: Mapping[str, Any], generation: int, message: str, timestamp: str
+) -> StatusChange:
+    """Queued: valid, but a concurrency limit holds it back (message says which)."""
+    if is_current(status, generation) and status.get("phase") != Phase.QUEUED.value:
+        return NO_CHANGE  # already started or finished: never go back to Queued
+    was_queued = is_current(status, generation) and status.get("phase") == Phase.QUEUED.value
+    old = condition(status, ConditionType.QUEUED)
+    if was_queued and old is not None and old.get("message") == message:
+        return NO_CHANGE
+    patch, conditions = _begin_run(status, generation)
+    patch.update(
+        phase=Phase.QUEUED.value,
+        observedGeneration=generation,
+        message=_clip(message),
+        conditions=merge_conditions(
+            conditions,
+            [
+                Cond(ConditionType.VALID, "True", Reason.SPEC_VALID),
+                Cond(ConditionType.QUEUED, "True", Reason.CONCURRENCY_LIMIT, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    )
+    event = None if was_queued else Event("Normal", Phase.QUEUED.value, _clip(message))
+    return StatusChange(patch, event)
+
+
+def job_created(
+    status: Mapping[str, Any],
+    generation: int,
+    job_name: str,
+    results_configmap: str,
+    trace_id: str | None,
+    timestamp: str,
+) -> StatusChange:
+    """Pending: admitted, the Job exists (or is about to), the pod is not running yet."""
+    if is_current(status, generation) and status.get("phase") not in (
+        Phase.QUEUED.value,
+        Phase.PENDING.value,
+        None,
+    ):
+        return NO_CHANGE
+    if (
+        is_current(status, generation)
+        and status.get("phase") == Phase.PENDING.value
+        and status.get("jobName") == job_name
+    ):
+        return NO_CHANGE
+    patch, conditions = _begin_run(status, generation)
+    message = f"created Job {job_name}"
+    patch.update(
+        phase=Phase.PENDING.value,
+        observedGeneration=generation,
+        jobName=job_name,
+        resultsConfigMap=results_configmap,
+        message=message,
+        conditions=merge_conditions(
+            conditions,
+            [
+                Cond(ConditionType.VALID, "True", Reason.SPEC_VALID),
+                Cond(ConditionType.QUEUED, "False", Reason.ADMITTED),
+                Cond(ConditionType.RUNNING, "False", Reason.JOB_CREATED, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    )
+    if trace_id:
+        patch["traceID"] = trace_id
+    return StatusChange(patch, Event("Normal", Reason.JOB_CREATED, message))
+
+
+def _active(status: Mapping[str, Any], generation: int, job_name: str) -> bool:
+    """The status describes the not-yet-finished run of this Job."""
+    return (
+        is_current(status, generation)
+        and status.get("jobName") == job_name
+        and status.get("phase") in (Phase.PENDING.value, Phase.RUNNING.value)
+    )
+
+
+def unschedulable(
+    status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
+) -> StatusChange:
+    """The scheduler cannot place the pod; keep its message (it says which resource is short)."""
+    old = condition(status, ConditionType.SCHEDULED)
+    if not _active(status, generation, job_name):
+        return NO_CHANGE
+    if (
+        old is not None
+        and old.get("reason") == Reason.UNSCHEDULABLE
+        and old.get("message") == message
+    ):
+        return NO_CHANGE
+    patch = {
+        "message": _clip(message),
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [Cond(ConditionType.SCHEDULED, "False", Reason.UNSCHEDULABLE, message)],
+            generation,
+            timestamp,
+        ),
+    }
+    return StatusChange(patch, Event("Warning", Reason.UNSCHEDULABLE, _clip(message)))
+
+
+def scheduled(
+    status: Mapping[str, Any], generation: int, job_name: str, node: str, timestamp: str
+) -> StatusChange:
+    old = condition(status, ConditionType.SCHEDULED)
+    if not _active(status, generation, job_name) or (old and old.get("status") == "True"):
+        return NO_CHANGE
+    message = f"pod assigned to node {node}"
+    patch: dict[str, Any] = {
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED, message)],
+            generation,
+            timestamp,
+        )
+    }
+    if old is not None and old.get("reason") == Reason.UNSCHEDULABLE:
+        patch["message"] = message
+    return StatusChange(patch)
+
+
+def running(
+    status: Mapping[str, Any], generation: int, job_name: str, timestamp: str
+) -> StatusChange:
+    """Running: the agent's pod is up."""
+    if not _active(status, generation, job_name) or status.get("phase") == Phase.RUNNING.value:
+        return NO_CHANGE
+    message = f"evaluation pod of Job {job_name} is running"
+    patch = {
+        "phase": Phase.RUNNING.value,
+        "startTime": status.get("startTime") or timestamp,
+        "message": message,
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [
+                Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED),
+                Cond(ConditionType.RUNNING, "True", Reason.POD_RUNNING, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    }
+    return StatusChange(patch, Event("Normal", Phase.RUNNING.value, message))
+
+
+def _headline(outcome: Outcome) -> str:
+    s = outcome.summary
+    parts = []
+    if s.get("p50Ms") is not None:
+        parts.append(f"p50 {s['p50Ms']:.3g} ms")
+    if s.get("throughput") is not None:
+        parts.append(f"{s['throughput']:.4g} samples/s")
+    if s.get("top1") is not None:
+        parts.append(f"top-1 {s['top1']:.4f}")
+    where = f" at batch size {s['batchSize']}" if "batchSize" in s else ""
+    return f"evaluation succeeded{where}: {', '.join(parts)}" if parts else "evaluation succeeded"
+
+
+def _outcome_fields(outcome: Outcome | None) -> dict[str, Any]:
+    if outcome is None:
+        return {}
+    patch: dict[str, Any] = {}
+    if outcome.results:
+        patch["results"] = outcome.results
+        patch["summary"] = outcome.summary
+    if outcome.stack:
+        patch["stack"] = outcome.stack
+    if outcome.run_id:
+        patch["runId"] = outcome.run_id
+    if outcome.trace_id:
+        patch["traceID"] = outcome.trace_id
+    return patch
+
+
+def succeeded(
+    status: Mapping[str, Any], generation: int, job_name: str, outcome: Outcome, timestamp: str
+) -> StatusChange:
+    """Succeeded: the Job completed and the agent's results are in."""
+    if not _active(status, generation, job_name):
+        return NO_CHANGE
+    message = _headline(outcome)
+    patch = {
+        "phase": Phase.SUCCEEDED.value,
+        "startTime": status.get("startTime") or timestamp,
+        "completionTime": timestamp,
+        "message": message,
+        **_outcome_fields(outcome),
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [
+                Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED),
+                Cond(ConditionType.RUNNING, "False", Reason.SUCCEEDED, "the evaluation finished"),
+                Cond(ConditionType.SUCCEEDED, "True", Reason.SUCCEEDED, message),
+                Cond(ConditionType.FAILED, "False", Reason.SUCCEEDED),
+            ],
+            generation,
+            timestamp,
+        ),
+    }
+    return StatusChange(patch, Event("Normal", Phase.SUCCEEDED.value, message))
+
+
+def failed(
+    status: Mapping[str, Any],
+    generation: int,
+    job_name: str,
+    reason: str,
+    message: str,
+    timestamp: str,
+    outcome: Outcome | None = None,
+) -> StatusChange:
+    """Failed with ``reason`` (DeadlineExceeded, BackoffLimitExceeded, ResultsMissing, ...)."""
+    if not _active(status, generation, job_name):
+        return NO_CHANGE
+    patch = {
+        "phase": Phase.FAILED.value,
+        "completionTime": timestamp,
+        "message": _clip(message),
+        **_outcome_fields(outcome),
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [
+                Cond(ConditionType.RUNNING, "False", reason, message),
+                Cond(ConditionType.SUCCEEDED, "False", reason, message),
+                Cond(ConditionType.FAILED, "True", reason, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    }
+    return StatusChange(patch, Event("Warning", reason, _clip(message)))

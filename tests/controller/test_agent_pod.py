@@ -1,0 +1,224 @@
+"""`mlms agent`: the in-pod entrypoint, run for real on the digits model with mapped paths."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from meval_docs import evaluation_doc
+
+from mlmodelscope.agent.pod import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SPEC_ERROR,
+    TERMINATION_LIMIT,
+    compact_summary,
+    configmap_patch,
+    publish_configmap,
+    run_agent,
+    strip_document,
+)
+from mlmodelscope.controller import builders, results
+from mlmodelscope.spec import parse_evaluation
+
+QUICK = {
+    "batchSizes": [1, 4],
+    "warmup": 2,
+    "minQueryCount": 20,
+    "minDuration": "20ms",
+    "stability": {"maxWindows": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def digits_onnx() -> Path:
+    from mlmodelscope.agent.digits import ensure_digits_models
+
+    return ensure_digits_models() / "digits.onnx"
+
+
+class Recorder:
+    """A fake ConfigMap patcher that remembers what it was sent."""
+
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.fail_with = fail_with
+
+    def __call__(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        self.calls.append((namespace, name, body))
+        if self.fail_with is not None:
+            raise self.fail_with
+
+
+def pod_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec_doc: dict[str, Any]) -> Path:
+    """Lay out volumes as the exec kubelet does and export MLMS_PATH_MAP for them."""
+    spec_dir, results_dir, cache = (tmp_path / n for n in ("spec", "results", "cache"))
+    for d in (spec_dir, results_dir, cache):
+        d.mkdir()
+    (spec_dir / "evaluation.yaml").write_text(yaml.safe_dump(spec_doc))
+    message = tmp_path / "termination-log"
+    mapping = {
+        builders.SPEC_DIR: str(spec_dir),
+        builders.RESULTS_DIR: str(results_dir),
+        builders.CACHE_DIR: str(cache),
+        builders.TERMINATION_LOG: str(message),
+    }
+    monkeypatch.setenv("MLMS_PATH_MAP", json.dumps(mapping))
+    monkeypatch.setenv("MLMS_NAMESPACE", "team-a")
+    monkeypatch.setenv("MLMS_CACHE_DIR", str(cache))
+    return message
+
+
+def agent(recorder: Recorder) -> int:
+    return run_agent(
+        f"{builders.SPEC_DIR}/evaluation.yaml",
+        f"{builders.RESULTS_DIR}/result.json",
+        "digits-cpu-results",
+        builders.TERMINATION_LOG,
+        patcher=recorder,
+    )
+
+
+@pytest.mark.frameworks
+def test_agent_runs_the_spec_configmap_and_publishes_both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digits_onnx: Path
+) -> None:
+    doc = evaluation_doc(generation=5, model={"uri": f"file://{digits_onnx}"}, scenario=QUICK)
+    cm = builders.build_spec_configmap(parse_evaluation(doc))
+    message = pod_dirs(tmp_path, monkeypatch, yaml.safe_load(cm["data"]["evaluation.yaml"]))
+    recorder = Recorder()
+    assert agent(recorder) == EXIT_OK
+    assert (tmp_path / "results" / "result.json").is_file()
+    summary_text = message.read_text()
+    assert len(summary_text.encode()) <= TERMINATION_LIMIT
+    from_message = results.outcome_from_pods(
+        [{"status": {"containerStatuses": [
+            {"name": "agent", "state": {"terminated": {"message": summary_text}}}
+        ]}}],
+        5,
+    )  # fmt: skip
+    assert from_message is not None and from_message.succeeded
+    assert [r["batchSize"] for r in from_message.results] == [1, 4]
+    top1 = from_message.summary["top1"]
+    assert 0.8 < top1 <= 1.0
+    [(namespace, name, body)] = recorder.calls
+    assert (namespace, name) == ("team-a", "digits-cpu-results")
+    from_cm = results.outcome_from_configmap(body, 5)
+    assert from_cm is not None and from_cm.source == "configmap result.json"
+    assert from_cm.run_id == from_message.run_id
+    assert from_cm.stack["framework"] == "onnxruntime"
+    assert from_cm.summary["top1"] == pytest.approx(top1, rel=1e-5)
+    stored = json.loads(body["data"]["result.json"])
+    assert all("raw" not in m for m in stored["measurements"])
+
+
+def test_invalid_spec_file_exits_with_the_spec_error_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = evaluation_doc()
+    doc["spec"]["scenario"] = {"type": "Server"}  # targetQPS missing
+    message = pod_dirs(tmp_path, monkeypatch, doc)
+    recorder = Recorder()
+    assert agent(recorder) == EXIT_SPEC_ERROR
+    summary = json.loads(message.read_text())
+    assert summary["status"] == "Failed"
+    assert summary["error"]["field"] == "spec.scenario.targetQPS"
+    assert len(recorder.calls) == 1
+
+
+def test_missing_model_is_a_spec_error_named_by_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = evaluation_doc(model={"uri": f"file://{tmp_path}/nowhere.onnx"})
+    message = pod_dirs(tmp_path, monkeypatch, doc)
+    assert agent(Recorder()) == EXIT_SPEC_ERROR
+    outcome = results.outcome_from_document(json.loads(message.read_text()))
+    assert outcome.error is not None and outcome.error.startswith("spec.model.uri: ")
+
+
+def test_configmap_publishing_failure_keeps_the_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class ForbiddenError(Exception):
+        status = 403
+
+    doc = evaluation_doc(model={"uri": f"file://{tmp_path}/nowhere.onnx"})
+    message = pod_dirs(tmp_path, monkeypatch, doc)
+    recorder = Recorder(fail_with=ForbiddenError("configmaps is forbidden"))
+    assert agent(recorder) == EXIT_SPEC_ERROR
+    assert len(recorder.calls) == 1  # permanent errors are not retried
+    assert json.loads(message.read_text())["status"] == "Failed"
+
+
+def test_transient_publishing_errors_are_retried() -> None:
+    class UnavailableError(Exception):
+        status = 503
+
+    recorder = Recorder(fail_with=UnavailableError("etcd leader changed"))
+    doc = {"status": "Succeeded", "results": []}
+    assert not publish_configmap(doc, "cm", "ns", recorder, attempts=2)
+    assert len(recorder.calls) == 2
+    assert not publish_configmap(doc, "cm", None, recorder)
+
+
+def test_unexpected_error_without_field_exits_failed() -> None:
+    from mlmodelscope.agent.pod import _exit_code
+
+    assert _exit_code({"status": "Failed", "error": {"message": "OOM"}}) == EXIT_FAILED
+    assert _exit_code({"status": "Succeeded"}) == EXIT_OK
+
+
+def big_document(rows: int, samples: int) -> dict[str, Any]:
+    row = {
+        "batch_size": 1,
+        "scenario": "Server",
+        "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "mean": 1.5},
+        "throughput": 1.0,
+        "qps": 1.0,
+        "top1": None,
+        "top5": None,
+        "valid": False,
+        "invalid_reasons": ["x" * 300, "y" * 300],
+    }
+    measurement = {
+        "batch_size": 1,
+        "raw": {"latencies_ns": list(range(samples))},
+        "repetitions": [{"windows": list(range(samples // 10))}],
+        "windows": list(range(samples // 10)),
+        "latency": {"histogram": list(range(1000))},
+    }
+    return {
+        "status": "Failed",
+        "run_id": "r",
+        "results": [dict(row, batch_size=b) for b in range(1, rows + 1)],
+        "measurements": [measurement] * rows,
+        "error": {"type": "X", "message": "z" * 5000, "field": None},
+        "stack": {"backend": {"framework": "onnxruntime"}},
+    }
+
+
+def test_compact_summary_always_fits_the_termination_message() -> None:
+    summary = compact_summary(big_document(rows=32, samples=10))
+    assert len(json.dumps(summary, separators=(",", ":")).encode()) <= TERMINATION_LIMIT
+    assert summary["results"][0]["batch_size"] == 1
+    assert summary["error"]["message"]
+
+
+def test_strip_document_drops_detail_in_order() -> None:
+    doc = big_document(rows=4, samples=200_000)
+    small = strip_document(doc, 1_000_000)
+    assert all("raw" not in m for m in small["measurements"])
+    assert "repetitions" in small["measurements"][0]
+    tiny = strip_document(doc, 12_000)
+    assert "measurements" not in tiny and tiny["results"]
+    assert "stack" in tiny
+    doc["tracing"] = {"spans": ["s" * 100] * 200}
+    minimal = strip_document(doc, 12_000)
+    assert "tracing" not in minimal and "stack" not in minimal and minimal["results"]
+    assert "tracing" in minimal["truncated"]
+    patch = configmap_patch(doc)
+    total = sum(len(v.encode()) for v in patch["data"].values())
+    assert total < 1_048_576

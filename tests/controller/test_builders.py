@@ -1,0 +1,245 @@
+"""The child objects, built as dicts with no cluster: names, ownership, the pod's contract."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from mlmodelscope.agent.pod import EXIT_SPEC_ERROR
+from mlmodelscope.controller import builders
+from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.spec import ModelEvaluation, parse_evaluation
+
+Make = Callable[..., ModelEvaluation]
+SETTINGS = OperatorSettings.from_env({})
+
+
+def container(job: dict[str, Any]) -> dict[str, Any]:
+    containers = job["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def env_of(job: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(job)["env"]}
+
+
+def test_every_child_is_owned_and_labelled(make_evaluation: Make) -> None:
+    ev = make_evaluation(generation=4)
+    for child in (
+        builders.build_spec_configmap(ev),
+        builders.build_results_configmap(ev),
+        builders.build_job(ev, SETTINGS),
+    ):
+        meta = child["metadata"]
+        assert meta["namespace"] == "team-a"
+        assert meta["ownerReferences"] == [
+            {
+                "apiVersion": "mlmodelscope.io/v1alpha1",
+                "kind": "ModelEvaluation",
+                "name": "digits-cpu",
+                "uid": "0f5e1c4a-1111-2222-3333-444455556666",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "mlmodelscope-operator"
+        assert meta["labels"]["mlmodelscope.io/evaluation"] == "digits-cpu"
+        assert meta["labels"]["mlmodelscope.io/generation"] == "4"
+    assert builders.build_job(ev, SETTINGS)["metadata"]["name"] == "digits-cpu-g4"
+
+
+def test_spec_configmap_round_trips_through_the_agents_parser(make_evaluation: Make) -> None:
+    ev = make_evaluation(generation=2, scenario={"type": "Server", "targetQPS": 12.5})
+    cm = builders.build_spec_configmap(ev)
+    assert cm["metadata"]["name"] == "digits-cpu-spec"
+    document = yaml.safe_load(cm["data"]["evaluation.yaml"])
+    assert document["metadata"] == {
+        "name": "digits-cpu",
+        "namespace": "team-a",
+        "uid": "0f5e1c4a-1111-2222-3333-444455556666",
+        "generation": 2,
+    }
+    again = parse_evaluation(document)
+    assert again.spec == ev.spec
+
+
+def test_results_configmap_starts_empty(make_evaluation: Make) -> None:
+    cm = builders.build_results_configmap(make_evaluation())
+    assert cm["metadata"]["name"] == "digits-cpu-results"
+    assert cm["data"] == {}
+
+
+def test_cpu_job_runs_the_agent_with_the_contract(make_evaluation: Make) -> None:
+    ev = make_evaluation(timeout="90s", retries=2, ttlAfterFinished="1h")
+    job = builders.build_job(ev, SETTINGS)
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 2
+    assert spec["activeDeadlineSeconds"] == 90
+    assert spec["ttlSecondsAfterFinished"] == 3600
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert spec["template"]["metadata"]["labels"]["mlmodelscope.io/evaluation"] == "digits-cpu"
+    c = container(job)
+    assert c["image"] == SETTINGS.image_for(ev.spec.framework.name, ev.spec.hardware.device)
+    assert c["command"] == [
+        "mlms",
+        "agent",
+        "--spec",
+        "/etc/mlmodelscope/spec/evaluation.yaml",
+        "--output",
+        "/var/run/mlmodelscope/results/result.json",
+        "--results-configmap",
+        "digits-cpu-results",
+    ]
+    assert c["terminationMessagePath"] == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = env_of(job)
+    assert env["MLMS_IMAGE"] == c["image"]
+    assert env["MLMS_POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["MLMS_NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["MLMS_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert env["MLMS_CACHE_DIR"] == "/var/cache/mlmodelscope"
+    assert env["OTEL_SERVICE_NAME"] == "mlmodelscope-agent"
+    assert "mlmodelscope.evaluation=digits-cpu" in env["OTEL_RESOURCE_ATTRIBUTES"]
+    assert "k8s.pod.name=$(MLMS_POD_NAME)" in env["OTEL_RESOURCE_ATTRIBUTES"]
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in env and "TRACEPARENT" not in env
+    assert "MLMS_PUSHGATEWAY_URL" not in env
+    assert "nvidia.com/gpu" not in str(c["resources"])
+    assert "tolerations" not in pod and "nodeSelector" not in pod
+    assert "serviceAccountName" not in pod
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/etc/mlmodelscope/spec"]]["configMap"]["name"] == "digits-cpu-spec"
+    for writable in ("/var/cache/mlmodelscope", "/tmp", "/var/run/mlmodelscope/results"):
+        assert volumes[mounts[writable]] == {"name": mounts[writable], "emptyDir": {}}
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0]["action"] == "FailJob"
+    assert rules[0]["onExitCodes"]["values"] == [EXIT_SPEC_ERROR]
+
+
+def test_pod_meets_pod_security_restricted(make_evaluation: Make) -> None:
+    """The restricted profile's rules, checked field by field (the cluster test lets the
+    API server's PodSecurity admission check them too)."""
+    pod = builders.build_job(make_evaluation(), SETTINGS)["spec"]["template"]["spec"]
+    sc = pod["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] > 0
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in pod["containers"]:
+        csc = c["securityContext"]
+        assert csc["allowPrivilegeEscalation"] is False
+        assert csc["capabilities"] == {"drop": ["ALL"]}
+        assert csc["readOnlyRootFilesystem"] is True
+        assert "privileged" not in csc and "ports" not in c
+    allowed = {"configMap", "emptyDir", "projected", "secret", "downwardAPI",
+               "persistentVolumeClaim", "ephemeral", "csi"}  # fmt: skip
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= allowed
+    assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
+
+
+def test_gpu_job_asks_for_gpus_tolerates_the_taint_and_pins_the_product(
+    make_evaluation: Make,
+) -> None:
+    ev = make_evaluation(
+        hardware={
+            "device": "gpu",
+            "gpus": 2,
+            "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+            "nodeSelector": {"pool": "gpu"},
+            "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "limits": {"memory": "16Gi"}},
+        },
+        framework={"name": "onnxruntime", "executionProvider": "CUDAExecutionProvider"},
+    )
+    settings = OperatorSettings.from_env({"MLMS_OPERATOR_RUNTIME_CLASS": "nvidia"})
+    job = builders.build_job(ev, settings)
+    pod = job["spec"]["template"]["spec"]
+    assert container(job)["resources"] == {
+        "requests": {"cpu": "4", "memory": "16Gi"},
+        "limits": {"memory": "16Gi", "nvidia.com/gpu": "2"},
+    }
+    assert pod["nodeSelector"] == {"pool": "gpu", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert pod["runtimeClassName"] == "nvidia"
+    assert container(job)["image"].endswith("-gpu")
+
+
+def test_gpu_device_without_count_asks_for_one(make_evaluation: Make) -> None:
+    job = builders.build_job(make_evaluation(hardware={"device": "gpu"}), SETTINGS)
+    assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "runtimeClassName" not in job["spec"]["template"]["spec"]
+
+
+def test_runtime_class_from_the_spec_wins(make_evaluation: Make) -> None:
+    ev = make_evaluation(hardware={"device": "gpu", "runtimeClassName": "nvidia-cdi"})
+    settings = OperatorSettings.from_env({"MLMS_OPERATOR_RUNTIME_CLASS": "nvidia"})
+    pod = builders.build_job(ev, settings)["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia-cdi"
+
+
+def test_image_override_credentials_service_account_and_telemetry(make_evaluation: Make) -> None:
+    ev = make_evaluation(
+        framework={"name": "onnxruntime", "image": "example.com/custom:1"},
+        model={"uri": "s3://bucket/digits.onnx", "credentialsSecretRef": {"name": "s3-creds"}},
+        labels={"kueue.x-k8s.io/queue-name": "gpu-queue"},
+    )
+    settings = OperatorSettings.from_env(
+        {
+            "MLMS_OPERATOR_JOB_SERVICE_ACCOUNT": "mlmodelscope-agent",
+            "MLMS_OPERATOR_OTLP_ENDPOINT": "http://otel:4318",
+            "MLMS_OPERATOR_PUSHGATEWAY_URL": "http://pushgateway:9091",
+            "MLMS_OPERATOR_IMAGE_PULL_POLICY": "Always",
+        }
+    )
+    job = builders.build_job(ev, settings)
+    c = container(job)
+    assert c["image"] == "example.com/custom:1"
+    assert c["imagePullPolicy"] == "Always"
+    assert c["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
+    assert "s3-creds" not in str(job["spec"]["template"]["spec"]["volumes"])
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "mlmodelscope-agent"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    env = env_of(job)
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel:4318"
+    assert env["MLMS_PUSHGATEWAY_URL"] == "http://pushgateway:9091"
+    trace_id, traceparent = builders.trace_context(ev)
+    assert env["TRACEPARENT"] == traceparent
+    assert traceparent.startswith(f"00-{trace_id}-") and len(trace_id) == 32
+
+
+def test_job_is_deterministic(make_evaluation: Make) -> None:
+    """A retried handler must build exactly the same Job (the 409 path relies on it)."""
+    ev = make_evaluation()
+    settings = OperatorSettings.from_env({"MLMS_OPERATOR_OTLP_ENDPOINT": "http://otel:4318"})
+    assert builders.build_job(ev, settings) == builders.build_job(ev, settings)
+
+
+def test_pvc_uris_mount_their_claim_read_only(make_evaluation: Make) -> None:
+    ev = make_evaluation(model={"uri": "pvc://models.store/digits/digits.onnx"})
+    job = builders.build_job(ev, SETTINGS)
+    pod = job["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
+    assert volume["persistentVolumeClaim"] == {"claimName": "models.store", "readOnly": True}
+    assert "." not in volume["name"]
+    mount = next(m for m in container(job)["volumeMounts"] if m["name"] == volume["name"])
+    assert mount == {
+        "name": volume["name"],
+        "mountPath": "/var/run/mlmodelscope/pvc/models.store",
+        "readOnly": True,
+    }
+
+
+def test_settings_ttl_and_disabled_pod_failure_policy(make_evaluation: Make) -> None:
+    settings = OperatorSettings.from_env(
+        {"MLMS_OPERATOR_JOB_TTL_SECONDS": "600", "MLMS_OPERATOR_POD_FAILURE_POLICY": "false"}
+    )
+    spec = builders.build_job(make_evaluation(), settings)["spec"]
+    assert spec["ttlSecondsAfterFinished"] == 600
+    assert "podFailurePolicy" not in spec
+    never = OperatorSettings.from_env({"MLMS_OPERATOR_JOB_TTL_SECONDS": "none"})
+    assert "ttlSecondsAfterFinished" not in builders.build_job(make_evaluation(), never)["spec"]

@@ -1,0 +1,610 @@
+"""The operator against the real control plane (mlmodelscope.devcluster).
+
+Each test runs its own `mlms operator --standalone` subprocess, watching only the test's
+namespace, so tests cannot see each other's evaluations and the operator can be killed and
+restarted like a pod. Evaluations that must produce results run on the exec node, where the
+pod's command, `mlms agent ...`, really runs from this venv on the digits model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from meval_docs import merge
+
+from mlmodelscope.controller import names
+from mlmodelscope.controller.kube import (
+    Kube,
+    KubeError,
+    configmap_path,
+    evaluation_path,
+    job_path,
+    pod_path,
+)
+from mlmodelscope.devcluster.cluster import Cluster
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+T = TypeVar("T")
+REPO = Path(__file__).resolve().parents[2]
+AGENT_SA = "mlmodelscope-agent"
+EXEC_CPU = {"mlmodelscope.io/simulation": "exec", "mlmodelscope.io/pool": "cpu"}
+QUICK_SCENARIO: dict[str, Any] = {
+    "batchSizes": [1],
+    "warmup": 2,
+    "minQueryCount": 20,
+    "minDuration": "20ms",
+    "stability": {"maxWindows": 2},
+}
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 90.0) -> T:
+    """Poll ``fn`` until it returns something truthy; fail naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.25)
+
+
+# ------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    """The project's CRDs, applied as shipped in crds/, and served."""
+    kube = Kube(cluster.api_client())
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+        def established(p: str = crd_path) -> bool:
+            conditions = (kube.get(p).get("status") or {}).get("conditions") or []
+            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+        wait_for(f"CRD {name} to be established", established, 60)
+
+
+@pytest.fixture(scope="session")
+def digits_onnx() -> Path:
+    from mlmodelscope.agent.digits import ensure_digits_models
+
+    return ensure_digits_models() / "digits.onnx"
+
+
+@pytest.fixture
+def kube(cluster: Cluster) -> Kube:
+    return Kube(cluster.api_client())
+
+
+@pytest.fixture
+def agent_rbac(cluster: Cluster, namespace: str) -> str:
+    """The agent's ServiceAccount with the Role docs/operator.md asks for (get/patch
+    ConfigMaps), in the test namespace."""
+    manifests = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_SA}},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": AGENT_SA},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": AGENT_SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_SA},
+            "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
+        },
+    ]
+    for manifest in manifests:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+    return AGENT_SA
+
+
+class OperatorProcess:
+    """`mlms operator --standalone` as a subprocess, stopped by PID."""
+
+    def __init__(
+        self, cluster: Cluster, namespace: str, log: Path, env: dict[str, str], args: list[str]
+    ) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.log = log
+        self.env = env
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLMS_OPERATOR_")}
+        env.update(
+            KUBECONFIG=str(self.cluster.kubeconfig),
+            MLMS_OPERATOR_NAMESPACES=self.namespace,
+            PYTHONUNBUFFERED="1",
+            **self.env,
+        )
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mlmodelscope", "operator", "--standalone", *self.args],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no graceful shutdown, as when a node dies under the operator pod."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture
+def start_operator(
+    cluster: Cluster, namespace: str, crds: None, tmp_path: Path
+) -> Iterator[Callable[..., OperatorProcess]]:
+    """Start (and always stop) operators for this test's namespace; settings as keywords,
+    e.g. ``start_operator(MLMS_OPERATOR_MAX_RUNNING="2")``."""
+    started: list[OperatorProcess] = []
+
+    def start(*args: str, **env: str) -> OperatorProcess:
+        op = OperatorProcess(cluster, namespace, tmp_path / "operator.log", env, list(args))
+        op.start()
+        started.append(op)
+        return op
+
+    try:
+        yield start
+    finally:
+        for op in started:
+            op.stop()
+        if started:
+            sys.stderr.write(f"--- operator log ({namespace})\n{started[-1].tail(60)}\n")
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., OperatorProcess], agent_rbac: str) -> OperatorProcess:
+    """An operator whose Jobs run as the agent ServiceAccount."""
+    return start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def evaluation(name: str, digits_onnx: Path, **spec: Any) -> dict[str, Any]:
+    """A digits ModelEvaluation that runs for real on the CPU exec node in about a second
+    (``hardware``, when given, replaces the exec node selector instead of merging with it)."""
+    hardware = spec.pop("hardware", {"nodeSelector": EXEC_CPU})
+    base = {
+        "model": {
+            "name": "digits",
+            "uri": f"file://{digits_onnx}",
+            "format": "onnx",
+            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
+            "outputs": [{"name": "logits", "shape": [-1, 10]}],
+        },
+        "preprocessing": [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}],
+        "framework": {"name": "onnxruntime", "intraOpThreads": 1},
+        "dataset": {"type": "digits"},
+        "scenario": QUICK_SCENARIO,
+        "hardware": hardware,
+        "timeout": "5m",
+    }
+    metadata: dict[str, Any] = {"name": name}
+    if "labels" in spec:
+        metadata["labels"] = spec.pop("labels")
+    return {
+        "apiVersion": "mlmodelscope.io/v1alpha1",
+        "kind": "ModelEvaluation",
+        "metadata": metadata,
+        "spec": merge(base, spec),
+    }
+
+
+def apply(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> str:
+    return cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest)
+    ).stdout
+
+
+def get(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    return kube.get(evaluation_path(namespace, name))
+
+
+def phase_of(kube: Kube, namespace: str, name: str) -> str | None:
+    phase = (get(kube, namespace, name).get("status") or {}).get("phase")
+    return str(phase) if phase else None
+
+
+def wait_phase(
+    kube: Kube, namespace: str, name: str, phases: tuple[str, ...], timeout: float = 120.0
+) -> dict[str, Any]:
+    """Wait until the evaluation reaches one of ``phases`` and return it."""
+    wait_for(
+        f"{namespace}/{name} to reach {'/'.join(phases)}",
+        lambda: phase_of(kube, namespace, name) in phases,
+        timeout,
+    )
+    return get(kube, namespace, name)
+
+
+def jobs(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    return kube.list(job_path(namespace), names.MANAGED_SELECTOR)
+
+
+def events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
+        if e["involvedObject"].get("kind") == "ModelEvaluation"
+        and e["involvedObject"].get("name") == name
+    ]
+
+
+def condition(ev: dict[str, Any], kind: str) -> dict[str, Any]:
+    for cond in (ev.get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return dict(cond)
+    raise AssertionError(f"no {kind} condition in {ev.get('status')}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def gone(kube: Kube, path: str) -> bool:
+    return kube.get_or_none(path) is None
+
+
+# ---------------------------------------------------------------------------------- tests
+
+
+def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    operator: OperatorProcess,
+    digits_onnx: Path,
+) -> None:
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    manifest = evaluation(
+        "digits",
+        digits_onnx,
+        labels={"kueue.x-k8s.io/queue-name": "team-queue"},
+        hardware={
+            "nodeSelector": EXEC_CPU,
+            "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+        },
+    )
+    apply(cluster, namespace, manifest)
+    job = wait_for("the Job", lambda: kube.get_or_none(job_path(namespace, "digits-g1")), 60)
+    ev = get(kube, namespace, "digits")
+    assert job["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "mlmodelscope.io/v1alpha1",
+            "kind": "ModelEvaluation",
+            "name": "digits",
+            "uid": ev["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+    assert job["metadata"]["labels"][names.LABEL_EVALUATION] == "digits"
+    pod_spec = job["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    assert container["image"].startswith("ghcr.io/mlmodelscope/agent-onnxruntime:")
+    assert container["image"].endswith("-cpu")
+    assert container["command"][:2] == ["mlms", "agent"]
+    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "512Mi"}}
+    assert pod_spec["serviceAccountName"] == AGENT_SA
+    # `kubectl wait` works on the Succeeded condition.
+    cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Succeeded", "--timeout=120s", "meval/digits"
+    )
+    ev = get(kube, namespace, "digits")
+    status = ev["status"]
+    assert status["phase"] == "Succeeded" and status["observedGeneration"] == 1
+    [row] = status["results"]
+    assert row["batchSize"] == 1 and row["scenario"] == "SingleStream"
+    assert 0.85 < row["accuracy"]["top1"] <= 1.0
+    assert 0 < row["latencyMs"]["p50"] <= row["latencyMs"]["p99"]
+    assert row["throughput"] > 0
+    assert status["summary"]["top1"] == row["accuracy"]["top1"]
+    assert status["stack"]["framework"] == "onnxruntime"
+    assert status["stack"]["node"] == "cpu-exec-0"
+    assert len(status["runId"]) == 36
+    results_cm = kube.get(configmap_path(namespace, "digits-results"))
+    document = json.loads(results_cm["data"]["result.json"])
+    assert document["run_id"] == status["runId"]
+    assert document["evaluation"]["generation"] == 1
+    assert kube.get(configmap_path(namespace, "digits-spec"))["data"]["evaluation.yaml"]
+    table = cluster.kubectl("get", "meval", "-n", namespace).stdout
+    header, line = table.splitlines()[:2]
+    assert "P50(MS)" in header and "ACCURACY" in header
+    assert "Succeeded" in line and f"{row['accuracy']['top1']:.4f}"[:4] in line
+    reasons = [e["reason"] for e in events(kube, namespace, "digits")]
+    assert "JobCreated" in reasons and "Succeeded" in reasons
+    assert not ev["metadata"].get("finalizers")
+
+    cluster.kubectl("delete", "meval", "digits", "-n", namespace, "--wait=false")
+    for path in (
+        job_path(namespace, "digits-g1"),
+        configmap_path(namespace, "digits-spec"),
+        configmap_path(namespace, "digits-results"),
+    ):
+        wait_for(f"{path} to be garbage-collected", lambda p=path: gone(kube, p), 60)
+
+
+def test_gpu_evaluation_lands_on_the_requested_product(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    """On a kwok GPU node the pod 'succeeds' without running: no results, so ResultsMissing."""
+    manifest = evaluation(
+        "on-h100",
+        digits_onnx,
+        hardware={
+            "device": "gpu",
+            "gpus": 2,
+            "gpuProduct": "NVIDIA-H100-80GB-HBM3",
+            "nodeSelector": {"mlmodelscope.io/simulation": "kwok"},
+        },
+    )
+    apply(cluster, namespace, manifest)
+    ev = wait_phase(kube, namespace, "on-h100", ("Succeeded", "Failed"))
+    job = kube.get(job_path(namespace, "on-h100-g1"))
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod_spec[
+        "tolerations"
+    ]
+    assert pod_spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod_spec["containers"][0]["image"].endswith("-gpu")
+    [pod] = kube.list(pod_path(namespace), "batch.kubernetes.io/job-name=on-h100-g1")
+    assert pod["spec"]["nodeName"] == "h100-kwok-0"
+    assert ev["status"]["phase"] == "Failed"
+    failed = condition(ev, "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "ResultsMissing")
+    assert "published no results" in failed["message"]
+    assert condition(ev, "Scheduled")["status"] == "True"
+
+
+def test_too_many_gpus_reports_unschedulable_with_the_schedulers_reason(
+    namespace: str, cluster: Cluster, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    manifest = evaluation("greedy", digits_onnx, hardware={"device": "gpu", "gpus": 16})
+    apply(cluster, namespace, manifest)
+
+    def unschedulable() -> dict[str, Any] | None:
+        conds = (get(kube, namespace, "greedy").get("status") or {}).get("conditions") or []
+        found = [c for c in conds if c["type"] == "Scheduled" and c["reason"] == "Unschedulable"]
+        return found[0] if found else None
+
+    cond = wait_for("the Unschedulable condition", unschedulable, 60)
+    assert cond["status"] == "False"
+    assert "Insufficient nvidia.com/gpu" in cond["message"]
+    ev = get(kube, namespace, "greedy")
+    assert ev["status"]["phase"] == "Pending"
+    assert "Insufficient nvidia.com/gpu" in ev["status"]["message"]
+    warnings = [e for e in events(kube, namespace, "greedy") if e["reason"] == "Unschedulable"]
+    assert warnings and warnings[0]["type"] == "Warning"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"scenario": {"type": "Server"}}, "spec.scenario.targetQPS"),
+        ({"scenario": {"batchSizes": [1, 1]}}, "spec.scenario.batchSizes"),
+        ({"hardware": {"gpus": 2}}, "spec.hardware.gpus"),
+        ({"model": {"format": "pickle"}}, "spec.model.format"),
+    ],
+)
+def test_invalid_resources_are_rejected_by_the_api_server_naming_the_field(
+    cluster: Cluster, namespace: str, crds: None, change: dict[str, Any], field: str
+) -> None:
+    manifest = evaluation("bad", Path("/models/digits.onnx"), **change)
+    proc = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False
+    )
+    assert proc.returncode != 0
+    assert field in proc.stderr, proc.stderr
+
+
+def test_semantically_invalid_spec_ends_failed_invalid_spec_with_an_event(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    manifest = evaluation("mismatch", digits_onnx, model={"format": "torchscript"})
+    apply(cluster, namespace, manifest)
+    ev = wait_phase(kube, namespace, "mismatch", ("Failed",), 60)
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "spec.model.format" in failed["message"]
+    assert condition(ev, "Valid")["status"] == "False"
+    warnings = [e for e in events(kube, namespace, "mismatch") if e["reason"] == "InvalidSpec"]
+    assert warnings and "spec.model.format" in warnings[0]["message"]
+    assert jobs(kube, namespace) == []
+
+
+def test_agent_errors_and_deadlines_end_failed_with_the_agents_message(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    missing = evaluation("no-model", digits_onnx, model={"uri": "file:///nonexistent/m.onnx"})
+    slow = evaluation(
+        "too-slow",
+        digits_onnx,
+        timeout="3s",
+        scenario={"minDuration": "60s", "minQueryCount": 10_000_000},
+    )
+    apply(cluster, namespace, missing)
+    apply(cluster, namespace, slow)
+    ev = wait_phase(kube, namespace, "no-model", ("Failed", "Succeeded"))
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "InvalidSpec", failed
+    assert failed["message"].startswith("spec.model.uri: ")
+    ev = wait_phase(kube, namespace, "too-slow", ("Failed", "Succeeded"))
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "DeadlineExceeded", failed
+    assert "spec.timeout 3s" in failed["message"]
+
+
+def test_killing_the_operator_mid_run_leaves_one_job_and_the_right_status(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    first = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    manifest = evaluation("survivor", digits_onnx, scenario={"minDuration": "4s"})
+    apply(cluster, namespace, manifest)
+    wait_phase(kube, namespace, "survivor", ("Running",), 90)
+    first.kill()
+    port = free_port()
+    second = start_operator(
+        f"--liveness=http://127.0.0.1:{port}/healthz",
+        MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac,
+    )
+    ev = wait_phase(kube, namespace, "survivor", ("Succeeded", "Failed"), 120)
+    assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+    assert [j["metadata"]["name"] for j in jobs(kube, namespace)] == ["survivor-g1"]
+    assert ev["status"]["results"][0]["accuracy"]["top1"] > 0.85
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as probe:
+        assert probe.status == 200
+    second.stop()  # SIGTERM: Kopf finishes what runs and exits cleanly
+    assert second.proc is not None and second.proc.returncode == 0, second.tail()
+
+
+def test_spec_edits_start_new_runs_with_history_and_reapplying_does_nothing(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    manifest = evaluation("edited", digits_onnx)
+    apply(cluster, namespace, manifest)
+    first = wait_phase(kube, namespace, "edited", ("Succeeded", "Failed"))
+    assert first["status"]["phase"] == "Succeeded"
+    # GitOps sync: the same spec again changes nothing.
+    apply(cluster, namespace, manifest)
+    time.sleep(3)
+    assert get(kube, namespace, "edited")["metadata"]["generation"] == 1
+    assert [j["metadata"]["name"] for j in jobs(kube, namespace)] == ["edited-g1"]
+    assert get(kube, namespace, "edited")["status"]["runId"] == first["status"]["runId"]
+
+    run_ids = [first["status"]["runId"]]
+    for generation, warmup in ((2, 3), (3, 4)):
+        apply(cluster, namespace, merge(manifest, {"spec": {"scenario": {"warmup": warmup}}}))
+        wait_for(
+            f"generation {generation} to be observed",
+            lambda g=generation: (
+                (get(kube, namespace, "edited").get("status") or {}).get("observedGeneration") == g
+            ),
+            60,
+        )
+        ev = wait_phase(kube, namespace, "edited", ("Succeeded", "Failed"))
+        assert ev["status"]["phase"] == "Succeeded"
+        assert ev["status"]["jobName"] == f"edited-g{generation}"
+        run_ids.append(ev["status"]["runId"])
+    history = ev["status"]["history"]
+    assert [h["generation"] for h in history] == [2, 1]
+    assert [h["runId"] for h in history] == run_ids[1::-1]
+    assert all(h["phase"] == "Succeeded" and h["summary"]["top1"] > 0.85 for h in history)
+    assert len(set(run_ids)) == 3
+    assert sorted(j["metadata"]["name"] for j in jobs(kube, namespace)) == [
+        "edited-g1",
+        "edited-g2",
+        "edited-g3",
+    ]
+    config = kube.get(configmap_path(namespace, "edited-spec"))
+    assert yaml.safe_load(config["data"]["evaluation.yaml"])["spec"]["scenario"]["warmup"] == 4
+
+
+def test_concurrency_limit_holds_and_every_queued_evaluation_finishes(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    digits_onnx: Path,
+) -> None:
+    """Limit 2, five evaluations. No job ServiceAccount: the agent may not write the results
+    ConfigMap, so this also proves the termination-message fallback."""
+    start_operator(MLMS_OPERATOR_MAX_RUNNING="2")
+    peak = {"active": 0}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            while not stop.is_set():
+                active = [
+                    j
+                    for j in jobs(kube, namespace)
+                    if not any(
+                        c["type"] in ("Complete", "Failed") and c["status"] == "True"
+                        for c in (j.get("status") or {}).get("conditions") or []
+                    )
+                ]
+                peak["active"] = max(peak["active"], len(active))
+                time.sleep(0.1)
+        except (KubeError, OSError) as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        for index in range(5):
+            apply(cluster, namespace, evaluation(f"batch-{index}", digits_onnx))
+        wait_for(
+            "some evaluations to be Queued",
+            lambda: any(phase_of(kube, namespace, f"batch-{i}") == "Queued" for i in range(5)),
+            60,
+        )
+        for index in range(5):
+            ev = wait_phase(kube, namespace, f"batch-{index}", ("Succeeded", "Failed"), 180)
+            assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+            assert ev["status"]["results"][0]["accuracy"]["top1"] > 0.85
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    assert not errors, errors
+    assert 1 <= peak["active"] <= 2, peak
+    queued = [e for i in range(5) for e in events(kube, namespace, f"batch-{i}")]
+    assert any(e["reason"] == "Queued" for e in queued)
+    assert len(jobs(kube, namespace)) == 5
+    cm = kube.get(configmap_path(namespace, "batch-0-results"))
+    assert not cm.get("data"), "the default ServiceAccount cannot patch ConfigMaps"

@@ -1,0 +1,86 @@
+"""Operator settings from MLMS_OPERATOR_* variables: defaults, parsing, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlmodelscope import __version__
+from mlmodelscope.controller.settings import OperatorSettings, SettingsError
+from mlmodelscope.spec.evaluation import Device, FrameworkName
+
+
+def test_defaults_need_no_environment() -> None:
+    settings = OperatorSettings.from_env({})
+    assert settings.max_running == 0
+    assert settings.max_running_per_namespace == 0
+    assert settings.namespaces == ()
+    assert settings.peering is None
+    assert settings.job_service_account is None
+    assert settings.image_pull_policy == "IfNotPresent"
+    image = settings.image_for(FrameworkName.ONNXRUNTIME, Device.CPU)
+    assert image == f"ghcr.io/mlmodelscope/agent-onnxruntime:{__version__}-cpu"
+    assert settings.image_for(FrameworkName.PYTORCH, Device.GPU).endswith("-gpu")
+
+
+def test_every_variable_is_read() -> None:
+    env = {
+        "MLMS_OPERATOR_IMAGE_ONNXRUNTIME_GPU": "registry.local/ort:1-gpu",
+        "MLMS_OPERATOR_IMAGE_VERSION": "9.9.9",
+        "MLMS_OPERATOR_IMAGE_PULL_POLICY": "Always",
+        "MLMS_OPERATOR_MAX_RUNNING": "2",
+        "MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE": "1",
+        "MLMS_OPERATOR_JOB_SERVICE_ACCOUNT": "mlmodelscope-agent",
+        "MLMS_OPERATOR_OTLP_ENDPOINT": "http://otel-collector:4318",
+        "MLMS_OPERATOR_PUSHGATEWAY_URL": "http://pushgateway:9091",
+        "MLMS_OPERATOR_RUNTIME_CLASS": "nvidia",
+        "MLMS_OPERATOR_NAMESPACES": "team-a, ml-*",
+        "MLMS_OPERATOR_PEERING": "true",
+        "MLMS_OPERATOR_POD_FAILURE_POLICY": "false",
+        "MLMS_OPERATOR_JOB_TTL_SECONDS": "never",
+        "MLMS_OPERATOR_RUN_AS_USER": "1000",
+    }
+    s = OperatorSettings.from_env(env)
+    assert s.image_for(FrameworkName.ONNXRUNTIME, Device.GPU) == "registry.local/ort:1-gpu"
+    assert s.image_for(FrameworkName.TENSORFLOW, Device.CPU).endswith(":9.9.9-cpu")
+    assert (s.max_running, s.max_running_per_namespace) == (2, 1)
+    assert s.job_service_account == "mlmodelscope-agent"
+    assert s.otlp_endpoint == "http://otel-collector:4318"
+    assert s.pushgateway_url == "http://pushgateway:9091"
+    assert s.runtime_class == "nvidia"
+    assert s.namespaces == ("team-a", "ml-*")
+    assert s.peering == "mlmodelscope"
+    assert s.pod_failure_policy is False
+    assert s.job_ttl_seconds is None
+    assert s.run_as_user == 1000
+    assert s.image_pull_policy == "Always"
+
+
+def test_bad_values_are_all_reported_with_the_variable_name() -> None:
+    env = {
+        "MLMS_OPERATOR_MAX_RUNNING": "two",
+        "MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE": "-1",
+        "MLMS_OPERATOR_IMAGE_PULL_POLICY": "sometimes",
+        "MLMS_OPERATOR_OTLP_ENDPOINT": "otel:4318",
+        "MLMS_OPERATOR_PEERING": "Not_A_Name",
+        "MLMS_OPERATOR_MAX_RUNING": "3",
+    }
+    with pytest.raises(SettingsError) as info:
+        OperatorSettings.from_env(env)
+    text = str(info.value)
+    assert "MLMS_OPERATOR_MAX_RUNNING='two': expected a whole number >= 0" in text
+    assert "MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE='-1'" in text
+    assert "one of Always, IfNotPresent, Never" in text
+    assert "MLMS_OPERATOR_OTLP_ENDPOINT='otel:4318': expected an http:// or https:// URL" in text
+    assert "MLMS_OPERATOR_PEERING" in text
+    assert "MLMS_OPERATOR_MAX_RUNING is not an operator setting; did you mean" in text
+    assert len(info.value.problems) == 6
+
+
+def test_peering_name_and_off_values() -> None:
+    assert OperatorSettings.from_env({"MLMS_OPERATOR_PEERING": "eval-ops"}).peering == "eval-ops"
+    assert OperatorSettings.from_env({"MLMS_OPERATOR_PEERING": "false"}).peering is None
+    assert OperatorSettings.from_env({"MLMS_OPERATOR_PEERING": ""}).peering is None
+
+
+def test_unrelated_variables_are_ignored() -> None:
+    OperatorSettings.from_env({"MLMS_CACHE_DIR": "/x", "HOME": "/root"})
