@@ -170,6 +170,35 @@ def _bar_reporter(bar: Any, task: Any, name: str) -> Any:
     return Reporter(stage=stage, progress=progress)
 
 
+@app.command()
+def trace(
+    source: Annotated[
+        str, typer.Argument(help="A result document (or its .trace.json), or a trace id.")
+    ],
+    jaeger: Annotated[
+        str | None,
+        typer.Option("--jaeger", help="Jaeger query URL: fetch the trace by id from there."),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="Rows per table.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Break a run's trace down: top layers and kernels by time, share of predict time."""
+    import json
+
+    from mlmodelscope.telemetry.breakdown import breakdown, load_spans, render
+
+    try:
+        trace_id, spans = load_spans(source, jaeger)
+    except (OSError, LookupError, ValueError) as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    groups = breakdown(spans, top=top)
+    if as_json:
+        typer.echo(json.dumps({"trace_id": trace_id, "passes": groups}, indent=1))
+        return
+    render(console, trace_id, groups)
+
+
 def _mount_subcommands() -> None:
     """Attach sub-apps that live in optional modules."""
     try:
@@ -185,3 +214,52 @@ _mount_subcommands()
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+@app.command()
+def agent(
+    spec: Annotated[
+        str, typer.Option("--spec", help="The ModelEvaluation YAML mounted from its ConfigMap.")
+    ],
+    output: Annotated[str, typer.Option("--output", help="Where to write the result JSON.")],
+    results_configmap: Annotated[
+        str | None,
+        typer.Option("--results-configmap", help="ConfigMap (in this namespace) to publish to."),
+    ] = None,
+    termination_log: Annotated[
+        str, typer.Option("--termination-log", help="Where the kubelet reads the summary.")
+    ] = "/dev/termination-log",
+) -> None:
+    """Run one evaluation inside its Kubernetes Job and publish the results (the pod command)."""
+    import logging
+
+    from mlmodelscope.agent.pod import run_agent
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    raise typer.Exit(run_agent(spec, output, results_configmap, termination_log))
+
+
+@app.command()
+def operator(
+    standalone: Annotated[
+        bool, typer.Option("--standalone", help="No peering/leader election (one replica, dev).")
+    ] = False,
+    liveness: Annotated[
+        str | None,
+        typer.Option("--liveness", help="Serve health probes, e.g. http://0.0.0.0:8080/healthz."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Run the Kubernetes operator (settings: MLMS_OPERATOR_* variables, docs/operator.md)."""
+    import os
+
+    from mlmodelscope.controller.settings import OperatorSettings, SettingsError
+
+    try:
+        settings = OperatorSettings.from_env(os.environ)
+    except SettingsError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    from mlmodelscope.controller.main import run_operator
+
+    run_operator(settings, standalone=standalone, liveness=liveness, verbose=verbose)

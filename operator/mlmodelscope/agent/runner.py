@@ -28,6 +28,7 @@ from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
 from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.telemetry.agent import AgentTelemetry
 
 RESULT_API_VERSION = "mlmodelscope.io/results/v1alpha1"
 RESULT_KIND = "EvaluationResult"
@@ -212,12 +213,17 @@ def evaluate(
         report.stage(name)
         t0 = time.perf_counter_ns()
         try:
-            yield
+            with telemetry.span(name):  # telemetry: one span per stage
+                yield
         finally:
             timings[name] = (time.perf_counter_ns() - t0) / 1e9
 
     backend: Backend | None = None
+    telemetry = AgentTelemetry.off()
     try:
+        # --- telemetry (issue 6): evaluation span (TRACEPARENT), Pushgateway progress
+        telemetry = AgentTelemetry.start(evaluation)
+        report = telemetry.wrap(report)
         from mlmodelscope.agent.datasets import load_dataset
         from mlmodelscope.agent.processing import Postprocessor, Preprocessor, preprocess_all
         from mlmodelscope.agent.provenance import collect_stack, spec_hash
@@ -295,21 +301,34 @@ def evaluate(
         deadline = started + parse_duration(spec.timeout)
         measurements = []
         sut = BackendSUT(backend, postprocess if spec.postprocessing else None)
-        with timed("measure"):
+        with timed("measure"), telemetry.gpu_sampling(info.device):
             for batch_size in spec.scenario.batch_sizes:
                 report.stage(f"measure {spec.scenario.type.value} batch {batch_size}")
                 ring = BatchRing.for_scenario(spec.scenario, [inputs], batch_size)
                 overhead = measure_harness_overhead(spec.scenario.type, ring)
-                measurement = run_scenario(
-                    spec.scenario,
-                    sut,
-                    ring,
-                    progress=report.progress,
-                    time_limit_s=max(deadline - time.monotonic(), 1.0),
-                )
-                entry = measurement.to_dict(include_raw=include_raw)
-                entry["harness_overhead"] = overhead.to_dict()
-                measurements.append(entry)
+                with telemetry.scenario(spec.scenario.type.value, batch_size):
+                    measurement = run_scenario(
+                        spec.scenario,
+                        sut,
+                        ring,
+                        progress=report.progress,
+                        time_limit_s=max(deadline - time.monotonic(), 1.0),
+                    )
+                    entry = measurement.to_dict(include_raw=include_raw)
+                    entry["harness_overhead"] = overhead.to_dict()
+                    measurements.append(entry)
+                    # telemetry: traced passes per level run after, never inside, the
+                    # measurement, so the latency reported above is untraced (XSP leveling)
+                    telemetry.leveled_passes(
+                        backend,
+                        ring,
+                        stage=report.stage,
+                        raw_samples=samples.x,
+                        preprocess=pre,
+                        postprocess=postprocess if spec.postprocessing else None,
+                        scenario=spec.scenario.type.value,
+                        measured=entry,
+                    )
         document["measurements"] = measurements
         document["results"] = _headline(measurements, document["accuracy"])
         document["status"] = "Succeeded"
@@ -318,6 +337,7 @@ def evaluate(
         field = exc.field if isinstance(exc, SpecError) else None
         document["error"] = {"type": type(exc).__name__, "message": str(exc), "field": field}
         _finish(document, timings, started)
+        telemetry.finish(document, output, error=exc)  # telemetry: trace, metrics push
         if output is not None:
             write_document(document, output)
         raise EvaluationError(str(exc), document, output) from exc
@@ -325,6 +345,7 @@ def evaluate(
         if backend is not None:
             backend.close()
     _finish(document, timings, started)
+    telemetry.finish(document, output)  # telemetry: trace_id, tracing, gpu_metrics, push
     if output is not None:
         write_document(document, output)
     return RunOutcome(document, output, outputs)

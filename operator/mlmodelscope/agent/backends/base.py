@@ -11,10 +11,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mlmodelscope.spec.evaluation import EvaluationSpec
+
+if TYPE_CHECKING:
+    from mlmodelscope.telemetry.profilers import FrameworkProfiler
 
 
 class MissingExtraError(RuntimeError):
@@ -80,6 +84,13 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the session and device memory."""
+
+    def profiler(self, level: str) -> FrameworkProfiler | None:
+        """A profiling session for tracing level 'framework' or 'library' (telemetry's leveled
+        passes call it after the measurement; ``predict`` is never changed by it). None: this
+        backend cannot profile; raises ProfilingUnavailableError when the level cannot run
+        here (e.g. library level without a GPU)."""
+        return None
 
 
 class NullBackend(Backend):

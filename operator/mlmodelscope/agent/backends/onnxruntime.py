@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from mlmodelscope.agent.backends.base import (
     ModelLoadError,
 )
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
+
+if TYPE_CHECKING:
+    from mlmodelscope.telemetry.profilers import FrameworkProfiler
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -61,6 +64,7 @@ class OnnxRuntimeBackend(Backend):
         self._output_names: list[str] | None = None
         self._requested: list[str] = []
         self._details: dict[str, str] = {}
+        self._model_path: Path | None = None
 
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Create the session on the spec's device and check model.inputs/outputs against it."""
@@ -92,6 +96,7 @@ class OnnxRuntimeBackend(Backend):
         self._input_names = self._check_inputs(session, spec)
         self._output_names = self._check_outputs(session, spec)
         self._session = session
+        self._model_path = model_path
         self._requested = providers
         self._details["providers"] = ",".join(used)
 
@@ -217,6 +222,28 @@ class OnnxRuntimeBackend(Backend):
             device="cuda:0" if gpu else "cpu",
             details={**self._details, "requested_providers": ",".join(self._requested)},
         )
+
+    def profiler(self, level: str) -> FrameworkProfiler:
+        """A second session with ONNX Runtime's profiling on (the measured one is untouched):
+        node timings (framework), plus GPU kernels where the provider records them (library)."""
+        from mlmodelscope.telemetry.profilers import OrtProfiler
+
+        session = self._session
+        if session is None:
+            raise RuntimeError("OnnxRuntimeBackend.profiler() needs load() first")
+        ort, path, providers = self._ort, self._model_path, session.get_providers()
+
+        def make_session(prefix: str) -> Any:
+            options = session.get_session_options()
+            options.enable_profiling = True
+            options.profile_file_prefix = prefix
+            return ort.InferenceSession(str(path), options, providers=providers)
+
+        def feed(inputs: Sequence[np.ndarray]) -> tuple[Any, dict[str, np.ndarray]]:
+            return self._output_names, dict(zip(self._input_names, inputs, strict=False))
+
+        gpu = bool(GPU_PROVIDERS & set(providers))
+        return OrtProfiler(level, make_session, feed, gpu=gpu)
 
     def close(self) -> None:
         """Drop the session (and the device memory it holds)."""

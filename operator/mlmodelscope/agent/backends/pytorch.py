@@ -10,7 +10,7 @@ import logging
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from mlmodelscope.spec.evaluation import (
     FrameworkName,
     ModelFormat,
 )
+
+if TYPE_CHECKING:
+    from mlmodelscope.telemetry.profilers import FrameworkProfiler
 
 log = logging.getLogger(__name__)
 
@@ -222,6 +225,12 @@ class PyTorchBackend(Backend):
             device=self._device,
             details=details,
         )
+
+    def profiler(self, level: str) -> FrameworkProfiler:
+        """torch.profiler: aten ops (framework), plus CUDA kernels and copies (library)."""
+        from mlmodelscope.telemetry.profilers import TorchProfiler
+
+        return TorchProfiler(self.predict, level, cuda=self._cuda)
 
     def close(self) -> None:
         """Drop the module and give cached CUDA memory back."""

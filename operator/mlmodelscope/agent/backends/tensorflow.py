@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from mlmodelscope.agent.backends.base import (
     ModelLoadError,
 )
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
+
+if TYPE_CHECKING:
+    from mlmodelscope.telemetry.profilers import FrameworkProfiler
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class TensorFlowBackend(Backend):
         self._device = "/CPU:0"
         self._pin_device = False
         self._gpu = False
+        self._model_path: Path | None = None
 
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Configure devices and threads, load the signature, check model.inputs against it."""
@@ -87,6 +91,7 @@ class TensorFlowBackend(Backend):
         self._input_names = self._check_inputs(fn, spec)
         self._output_names = self._check_outputs(fn, spec)
         self._loaded, self._fn = loaded, fn
+        self._model_path = model_path
 
     def _configure_devices(self, spec: EvaluationSpec) -> None:
         """Place on /GPU:0 for device gpu (error if none); hide GPUs for device cpu."""
@@ -218,6 +223,38 @@ class TensorFlowBackend(Backend):
             device="cuda:0" if self._gpu else "cpu",
             details=details,
         )
+
+    def profiler(self, level: str) -> FrameworkProfiler:
+        """tf.profiler: TensorFlow ops (framework), plus GPU kernels and copies (library).
+
+        The profiled pass runs a freshly loaded copy of the SavedModel: TensorFlow stops
+        tracing ops its cost model has learned are cheap, so on the measured (warm) function
+        only the expensive ops would appear; a fresh copy shows every op."""
+        from mlmodelscope.telemetry.profilers import TfProfiler
+
+        tf, path, device = self._tf, self._model_path, self._device
+        if tf is None or path is None:
+            raise RuntimeError("TensorFlowBackend.profiler() needs load() first")
+        input_names, output_names, pin = self._input_names, self._output_names, self._pin_device
+
+        def fresh() -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
+            with tf.device(device):
+                loaded = tf.saved_model.load(str(path))
+            fn = loaded.signatures[SIGNATURE]
+
+            def predict(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+                feed = dict(zip(input_names, inputs, strict=False))
+                if pin:
+                    with tf.device(device):
+                        out = fn(**feed)
+                else:
+                    out = fn(**feed)
+                _ = loaded  # keeps the signature's variables alive
+                return [out[name].numpy() for name in output_names]
+
+            return predict
+
+        return TfProfiler(fresh, level, gpu=self._gpu)
 
     def close(self) -> None:
         """Drop the loaded SavedModel."""
