@@ -1,0 +1,75 @@
+-- Argo CD health check for mlmodelscope.io ModelEvaluation and EvaluationSweep.
+-- Reads only .status.phase, .status.conditions (metav1.Condition), .status.observedGeneration
+-- and .status.message/.summary, which both kinds share. Written for Lua 5.1 (gopher-lua).
+--   Succeeded                  -> Healthy
+--   Pending / Queued / Running -> Progressing (also: no status yet, or status of an older generation)
+--   Failed                     -> Degraded
+local hs = {}
+
+local function condition(status, kind, value)
+  if status.conditions == nil then
+    return nil
+  end
+  for _, c in ipairs(status.conditions) do
+    if c.type == kind and c.status == value then
+      return c
+    end
+  end
+  return nil
+end
+
+local function detail(status, kind, value)
+  local c = condition(status, kind, value or "True")
+  if c ~= nil and c.message ~= nil and c.message ~= "" then
+    if c.reason ~= nil and c.reason ~= "" then
+      return c.reason .. ": " .. c.message
+    end
+    return c.message
+  end
+  if status.message ~= nil and status.message ~= "" then
+    return status.message
+  end
+  return nil
+end
+
+local status = obj.status
+if status == nil or status.phase == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the mlmodelscope operator to pick this up"
+  return hs
+end
+
+local generation = obj.metadata and obj.metadata.generation
+if generation ~= nil and status.observedGeneration ~= nil and status.observedGeneration < generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to observe generation " .. tostring(generation)
+  return hs
+end
+
+local phase = status.phase
+if phase == "Succeeded" then
+  hs.status = "Healthy"
+  local parts = {}
+  local s = status.summary
+  if s ~= nil then
+    if s.p50Ms ~= nil then table.insert(parts, string.format("p50 %.3g ms", s.p50Ms)) end
+    if s.throughput ~= nil then table.insert(parts, string.format("%.4g samples/s", s.throughput)) end
+    if s.top1 ~= nil then table.insert(parts, string.format("top-1 %.4g", s.top1)) end
+  end
+  if #parts > 0 then
+    hs.message = "Succeeded: " .. table.concat(parts, ", ")
+  else
+    hs.message = detail(status, "Succeeded") or "Succeeded"
+  end
+elseif phase == "Failed" then
+  hs.status = "Degraded"
+  hs.message = detail(status, "Failed") or "Failed"
+elseif phase == "Pending" or phase == "Queued" or phase == "Running" then
+  hs.status = "Progressing"
+  -- A pod the scheduler cannot place (Scheduled=False, reason Unschedulable) says why.
+  hs.message = detail(status, "Scheduled", "False") or detail(status, phase) or phase
+else
+  hs.status = "Unknown"
+  hs.message = "Unknown phase " .. tostring(phase)
+end
+return hs

@@ -1,0 +1,99 @@
+# syntax=docker/dockerfile:1
+# The evaluation agent (`mlms agent ...`), one image per framework and device. Everything that
+# differs between the six images is a build argument; docker-bake.json holds the matrix:
+#
+#   docker buildx bake -f images/docker-bake.json agent-onnxruntime-cpu
+#
+# or by hand, from the repository root:
+#
+#   docker build -f images/agent.Dockerfile \
+#     --build-arg EXTRAS=onnxruntime,datasets,telemetry \
+#     --build-arg MLMS_IMAGE=ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu \
+#     -t ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu .
+#
+# BASE_IMAGE is python:3.11-slim-bookworm for CPU images and an nvidia/cuda Ubuntu 24.04 image
+# for GPU images (Python 3.12 from the distribution). Pin a digest by passing
+# BASE_IMAGE=name:tag@sha256:... (docker-bake.json does, once CI has resolved one).
+
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+# --------------------------------------------------------------------------- base
+# The interpreter, and nothing else. python:* images have one in /usr/local; the nvidia/cuda
+# images get the distribution's python3, whose version the base tag pins.
+FROM ${BASE_IMAGE} AS base
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN if ! command -v python3 >/dev/null; then \
+      apt-get update \
+      && apt-get install -y --no-install-recommends python3 ca-certificates \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+
+# ------------------------------------------------------------------------ builder
+# A virtual environment at /opt/venv with the project and one framework's extra, resolved
+# against constraints.txt (the versions CI tests) plus images/constraints-images.txt (GPU builds).
+FROM base AS builder
+ARG EXTRAS=onnxruntime,datasets,telemetry
+# An extra package index, e.g. https://download.pytorch.org/whl/cpu for CPU-only PyTorch wheels.
+ARG EXTRA_INDEX_URL=""
+# hadolint ignore=DL3008
+RUN if ! python3 -c 'import ensurepip' 2>/dev/null; then \
+      apt-get update \
+      && apt-get install -y --no-install-recommends python3-venv \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/venv
+WORKDIR /src
+COPY pyproject.toml README.md constraints.txt ./
+COPY images/constraints-images.txt images/
+COPY operator/ operator/
+RUN /opt/venv/bin/pip install --no-cache-dir \
+      -c constraints.txt -c images/constraints-images.txt \
+      ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
+      ".[${EXTRAS}]" \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/mlms version
+
+# ------------------------------------------------------------------------ runtime
+FROM base AS runtime
+ARG EXTRAS=onnxruntime,datasets,telemetry
+ARG MLMS_IMAGE=""
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=1970-01-01T00:00:00Z
+ARG BASE_IMAGE
+LABEL org.opencontainers.image.title="mlmodelscope-agent" \
+      org.opencontainers.image.description="mlmodelscope evaluation agent (extras: ${EXTRAS})" \
+      org.opencontainers.image.source="https://github.com/mlmodelscope/mlmodelscope" \
+      org.opencontainers.image.documentation="https://github.com/mlmodelscope/mlmodelscope/tree/main/docs" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="mlmodelscope" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.mlmodelscope.extras="${EXTRAS}"
+# A fixed non-root user (65532, as distroless "nonroot"); the operator's Job runs as this UID.
+RUN groupadd --system --gid 65532 mlms \
+    && useradd --system --uid 65532 --gid 65532 --no-create-home \
+         --home-dir /var/cache/mlmodelscope --shell /usr/sbin/nologin mlms \
+    && mkdir -p /var/cache/mlmodelscope \
+    && chown 65532:65532 /var/cache/mlmodelscope
+COPY --from=builder /opt/venv /opt/venv
+# The only writable place: model/dataset caches, HOME for libraries that write to ~. The root
+# filesystem stays read-only (readOnlyRootFilesystem in the Job and the chart).
+ENV PATH=/opt/venv/bin:$PATH \
+    MLMS_CACHE_DIR=/var/cache/mlmodelscope \
+    HOME=/var/cache/mlmodelscope \
+    XDG_CACHE_HOME=/var/cache/mlmodelscope/xdg \
+    MLMS_IMAGE=${MLMS_IMAGE} \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+VOLUME /var/cache/mlmodelscope
+WORKDIR /var/cache/mlmodelscope
+USER 65532:65532
+ENTRYPOINT ["mlms"]
+CMD ["--help"]

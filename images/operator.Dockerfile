@@ -1,0 +1,58 @@
+# syntax=docker/dockerfile:1
+# The operator (`mlms operator`): Kopf, the Kubernetes client and telemetry; no framework.
+#
+#   docker build -f images/operator.Dockerfile \
+#     --build-arg MLMS_IMAGE=ghcr.io/mlmodelscope/operator:0.1.0 \
+#     -t ghcr.io/mlmodelscope/operator:0.1.0 .
+
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+# ------------------------------------------------------------------------ builder
+FROM ${BASE_IMAGE} AS builder
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv /opt/venv
+WORKDIR /src
+COPY pyproject.toml README.md constraints.txt ./
+COPY operator/ operator/
+RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt ".[operator,telemetry]" \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/mlms version
+
+# ------------------------------------------------------------------------ runtime
+FROM ${BASE_IMAGE} AS runtime
+ARG MLMS_IMAGE=""
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=1970-01-01T00:00:00Z
+ARG BASE_IMAGE
+LABEL org.opencontainers.image.title="mlmodelscope-operator" \
+      org.opencontainers.image.description="mlmodelscope operator: turns ModelEvaluations into evaluation Jobs" \
+      org.opencontainers.image.source="https://github.com/mlmodelscope/mlmodelscope" \
+      org.opencontainers.image.documentation="https://github.com/mlmodelscope/mlmodelscope/tree/main/docs" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="mlmodelscope" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      io.mlmodelscope.extras="operator,telemetry"
+RUN groupadd --system --gid 65532 mlms \
+    && useradd --system --uid 65532 --gid 65532 --no-create-home \
+         --home-dir /var/cache/mlmodelscope --shell /usr/sbin/nologin mlms \
+    && mkdir -p /var/cache/mlmodelscope \
+    && chown 65532:65532 /var/cache/mlmodelscope
+COPY --from=builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    MLMS_CACHE_DIR=/var/cache/mlmodelscope \
+    HOME=/var/cache/mlmodelscope \
+    MLMS_IMAGE=${MLMS_IMAGE}
+VOLUME /var/cache/mlmodelscope
+WORKDIR /var/cache/mlmodelscope
+USER 65532:65532
+# Liveness/readiness (/healthz) and Prometheus metrics.
+EXPOSE 8080 9090
+ENTRYPOINT ["mlms"]
+CMD ["operator"]

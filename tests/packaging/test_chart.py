@@ -1,0 +1,435 @@
+"""The Helm chart: linted, rendered, validated against the Kubernetes schemas, least privilege.
+
+Everything here runs `helm` (built from its pinned Go module) without a cluster; installing the
+chart into the real control plane is tests/packaging/test_chart_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from chart_helpers import CHART, CI_VALUES, NAMESPACE, ROOT, Manifest, find, one, render, run_helm
+
+from mlmodelscope.controller.settings import OperatorSettings, SettingsError
+from mlmodelscope.devcluster import versions
+from mlmodelscope.spec.evaluation import Device, FrameworkName
+
+VALUE_SETS = [pytest.param((), id="defaults")] + [
+    pytest.param((path,), id=path.name.removesuffix("-values.yaml")) for path in CI_VALUES
+]
+NEWEST_SCHEMAS = kubernetes_validate.utils.latest_version()
+DEV_CLUSTER = versions.KUBERNETES_VERSION.lstrip("v")
+KUBE_VERSIONS = sorted({NEWEST_SCHEMAS, DEV_CLUSTER})
+CUSTOM_KINDS = {
+    "ServiceMonitor": "monitoring.coreos.com/v1, prometheus-operator's CRD",
+    "ClusterKopfPeering": "kopf.dev/v1, Kopf's peering CRD (crds/kopf.dev_peerings.yaml)",
+    "KopfPeering": "kopf.dev/v1, Kopf's peering CRD (crds/kopf.dev_peerings.yaml)",
+}
+"""Objects of CRD-defined kinds: kubernetes-validate ships no schema for them."""
+REPO_CRDS = sorted((ROOT / "crds").glob("*.yaml"))
+CHART_ONLY_CRDS = {"kopf.dev_peerings.yaml"}
+DASHBOARD_SOURCE = ROOT / "operator" / "mlmodelscope" / "telemetry" / "dashboards"
+DASHBOARD_SOURCE /= "mlmodelscope.json"
+DASHBOARD_COPY = CHART / "dashboards" / "mlmodelscope.json"
+FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
+FORBIDDEN_RESOURCES = {
+    "*",
+    "secrets",
+    "pods/exec",
+    "pods/attach",
+    "pods/portforward",
+    "nodes/proxy",
+}
+
+
+# ------------------------------------------------------------------------------ lint & render
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_helm_lint_strict(helm: Path, values: tuple[Path, ...]) -> None:
+    args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
+    for file in values:
+        args += ["--values", str(file)]
+    out = run_helm(helm, *args).stdout
+    assert "[ERROR]" not in out and "[WARNING]" not in out, out
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_rendered_manifests_validate_against_kubernetes_schemas(
+    helm: Path, values: tuple[Path, ...], kube_version: str
+) -> None:
+    """Strict schemas (unknown fields are errors) of the newest Kubernetes kubernetes-validate
+    ships and of the dev cluster's version; CRDs included."""
+    manifests = render(helm, values, include_crds=True, kube_version=f"v{kube_version}")
+    checked = 0
+    for manifest in manifests:
+        if manifest["kind"] in CUSTOM_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(manifest, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            pytest.fail(f"{manifest['kind']}/{manifest['metadata']['name']}: {where}: {exc}")
+        checked += 1
+    assert checked >= 10, f"only {checked} objects validated"
+
+
+def test_kubernetes_schema_versions() -> None:
+    """Tells which versions the chart is validated against (visible with -v), and that the
+    newest schemas kubernetes-validate ships are not older than the dev cluster."""
+    assert tuple(map(int, NEWEST_SCHEMAS.split(".")[:2])) >= tuple(
+        map(int, DEV_CLUSTER.split(".")[:2])
+    ), (NEWEST_SCHEMAS, DEV_CLUSTER)
+
+
+def test_chart_kube_version_covers_the_dev_cluster(helm: Path) -> None:
+    """Chart.yaml's kubeVersion accepts the dev cluster's Kubernetes version."""
+    render(helm, kube_version=versions.KUBERNETES_VERSION)
+
+
+# ----------------------------------------------------------------------------- CRDs, dashboard
+
+
+def test_chart_crds_are_identical_copies_of_the_repository_crds() -> None:
+    assert REPO_CRDS, "no CRDs in crds/"
+    chart_crds = {p.name for p in (CHART / "crds").glob("*.yaml")}
+    missing = {p.name for p in REPO_CRDS} - chart_crds
+    assert not missing, f"copy them: cp crds/*.yaml helm/mlmodelscope/crds/ ({sorted(missing)})"
+    for crd in REPO_CRDS:
+        copy = CHART / "crds" / crd.name
+        assert copy.read_bytes() == crd.read_bytes(), (
+            f"{copy} differs from {crd}: cp crds/*.yaml helm/mlmodelscope/crds/"
+        )
+    extra = chart_crds - {p.name for p in REPO_CRDS} - CHART_ONLY_CRDS
+    assert not extra, f"CRDs in the chart that crds/ does not have: {sorted(extra)}"
+
+
+def test_kopf_peering_crds_match_what_kopf_looks_for() -> None:
+    from kopf._cogs.structs import references
+
+    docs = list(yaml.safe_load_all((CHART / "crds" / "kopf.dev_peerings.yaml").read_text()))
+    served = {
+        (d["spec"]["group"], v["name"], d["spec"]["names"]["plural"], d["spec"]["scope"])
+        for d in docs
+        for v in d["spec"]["versions"]
+        if v["served"]
+    }
+    for selector, scope in (
+        (references.CLUSTER_PEERINGS_K, "Cluster"),
+        (references.NAMESPACED_PEERINGS_K, "Namespaced"),
+    ):
+        assert (selector.group, selector.version, selector.any_name, scope) in served
+
+
+def test_dashboard_is_a_copy_of_the_telemetry_dashboard(helm: Path) -> None:
+    assert DASHBOARD_SOURCE.is_file(), f"{DASHBOARD_SOURCE} is missing"
+    assert DASHBOARD_COPY.read_bytes() == DASHBOARD_SOURCE.read_bytes(), (
+        f"copy it: cp {DASHBOARD_SOURCE.relative_to(ROOT)} {DASHBOARD_COPY.relative_to(ROOT)}"
+    )
+    dashboard = one(render(helm), "ConfigMap", "mlms-mlmodelscope-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["mlmodelscope.json"]) == json.loads(
+        DASHBOARD_SOURCE.read_text()
+    )
+
+
+# ----------------------------------------------------------------------------------- values
+
+
+def _value_keys(text: str) -> list[tuple[int, str, bool]]:
+    """(line number, dotted path, has a comment right above) for every key in values.yaml."""
+    lines = text.splitlines()
+    stack: list[tuple[int, str]] = []
+    keys = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z0-9_]+):", line)
+        if not match:
+            continue
+        indent, key = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join([k for _, k in stack] + [key])
+        stack.append((indent, key))
+        previous = lines[number - 1].strip() if number else ""
+        keys.append((number + 1, path, previous.startswith("#")))
+    return keys
+
+
+FREE_FORM = ("operator.resources.", "podSecurityContext.", "securityContext.")
+"""Values that are Kubernetes objects given as defaults: their parent's comment covers them."""
+
+
+def test_every_value_is_commented() -> None:
+    keys = _value_keys((CHART / "values.yaml").read_text())
+    assert len(keys) > 60
+    bare = [
+        f"line {n}: {path}"
+        for n, path, commented in keys
+        if not commented and not path.startswith(FREE_FORM)
+    ]
+    assert not bare, "values without a comment above them:\n" + "\n".join(bare)
+
+
+def _schema() -> dict[str, Any]:
+    return dict(json.loads((CHART / "values.schema.json").read_text()))
+
+
+def test_values_and_ci_values_match_the_schema() -> None:
+    schema = _schema()
+    jsonschema.Draft7Validator.check_schema(schema)
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.validate(defaults, schema)
+    for file in CI_VALUES:
+        merged = _merge(defaults, yaml.safe_load(file.read_text()))
+        jsonschema.validate(merged, schema)
+
+
+def test_schema_describes_every_default_value() -> None:
+    """No value in values.yaml that the schema does not know (and so cannot check)."""
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, schema: dict[str, Any], path: str) -> None:
+        if not isinstance(value, dict) or "properties" not in schema:
+            return
+        for key, child in value.items():
+            assert key in schema["properties"], f"{path}{key} is not in values.schema.json"
+            walk(child, schema["properties"][key], f"{path}{key}.")
+
+    walk(defaults, _schema(), "")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "replicaCount=-1",
+        "operator.maxRunnin=2",
+        "operator.otlpEndpoint=jaeger:4318",
+        "operator.imagePullPolicy=Sometimes",
+        "watchNamespaces={Team_A}",
+        "operator.extraSettings.OTHER_VARIABLE=1",
+        "metrics.serviceMonitor.interval=often",
+    ],
+)
+def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
+    proc = subprocess.run(
+        [str(helm), "template", "x", str(CHART), "--set", bad],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "values don't meet the specifications" in proc.stderr, (
+        proc.stderr
+    )
+
+
+def _merge(base: Any, override: Any) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = _merge(base.get(key), value)
+        return out
+    return override
+
+
+# --------------------------------------------------------------------------------- operator
+
+
+def _deployment(manifests: list[Manifest]) -> Manifest:
+    return one(manifests, "Deployment", "mlms-mlmodelscope-operator")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_operator_pod_meets_the_restricted_pod_security_profile(
+    helm: Path, values: tuple[Path, ...]
+) -> None:
+    pod = _deployment(render(helm, values))["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert "hostNetwork" not in pod and "hostPID" not in pod and "hostIPC" not in pod
+    for volume in pod["volumes"]:
+        assert set(volume) <= {"name", "emptyDir", "configMap", "projected", "secret"}
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"]["drop"] == ["ALL"]
+    assert "add" not in context["capabilities"]
+    assert context["seccompProfile"]["type"] == "RuntimeDefault"
+    assert "privileged" not in context
+
+
+def test_operator_deployment_runs_mlms_operator_with_probes_and_resources(helm: Path) -> None:
+    manifests = render(helm)
+    deployment = _deployment(manifests)
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "mlms-mlmodelscope-operator"
+    (container,) = pod["containers"]
+    assert container["command"] == ["mlms"]
+    assert container["args"] == ["operator", "--liveness=http://0.0.0.0:8080/healthz"]
+    assert container["image"] == "ghcr.io/mlmodelscope/operator:0.1.0"
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"health": 8080, "metrics": 9090}
+    assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
+    assert container["envFrom"] == [{"configMapRef": {"name": "mlms-mlmodelscope-operator"}}]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"/tmp", "/var/cache/mlmodelscope"}
+    service = one(manifests, "Service", "mlms-mlmodelscope-metrics")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+
+
+def _settings(manifests: list[Manifest]) -> OperatorSettings:
+    data = one(manifests, "ConfigMap", "mlms-mlmodelscope-operator")["data"]
+    assert all(key.startswith("MLMS_OPERATOR_") for key in data), sorted(data)
+    try:
+        return OperatorSettings.from_env(data)
+    except SettingsError as exc:
+        pytest.fail(f"the operator refuses the chart's ConfigMap: {exc}")
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_operator_accepts_the_rendered_configuration(helm: Path, values: tuple[Path, ...]) -> None:
+    """The ConfigMap's variables go through the operator's own settings parser."""
+    settings = _settings(render(helm, values))
+    assert settings.job_service_account == "mlms-mlmodelscope-evaluation"
+
+
+def test_configuration_maps_values_to_settings(helm: Path) -> None:
+    wide = _settings(render(helm, [CHART / "ci" / "cluster-wide-values.yaml"]))
+    assert (wide.max_running, wide.max_running_per_namespace) == (8, 2)
+    assert wide.otlp_endpoint == "http://jaeger-collector.observability:4318"
+    assert wide.pushgateway_url == "http://prometheus-pushgateway.monitoring:9091"
+    assert wide.runtime_class == "nvidia"
+    assert wide.namespaces == ()
+    assert wide.peering == "mlmodelscope"  # two replicas
+    assert wide.image_for(FrameworkName.ONNXRUNTIME, Device.GPU) == (
+        "registry.example.com/mlmodelscope/agent-onnxruntime:0.1.0-gpu"
+    )
+    assert wide.image_for(FrameworkName.PYTORCH, Device.CPU).startswith(
+        "ghcr.io/mlmodelscope/agent-pytorch:"
+    )
+    scoped = _settings(render(helm, [CHART / "ci" / "namespaced-values.yaml"]))
+    assert scoped.namespaces == ("team-a", "team-b")
+    assert scoped.peering == "mlmodelscope"
+    assert scoped.job_ttl_seconds is None
+    assert scoped.image_pull_policy == "Always"
+    assert scoped.pod_failure_policy is False  # extraSettings wins
+    defaults = _settings(render(helm))
+    assert defaults.peering is None and defaults.max_running == 0
+
+
+def test_peering_is_on_with_more_than_one_replica(helm: Path) -> None:
+    assert not find(render(helm), "ClusterKopfPeering")
+    manifests = render(helm, sets=["replicaCount=2"])
+    assert one(manifests, "ClusterKopfPeering")["metadata"]["name"] == "mlmodelscope"
+    rules = one(manifests, "ClusterRole", "mlms-mlmodelscope-operator")["rules"]
+    assert any("clusterkopfpeerings" in r["resources"] for r in rules)
+    scoped = render(helm, [CHART / "ci" / "namespaced-values.yaml"])
+    peerings = find(scoped, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+
+
+def test_service_monitor_and_network_policy_are_opt_in(helm: Path) -> None:
+    manifests = render(helm)
+    assert not find(manifests, "ServiceMonitor") and not find(manifests, "NetworkPolicy")
+    on = render(helm, [CHART / "ci" / "cluster-wide-values.yaml"])
+    monitor = one(on, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+    policies = {p["metadata"]["name"]: p for p in find(on, "NetworkPolicy")}
+    evaluation = policies["mlms-mlmodelscope-evaluation"]
+    assert evaluation["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in evaluation["spec"]
+
+
+# ------------------------------------------------------------------------------------- RBAC
+
+
+def _rules(manifests: list[Manifest]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{m['kind']}/{m['metadata'].get('namespace', '')}/{m['metadata']['name']}", rule)
+        for m in manifests
+        if m["kind"] in ("Role", "ClusterRole")
+        for rule in m["rules"]
+    ]
+
+
+@pytest.mark.parametrize("values", VALUE_SETS)
+def test_rbac_grants_nothing_broad(helm: Path, values: tuple[Path, ...]) -> None:
+    for where, rule in _rules(render(helm, values)):
+        assert "*" not in rule.get("apiGroups", []), where
+        assert not FORBIDDEN_VERBS & set(rule["verbs"]), (where, rule)
+        assert not FORBIDDEN_RESOURCES & set(rule["resources"]), (where, rule)
+        assert "nonResourceURLs" not in rule, where
+        if "" in rule["apiGroups"] and "pods" in rule["resources"]:
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, (where, rule)
+
+
+def test_evaluation_jobs_may_only_get_and_patch_configmaps(helm: Path) -> None:
+    for values in ((), (CHART / "ci" / "namespaced-values.yaml",)):
+        manifests = render(helm, values)
+        roles = find(manifests, "Role", "mlms-mlmodelscope-evaluation")
+        assert roles
+        for role in roles:
+            assert role["rules"] == [
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+            ]
+        bindings = find(manifests, "RoleBinding", "mlms-mlmodelscope-evaluation")
+        assert {b["metadata"]["namespace"] for b in bindings} == {
+            r["metadata"]["namespace"] for r in roles
+        }
+        for binding in bindings:
+            (subject,) = binding["subjects"]
+            assert subject["name"] == "mlms-mlmodelscope-evaluation"
+            assert subject["namespace"] == binding["metadata"]["namespace"]
+    default_ns = {r["metadata"]["namespace"] for r in find(render(helm), "Role")}
+    assert default_ns == {NAMESPACE}
+
+
+def test_cluster_wide_operator_uses_a_cluster_role(helm: Path) -> None:
+    manifests = render(helm)
+    role = one(manifests, "ClusterRole", "mlms-mlmodelscope-operator")
+    granted = {
+        (g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+    }
+    for needed in [
+        ("mlmodelscope.io", "modelevaluations"),
+        ("mlmodelscope.io", "modelevaluations/status"),
+        ("mlmodelscope.io", "modelevaluations/finalizers"),
+        ("batch", "jobs"),
+        ("", "configmaps"),
+        ("", "pods"),
+        ("", "events"),
+    ]:
+        assert needed in granted, needed
+    binding = one(manifests, "ClusterRoleBinding", "mlms-mlmodelscope-operator")
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_namespaced_operator_gets_roles_only_where_it_watches(helm: Path) -> None:
+    manifests = render(helm, [CHART / "ci" / "namespaced-values.yaml"])
+    roles = find(manifests, "Role", "mlms-mlmodelscope-operator")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    (cluster_role,) = find(manifests, "ClusterRole")
+    cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert cluster_resources == {"customresourcedefinitions", "namespaces"}
+    for rule in cluster_role["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}
+    job_namespaces = {
+        sa["metadata"]["namespace"]
+        for sa in find(manifests, "ServiceAccount", "mlms-mlmodelscope-evaluation")
+    }
+    assert job_namespaces == {"team-a", "team-b"}
