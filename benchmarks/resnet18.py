@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -333,18 +329,6 @@ def models_key(size: int) -> str:
     return digest.hexdigest()[:16]
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock, so concurrent benchmark runs build only once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def ensure_resnet18_models(size: int = 224, cache_dir: Path | None = None) -> Path:
     """The folder holding the network in every format, building it on first use.
 
@@ -352,34 +336,12 @@ def ensure_resnet18_models(size: int = 224, cache_dir: Path | None = None) -> Pa
     ~/.cache/mlmodelscope). The build runs in a subprocess so TensorFlow's and PyTorch's
     process-wide state (thread pools, seeds) never leaks into the benchmark that asks for it.
     """
+    from mlmodelscope.agent.digits import build_once
     from mlmodelscope.agent.sources import default_cache_dir
 
     base = (cache_dir if cache_dir is not None else default_cache_dir()) / "models" / "resnet18"
-    final = base / models_key(size)
-    if (final / MANIFEST).is_file():
-        return final
-    with _file_lock(base / f"{final.name}.lock"):
-        if (final / MANIFEST).is_file():
-            return final
-        staging = base / f"{final.name}.tmp-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
-        script = str(Path(__file__).resolve())
-        proc = subprocess.run(
-            [sys.executable, script, "--out", str(staging), "--size", str(size)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-        if proc.returncode != 0 or not (staging / MANIFEST).is_file():
-            shutil.rmtree(staging, ignore_errors=True)
-            tail = (proc.stdout + proc.stderr)[-4000:]
-            raise RuntimeError(f"building the resnet18 models failed:\n{tail}")
-        shutil.rmtree(final, ignore_errors=True)
-        staging.rename(final)
-    return final
+    command = [sys.executable, str(Path(__file__).resolve()), "--size", str(size)]
+    return build_once(base / models_key(size), command, "the resnet18 models", BUILD_TIMEOUT_S)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,3 +44,58 @@ ensure_venv() {
     echo "environment up to date ($VENV)"
   fi
 }
+
+# ensure_debs PKG...: install Debian packages whose binaries are missing (root or sudo).
+ensure_debs() {
+  local missing=()
+  for pkg in "$@"; do
+    command -v "$pkg" >/dev/null || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} = 0 ]; then
+    echo "installed: $*"
+    return 0
+  fi
+  local sudo=()
+  [ "$(id -u)" = 0 ] || sudo=(sudo)
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+  echo "installed: ${missing[*]}"
+}
+
+# The Go-built tools, each `python -m MODULE ARGS` with its own log under the cache.
+GO_BUILDS=(
+  "control-plane:mlmodelscope.devcluster.build"
+  "jaeger:mlmodelscope.telemetry.tools build"
+  "helm:mlmodelscope.devtools.helm"
+)
+GO_LOGS="${MLMS_CACHE_DIR:-$HOME/.cache/mlmodelscope}/logs"
+GO_PIDS=()
+
+start_go_builds() {
+  mkdir -p "$GO_LOGS"
+  local entry name args
+  for entry in "${GO_BUILDS[@]}"; do
+    name=${entry%%:*}
+    read -r -a args <<< "${entry#*:}"
+    PYTHONPATH="$ROOT/operator" "${PYTHON:-python3}" -m "${args[@]}" > "$GO_LOGS/$name.log" 2>&1 &
+    GO_PIDS+=("$name:$!")
+    echo "$name: pid $! (log $GO_LOGS/$name.log)"
+  done
+}
+
+wait_go_builds() {
+  local rc=0 entry name pid
+  for entry in "${GO_PIDS[@]}"; do
+    name=${entry%%:*}
+    pid=${entry#*:}
+    if wait "$pid"; then
+      echo "--- $name: $(tail -n 1 "$GO_LOGS/$name.log")"
+    else
+      rc=1
+      echo "--- $name FAILED; the end of $GO_LOGS/$name.log:"
+      tail -n 40 "$GO_LOGS/$name.log"
+    fi
+  done
+  return $rc
+}

@@ -9,32 +9,20 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from mlmodelscope.devcluster import nodes, versions
 from mlmodelscope.devcluster.cluster import Cluster, pid_alive
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.cluster
 
-T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 EXEC_CPU = {nodes.SIMULATION_LABEL: "exec", nodes.POOL_LABEL: "cpu"}
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0) -> T:
-    """Poll until fn returns something truthy; fail with `what` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
 
 
 def apply(cluster: Cluster, manifest: dict[str, Any], namespace: str | None = None) -> None:

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -36,10 +36,10 @@ from mlmodelscope.controller.kube import (
     pod_path,
 )
 from mlmodelscope.devcluster.cluster import Cluster
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SA = "mlmodelscope-agent"
 EXEC_CPU = {"mlmodelscope.io/simulation": "exec", "mlmodelscope.io/pool": "cpu"}
@@ -50,18 +50,6 @@ QUICK_SCENARIO: dict[str, Any] = {
     "minDuration": "20ms",
     "stability": {"maxWindows": 2},
 }
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 90.0) -> T:
-    """Poll ``fn`` until it returns something truthy; fail naming ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
 
 
 # ------------------------------------------------------------------------------- fixtures

@@ -16,36 +16,25 @@ import subprocess
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from chart_helpers import CHART
 
 from mlmodelscope.devcluster.cluster import Cluster
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
-T = TypeVar("T")
 EXEC_CPU = {"mlmodelscope.io/simulation": "exec", "mlmodelscope.io/pool": "cpu"}
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
-
-
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float, detail: Callable[[], str]) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{detail()}")
-        time.sleep(0.5)
 
 
 def free_port() -> int:

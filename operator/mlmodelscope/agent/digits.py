@@ -117,23 +117,19 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ensure_digits_models(cache_dir: Path | None = None) -> Path:
-    """The folder holding the example digits CNN in every format, building it on first use.
+def build_once(final: Path, command: list[str], what: str, timeout_s: float) -> Path:
+    """Run ``command --out STAGING`` once per machine and move STAGING to ``final``.
 
-    ``cache_dir`` replaces the cache root (default: ``sources.default_cache_dir()``, i.e.
-    $MLMS_CACHE_DIR or ~/.cache/mlmodelscope); the models live in ``<root>/models/digits/<key>``.
-    The build runs the training script in a subprocess, so TensorFlow and PyTorch state
-    (threads, seeds, devices) never leaks into the caller.
+    A complete build is marked by its MANIFEST; a lock makes concurrent callers wait for one
+    build; the build runs in a subprocess so framework state (threads, seeds, devices) never
+    leaks into the caller, and a failed build leaves nothing that looks complete.
     """
-    script = find_training_script()
-    base = (cache_dir if cache_dir is not None else default_cache_dir()) / "models" / "digits"
-    final = base / digits_models_key(script)
     if (final / MANIFEST).is_file():
         return final
-    with _file_lock(base / f"{final.name}.lock"):
+    with _file_lock(final.parent / f"{final.name}.lock"):
         if (final / MANIFEST).is_file():
             return final
-        staging = base / f"{final.name}.tmp-{os.getpid()}"
+        staging = final.parent / f"{final.name}.tmp-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         env = {
             **os.environ,
@@ -142,20 +138,33 @@ def ensure_digits_models(cache_dir: Path | None = None) -> Path:
             "PYTHONHASHSEED": "0",
         }
         proc = subprocess.run(
-            [sys.executable, str(script), "--out", str(staging)],
+            [*command, "--out", str(staging)],
             env=env,
             capture_output=True,
             text=True,
-            timeout=BUILD_TIMEOUT_S,
+            timeout=timeout_s,
             check=False,
         )
         if proc.returncode != 0 or not (staging / MANIFEST).is_file():
             shutil.rmtree(staging, ignore_errors=True)
             tail = (proc.stdout + proc.stderr)[-4000:]
-            raise RuntimeError(f"building the digits models with {script} failed:\n{tail}")
+            raise RuntimeError(f"building {what} failed:\n{tail}")
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
     return final
+
+
+def ensure_digits_models(cache_dir: Path | None = None) -> Path:
+    """The folder holding the example digits CNN in every format, building it on first use.
+
+    ``cache_dir`` replaces the cache root (default: ``sources.default_cache_dir()``, i.e.
+    $MLMS_CACHE_DIR or ~/.cache/mlmodelscope); the models live in ``<root>/models/digits/<key>``.
+    """
+    script = find_training_script()
+    base = (cache_dir if cache_dir is not None else default_cache_dir()) / "models" / "digits"
+    final = base / digits_models_key(script)
+    command = [sys.executable, str(script)]
+    return build_once(final, command, f"the digits models with {script}", BUILD_TIMEOUT_S)
 
 
 def main(argv: list[str] | None = None) -> int:

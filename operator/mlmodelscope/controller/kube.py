@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -73,6 +74,35 @@ def all_jobs_path() -> str:
     return "/apis/batch/v1/jobs"
 
 
+@dataclass(frozen=True)
+class ServiceAccount:
+    """The pod's service-account files and API server address, when running in a pod.
+
+    Paths go through ``MLMS_PATH_MAP``: the dev cluster's exec kubelet runs pods as host
+    processes and mounts the projected token under a host folder, not /var/run/secrets.
+    """
+
+    server: str
+    token: Path
+    ca: Path
+    namespace: str | None
+
+    @classmethod
+    def of_pod(cls) -> ServiceAccount | None:
+        from mlmodelscope.agent.sources import map_container_path
+
+        host = os.environ.get("KUBERNETES_SERVICE_HOST")
+        token = Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/token"))
+        if not host or not token.is_file():
+            return None
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        host = f"[{host}]" if ":" in host else host
+        ns_file = Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/namespace"))
+        namespace = ns_file.read_text().strip() if ns_file.is_file() else None
+        ca = Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/ca.crt"))
+        return cls(f"https://{host}:{port}", token, ca, namespace)
+
+
 class Kube:
     """JSON requests through an authenticated ``kubernetes.client.ApiClient`` (thread-safe)."""
 
@@ -83,11 +113,11 @@ class Kube:
     @classmethod
     def from_environment(cls) -> Kube:
         """In a pod: the service account; elsewhere: $KUBECONFIG or ~/.kube/config."""
-        from kubernetes import client, config
+        from kubernetes import config
 
-        if os.environ.get("KUBERNETES_SERVICE_HOST") and Path(SERVICE_ACCOUNT_DIR).exists():
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-            return cls(client.ApiClient())
+        account = ServiceAccount.of_pod()
+        if account is not None:
+            return cls.in_cluster(str(account.token), str(account.ca))
         return cls(config.new_client_from_config())  # type: ignore[no-untyped-call]
 
     @classmethod

@@ -27,7 +27,7 @@ from mlmodelscope.controller.handlers import (
     handle_pod,
     handle_startup,
 )
-from mlmodelscope.controller.kube import Kube, KubeError
+from mlmodelscope.controller.kube import Kube, KubeError, ServiceAccount
 from mlmodelscope.controller.settings import DEFAULT_PEERING_NAME, OperatorSettings
 from mlmodelscope.spec.document import PLURAL
 
@@ -64,6 +64,22 @@ def _classified(
     logger.debug("handled: %s", outcome)
 
 
+def service_account_login() -> kopf.ConnectionInfo | None:
+    """Kopf's own service-account login, but reading the token where the pod has it mounted
+    (the same files ``Kube.from_environment`` uses). The token is read on each login, so a
+    rotated projected token is picked up when the API server answers 401."""
+    account = ServiceAccount.of_pod()
+    if account is None:
+        return None
+    return kopf.ConnectionInfo(
+        server=account.server,
+        ca_path=str(account.ca) if account.ca.is_file() else None,
+        token=account.token.read_text().strip(),
+        default_namespace=account.namespace,
+        scheme="Bearer",
+    )
+
+
 def build_registry(ctx: Context) -> kopf.OperatorRegistry:
     """Every handler of the operator, bound to ``ctx``."""
     registry = kopf.OperatorRegistry()
@@ -74,7 +90,7 @@ def build_registry(ctx: Context) -> kopf.OperatorRegistry:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        return service_account_login() or kopf.login_with_kubeconfig(**kwargs)
 
     # Reconciling is idempotent, so the evaluation handlers retry transient errors until they
     # heal (Kopf's default: no retry limit) every TRANSIENT_DELAY seconds.

@@ -346,3 +346,23 @@ def ensure_built(log: Log = _stderr) -> Path:
 def _fmt(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m mlmodelscope.devcluster.build [--force]`: the standard library alone, so
+    hack/test.sh can start this before the project's venv exists."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = build(force="--force" in args)
+    except BuildError as exc:
+        _stderr(f"error: {exc}")
+        return 1
+    if result.seconds:
+        _stderr(f"cold build took {_fmt(result.total_seconds)}")
+    else:
+        _stderr(f"cached: {', '.join(result.cached)} in {result.bin_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

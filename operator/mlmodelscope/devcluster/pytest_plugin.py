@@ -12,16 +12,39 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from mlmodelscope.devcluster import versions
 from mlmodelscope.devcluster.cluster import Cluster, marked_processes, pid_alive
 
+T = TypeVar("T")
+
 KEEP_RUNS = 3
 """Old per-session run dirs (logs) kept for post-mortems; older ones are pruned."""
+
+
+def wait_for(
+    what: str,
+    fn: Callable[[], T | None],
+    timeout: float = 60.0,
+    detail: Callable[[], str] | None = None,
+    interval: float = 0.25,
+) -> T:
+    """Poll ``fn`` until it returns something truthy; on timeout fail naming ``what`` (and
+    ``detail()``, e.g. the operator's log). Cluster tests wait on controllers, never sleep."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            extra = f"\n{detail()}" if detail else ""
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
+        time.sleep(interval)
 
 
 def _runs_dir() -> Path:
