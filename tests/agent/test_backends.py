@@ -126,6 +126,27 @@ def test_two_loads_give_bit_identical_outputs(
 
 
 @pytest.mark.parametrize(("framework", "fmt"), CASES, ids=IDS)
+def test_predict_inside_and_outside_measuring_agree(
+    framework: str,
+    fmt: str,
+    loaded: Loader,
+    digits_test_nchw: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """The runner holds ``measuring()`` around timed work (PyTorch: inference mode once per
+    run, not per call); the outputs must not depend on it, and it must not leak out."""
+    backend = loaded(framework, fmt)
+    batch = digits_test_nchw[0][:8]
+    outside = backend.predict([batch])[0]
+    with backend.measuring():
+        inside = backend.predict([batch])[0]
+    np.testing.assert_array_equal(inside, outside)
+    if framework == "pytorch":
+        import torch
+
+        assert not torch.is_inference_mode_enabled()
+
+
+@pytest.mark.parametrize(("framework", "fmt"), CASES, ids=IDS)
 def test_info_names_framework_and_device(framework: str, fmt: str, loaded: Loader) -> None:
     info = loaded(framework, fmt).info()
     assert info.framework == framework

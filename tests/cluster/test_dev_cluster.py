@@ -492,6 +492,70 @@ def test_exec_pod_runs_init_containers_and_restarts_on_failure(
     assert final.status.init_container_statuses[0].state.terminated.exit_code == 0
 
 
+def test_a_container_that_cannot_start_is_retried_not_failed(
+    cluster: Cluster, namespace: str
+) -> None:
+    # A kubelet keeps a restartPolicy=Always pod whose command is missing and retries it with
+    # back-off; failing the pod would make a Deployment replace it in a tight loop.
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "no-such-command"},
+        "spec": {
+            "nodeSelector": EXEC_CPU,
+            "containers": [{"name": "main", "image": "x", "command": ["mlms-no-such-command"]}],
+        },
+    }
+    apply(cluster, pod, namespace)
+
+    def retried() -> client.V1Pod | None:
+        p = core(cluster).read_namespaced_pod("no-such-command", namespace)
+        statuses = p.status.container_statuses or []
+        return p if statuses and statuses[0].restart_count >= 2 else None
+
+    final = wait_for("two restarts of a container that cannot start", retried, timeout=30)
+    assert final.status.phase != "Failed"
+    last = final.status.container_statuses[0].last_state.terminated
+    assert "mlms-no-such-command" in last.message
+
+
+def test_host_paths_are_not_rewritten_under_a_mount_of_the_same_prefix(
+    cluster: Cluster, namespace: str
+) -> None:
+    # An emptyDir mounted at the first folder of this venv's path (/tmp for a checkout in
+    # /tmp) maps container paths there, but the venv on PATH is a host path and stays one.
+    top = "/" + Path(sys.prefix).parts[1]
+    code = "import sys; open('/dev/termination-log', 'w').write(sys.prefix)"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "shadowed-prefix"},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": EXEC_CPU,
+            "volumes": [{"name": "top", "emptyDir": {}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "x",
+                    "command": ["python", "-c", code],
+                    "volumeMounts": [{"name": "top", "mountPath": top}],
+                }
+            ],
+        },
+    }
+    apply(cluster, pod, namespace)
+
+    def done() -> client.V1Pod | None:
+        p = core(cluster).read_namespaced_pod("shadowed-prefix", namespace)
+        return p if p.status.phase in ("Succeeded", "Failed") else None
+
+    final = wait_for("the pod to finish", done, timeout=60)
+    state = final.status.container_statuses[0].state.terminated
+    assert final.status.phase == "Succeeded", state.message
+    assert state.message == sys.prefix
+
+
 def _running_pid(cluster: Cluster, namespace: str, name: str) -> int:
     def pid() -> int | None:
         p = core(cluster).read_namespaced_pod(name, namespace)

@@ -286,7 +286,7 @@ def evaluate(
         outputs: np.ndarray | None = None
         document["accuracy"] = None
         if spec.scenario.accuracy and samples.has_labels:
-            with timed("accuracy pass"):
+            with timed("accuracy pass"), backend.measuring():
                 document["accuracy"], outputs = accuracy_pass(
                     backend,
                     inputs,
@@ -307,13 +307,14 @@ def evaluate(
                 ring = BatchRing.for_scenario(spec.scenario, [inputs], batch_size)
                 overhead = measure_harness_overhead(spec.scenario.type, ring)
                 with telemetry.scenario(spec.scenario.type.value, batch_size):
-                    measurement = run_scenario(
-                        spec.scenario,
-                        sut,
-                        ring,
-                        progress=report.progress,
-                        time_limit_s=max(deadline - time.monotonic(), 1.0),
-                    )
+                    with backend.measuring():
+                        measurement = run_scenario(
+                            spec.scenario,
+                            sut,
+                            ring,
+                            progress=report.progress,
+                            time_limit_s=max(deadline - time.monotonic(), 1.0),
+                        )
                     entry = measurement.to_dict(include_raw=include_raw)
                     entry["harness_overhead"] = overhead.to_dict()
                     measurements.append(entry)

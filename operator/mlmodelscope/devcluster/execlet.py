@@ -343,12 +343,6 @@ class PodRunner(threading.Thread):
                 if c.proc is not None and c.exit_code is None and not c.running():
                     self._record_exit(c)
                     changed = True
-                    should_restart = restart == "Always" or (
-                        restart == "OnFailure" and c.exit_code != 0
-                    )
-                    if should_restart:
-                        c.next_start = time.monotonic() + min(30.0, 2.0**c.restart_count)
-                        c.reason = "CrashLoopBackOff"
                 if (
                     c.exit_code is not None
                     and c.next_start
@@ -359,6 +353,16 @@ class PodRunner(threading.Thread):
                     c.restart_count += 1
                     c.next_start = 0.0
                     self._start(c)
+                    changed = True
+                # Exited, or could not start (also just now): restart with back-off as the
+                # policy says. A kubelet retries a container that cannot start too; failing
+                # the pod would make a Deployment replace it in a tight loop.
+                should_restart = restart == "Always" or (
+                    restart == "OnFailure" and c.exit_code != 0
+                )
+                if c.exit_code is not None and not c.next_start and should_restart:
+                    c.next_start = time.monotonic() + min(30.0, 2.0**c.restart_count)
+                    c.reason = "CrashLoopBackOff"
                     changed = True
             if all(c.exit_code is not None and not c.next_start for c in self.containers):
                 failed = any(c.exit_code != 0 for c in self.containers)
@@ -397,8 +401,9 @@ class PodRunner(threading.Thread):
     def _env(self, container: Container, mounts: dict[str, str]) -> dict[str, str]:
         """Host basics < service env < envFrom < env, then path rewriting and the path map."""
         kubelet = self.kubelet
-        env = {k: os.environ[k] for k in HOST_ENV_KEEP if k in os.environ}
-        env["PATH"] = os.pathsep.join([str(kubelet.venv_bin), os.environ.get("PATH", "")])
+        host = {k: os.environ[k] for k in HOST_ENV_KEEP if k in os.environ}
+        host["PATH"] = os.pathsep.join([str(kubelet.venv_bin), os.environ.get("PATH", "")])
+        env = dict(host)
         env.update(
             HOSTNAME=self.pod_name,
             TMPDIR=str(self.dir / "tmp"),
@@ -423,8 +428,11 @@ class PodRunner(threading.Thread):
             value = self._env_value(var, env, container)
             if value is not None:
                 env[var["name"]] = value
+        # Values from the pod spec name container paths: map them to host folders. The host's
+        # own values are host paths already; rewriting them would break a checkout that sits
+        # under a mounted path (a repo in /tmp beside an emptyDir mounted at /tmp).
         rewrite = path_rewriter(mounts)
-        env = {k: rewrite(v) for k, v in env.items()}
+        env = {k: v if host.get(k) == v else rewrite(v) for k, v in env.items()}
         env[PATH_MAP_ENV] = json.dumps(mounts, sort_keys=True)
         return env
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -183,19 +184,31 @@ class PyTorchBackend(Backend):
                 f"shaped like them fails with: {first}"
             ) from exc
 
+    def measuring(self) -> AbstractContextManager[object]:
+        """Inference mode for the whole measurement (thread-local, so held by the issuing
+        thread), instead of entering it in every ``predict``."""
+        return cast(AbstractContextManager[object], self._torch.inference_mode())
+
     def predict(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Run one batch; on CPU the inputs are shared with torch, not copied."""
         torch = self._torch
+        if torch.is_inference_mode_enabled():
+            return self._run(inputs)
         with torch.inference_mode():
-            if self._cuda:
-                out = self._module(*[torch.from_numpy(a).to(self._device) for a in inputs])
-            else:
-                out = self._module(*[torch.from_numpy(a) for a in inputs])
-            outputs = self._flatten(out)
-            if self._cuda:
-                torch.cuda.synchronize()
-                return [o.cpu().numpy() for o in outputs]
-            return [o.numpy() for o in outputs]
+            return self._run(inputs)
+
+    def _run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        torch = self._torch
+        if self._cuda:
+            out = self._module(*[torch.from_numpy(a).to(self._device) for a in inputs])
+        else:
+            out = self._module(*[torch.from_numpy(a) for a in inputs])
+        # one tensor is the common case: skip _flatten's checks for it
+        outputs = [out] if isinstance(out, torch.Tensor) else self._flatten(out)
+        if self._cuda:
+            torch.cuda.synchronize()
+            return [o.cpu().numpy() for o in outputs]
+        return [o.numpy() for o in outputs]
 
     def _flatten(self, out: Any) -> list[Any]:
         """A tensor, a tuple/list of tensors, or a dict (read in model.outputs order)."""
