@@ -3,6 +3,7 @@ stays fast and a missing framework only matters to the command that uses it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,8 +20,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-errors = Console(stderr=True)
+LOG_WIDTH = 160
+"""Line width when output goes to a file or pipe (CI logs, ``| tee``): Rich would assume 80
+columns there and cut the results table into ellipses."""
+
+
+def _console(stderr: bool = False) -> Console:
+    """Fit the terminal when there is one (or $COLUMNS says); otherwise use LOG_WIDTH."""
+    probe = Console(stderr=stderr)
+    if probe.is_terminal or "COLUMNS" in os.environ:
+        return probe
+    return Console(stderr=stderr, width=LOG_WIDTH)
+
+
+console = _console()
+errors = _console(stderr=True)
 
 
 def fail(text: str) -> None:
@@ -251,7 +265,6 @@ def operator(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the Kubernetes operator (settings: MLMS_OPERATOR_* variables, docs/operator.md)."""
-    import os
 
     from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 
