@@ -408,6 +408,24 @@ def test_path_map_translates_container_paths(
     assert local_path("pvc://claim/x.onnx") == host / "pvc" / "claim" / "x.onnx"
 
 
+def test_host_paths_under_a_mounted_prefix_stay_host_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The dev cluster mounts an emptyDir at /tmp; a model cached under /tmp on the host must
+    # still be found, while container paths under the mount still map into the volume.
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "in-volume.txt").write_text("v")
+    cached = tmp_path / "cache" / "m.onnx"
+    cached.parent.mkdir()
+    cached.write_bytes(MODEL_BYTES)
+    top = "/" + tmp_path.parts[1]
+    monkeypatch.setenv("MLMS_PATH_MAP", json.dumps({top: str(volume)}))
+    assert map_container_path(str(cached)) == str(cached)
+    assert map_container_path(f"{top}/in-volume.txt") == str(volume / "in-volume.txt")
+    assert map_container_path(f"{top}/not-yet-written.json") == str(volume / "not-yet-written.json")
+
+
 def test_bad_path_map_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLMS_PATH_MAP", "not json")
     with pytest.raises(ValueError, match="MLMS_PATH_MAP"):

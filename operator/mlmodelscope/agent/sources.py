@@ -144,6 +144,9 @@ def map_container_path(path: str) -> str:
     The dev cluster's exec kubelet runs pods as host processes, so the volume paths the
     operator wrote into the pod spec exist only under their host folders. The longest matching
     prefix wins, matched on whole path components (``/data`` maps ``/data/x``, not ``/database``).
+    A path that exists on the host while its mapped twin does not is a host path already (a
+    model in a cache under /tmp, with an emptyDir mounted at /tmp) and stays as it is. In a real
+    pod MLMS_PATH_MAP is unset and nothing is mapped.
     """
     raw = os.environ.get("MLMS_PATH_MAP")
     if not raw:
@@ -159,10 +162,15 @@ def map_container_path(path: str) -> str:
     for container in sorted(mapping, key=len, reverse=True):
         prefix = container.rstrip("/") or "/"
         if path == prefix:
-            return str(mapping[container])
-        if path.startswith(prefix.rstrip("/") + "/"):
+            mapped = str(mapping[container])
+        elif path.startswith(prefix.rstrip("/") + "/"):
             rest = path[len(prefix.rstrip("/")) + 1 :]
-            return str(Path(mapping[container]) / rest)
+            mapped = str(Path(mapping[container]) / rest)
+        else:
+            continue
+        if not Path(mapped).exists() and Path(path).exists():
+            return path
+        return mapped
     return path
 
 
