@@ -44,7 +44,6 @@ ESSENTIAL_KEYS: Final = frozenset(
 SUMMARY_KIND: Final = "EvaluationSummary"
 RESULT_KEY: Final = "result.json"
 SUMMARY_KEY: Final = "summary.json"
-SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 PUBLISH_ATTEMPTS: Final = 4
 ERROR_MESSAGE_LIMIT: Final = 1500
 
@@ -194,24 +193,21 @@ def configmap_patch(document: Mapping[str, Any]) -> dict[str, Any]:
 def _pod_namespace() -> str | None:
     if ns := os.environ.get("MLMS_NAMESPACE"):
         return ns
-    try:
-        return Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/namespace")).read_text().strip()
-    except OSError:
-        return None
+    from mlmodelscope.controller.kube import ServiceAccount
+
+    account = ServiceAccount.of_pod()
+    return account.namespace if account else None
 
 
 Patcher = Callable[[str, str, dict[str, Any]], None]
 
 
 def _api_patcher() -> Patcher:
-    """Merge-patches a ConfigMap with the pod's service account (in-cluster configuration,
-    token and CA paths mapped for the dev cluster)."""
+    """Merge-patches a ConfigMap with the pod's service account (token and CA paths mapped
+    for the dev cluster, see ``ServiceAccount.of_pod``)."""
     from mlmodelscope.controller.kube import Kube, configmap_path
 
-    kube = Kube.in_cluster(
-        token_file=map_container_path(f"{SERVICE_ACCOUNT_DIR}/token"),
-        ca_file=map_container_path(f"{SERVICE_ACCOUNT_DIR}/ca.crt"),
-    )
+    kube = Kube.from_environment()
 
     def patch(namespace: str, name: str, body: dict[str, Any]) -> None:
         kube.merge_patch(configmap_path(namespace, name), body)
