@@ -110,28 +110,30 @@ def _nest(intervals: list[_Interval], tolerance_ns: int = 1000) -> None:
 
 
 class _Windows:
-    """Marker windows sorted by start: which run does a timestamp belong to?"""
+    """Traced calls' marker windows ``(start, end, query index)``, sorted by start. Runs are
+    numbered in that order: which run does a timestamp belong to, and where does each begin?"""
 
-    def __init__(self, windows: Sequence[tuple[int, int, int]]) -> None:
-        ordered = sorted(windows)
-        self.starts = [w[0] for w in ordered]
-        self.windows = ordered
+    def __init__(self, markers: Sequence[tuple[int, int, int]]) -> None:
+        self.windows = sorted(markers)
+        self.starts = [w[0] for w in self.windows]
+
+    def runs(self) -> list[ProfiledRun]:
+        """One empty run per window, in window order (the positions the lookups return)."""
+        return [ProfiledRun(index=w[2], duration_ns=w[1] - w[0]) for w in self.windows]
 
     def containing(self, t: int) -> int | None:
         """The run whose window contains ``t`` (start inclusive, end inclusive)."""
         i = bisect.bisect_right(self.starts, t) - 1
-        if i >= 0 and t <= self.windows[i][1]:
-            return self.windows[i][2]
-        return None
+        return i if i >= 0 and t <= self.windows[i][1] else None
 
     def latest_before(self, t: int) -> int | None:
         """The run that started last at or before ``t`` (async GPU work lands after its call)."""
         i = bisect.bisect_right(self.starts, t) - 1
-        return self.windows[i][2] if i >= 0 else None
+        return i if i >= 0 else None
 
 
 def _assemble(
-    runs: list[ProfiledRun], origins: Mapping[int, int], placed: Sequence[_Interval]
+    runs: list[ProfiledRun], origins: Sequence[int], placed: Sequence[_Interval]
 ) -> list[ProfiledRun]:
     """Append each interval to its run (parents first), offsets from the run's marker."""
     for iv in sorted(placed, key=lambda iv: (iv.start, -iv.end)):
@@ -226,14 +228,9 @@ def torch_runs_from_chrome_trace(
     if not markers:
         return []
     windows = _Windows(markers)
-    order = sorted(markers)
-    position = {index: pos for pos, (_, _, index) in enumerate(order)}
-    runs = [ProfiledRun(index=m[2], duration_ns=m[1] - m[0]) for m in order]
-    origins = {pos: m[0] for pos, m in enumerate(order)}
     _nest(ops + runtime)
     for iv in ops:
-        index = windows.containing(iv.start)
-        iv.run = None if index is None else position[index]
+        iv.run = windows.containing(iv.start)
     launcher: dict[Any, _Interval] = {}
     calls = {id(call) for call in runtime}
     for call in runtime:
@@ -247,11 +244,9 @@ def torch_runs_from_chrome_trace(
         if op is not None and op.run is not None:
             iv.parent, iv.run = op, op.run
         else:
-            index = windows.latest_before(iv.start)
-            iv.run = None if index is None else position[index]
+            iv.run = windows.latest_before(iv.start)
     placed = [iv for iv in ops if iv.run is not None] + [iv for iv in gpu if iv.run is not None]
-    _assemble(runs, origins, placed)
-    return runs
+    return _assemble(windows.runs(), windows.starts, placed)
 
 
 # ----------------------------------------------------------------------------- onnxruntime
@@ -292,18 +287,14 @@ def ort_runs_from_profile(
                 _Interval(name, start, end, None, "kernel", attrs, args.get("parent_name"))
             )
     runs_at.sort()
-    windows: list[tuple[int, int, int]] = []
-    runs: list[ProfiledRun] = []
-    origins: dict[int, int] = {}
-    for k, (start, end) in enumerate(runs_at):
-        if k < len(indices) and indices[k] is not None:
-            index = int(indices[k])  # type: ignore[arg-type]
-            origins[len(runs)] = start
-            windows.append((start, end, len(runs)))
-            runs.append(ProfiledRun(index=index, duration_ns=end - start))
-    if not runs:
+    markers = [
+        (start, end, int(index))
+        for (start, end), index in zip(runs_at, indices, strict=False)
+        if index is not None
+    ]
+    if not markers:
         return []
-    lookup = _Windows(windows)
+    lookup = _Windows(markers)
     by_name: dict[tuple[int, str], _Interval] = {}
     for iv in nodes:
         iv.run = lookup.containing(iv.start)
@@ -313,7 +304,8 @@ def ort_runs_from_profile(
         iv.run = lookup.latest_before(iv.start)
         if iv.run is not None and iv.key is not None:
             iv.parent = by_name.get((iv.run, str(iv.key)))
-    return _assemble(runs, origins, [iv for iv in nodes + kernels if iv.run is not None])
+    placed = [iv for iv in nodes + kernels if iv.run is not None]
+    return _assemble(lookup.runs(), lookup.starts, placed)
 
 
 # ------------------------------------------------------------------------------ tensorflow
@@ -386,23 +378,18 @@ def tf_runs_from_xspace(space: Any, library: bool = True) -> list[ProfiledRun]:
     if not markers:
         return []
     windows = _Windows(markers)
-    order = sorted(markers)
-    position = {index: pos for pos, (_, _, index) in enumerate(order)}
-    runs = [ProfiledRun(index=m[2], duration_ns=m[1] - m[0]) for m in order]
-    origins = {pos: m[0] for pos, m in enumerate(order)}
     _nest(ops)
     by_name: dict[tuple[int, str], _Interval] = {}
     for iv in ops:
-        index = windows.containing(iv.start)
-        iv.run = None if index is None else position[index]
+        iv.run = windows.containing(iv.start)
         if iv.run is not None:
             by_name[(iv.run, str(iv.attributes["tf_op"]))] = iv
     for iv in device:
-        index = windows.latest_before(iv.start)
-        iv.run = None if index is None else position[index]
+        iv.run = windows.latest_before(iv.start)
         if iv.run is not None and iv.key is not None:
             iv.parent = by_name.get((iv.run, str(iv.key)))
-    return _assemble(runs, origins, [iv for iv in ops + device if iv.run is not None])
+    placed = [iv for iv in ops + device if iv.run is not None]
+    return _assemble(windows.runs(), windows.starts, placed)
 
 
 def _short_tf_name(full: str) -> str:
