@@ -15,23 +15,24 @@ from typing import Any, Final
 import yaml
 
 from mlmodelscope import API_GROUP, API_VERSION
-from mlmodelscope.agent.pod import EXIT_SPEC_ERROR
+from mlmodelscope.agent.pod import EXIT_SPEC_ERROR, RESULT_KEY
+from mlmodelscope.agent.sources import DEFAULT_PVC_ROOT
 from mlmodelscope.controller import names
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
+from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList
 
 SPEC_DIR: Final = "/etc/mlmodelscope/spec"
 RESULTS_DIR: Final = "/var/run/mlmodelscope/results"
 CACHE_DIR: Final = "/var/cache/mlmodelscope"
 TMP_DIR: Final = "/tmp"
-PVC_ROOT: Final = "/var/run/mlmodelscope/pvc"
-"""Where ``pvc://<claim>/<path>`` URIs are mounted (the agent's sources.DEFAULT_PVC_ROOT)."""
+PVC_ROOT: Final = DEFAULT_PVC_ROOT
+"""Where ``pvc://<claim>/<path>`` URIs are mounted: where the agent looks for them."""
 TERMINATION_LOG: Final = "/dev/termination-log"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 OTEL_SERVICE_NAME: Final = "mlmodelscope-agent"
-KIND: Final = "ModelEvaluation"
 
 
 def owner_reference(evaluation: ModelEvaluation) -> dict[str, Any]:
@@ -163,7 +164,7 @@ def agent_command(evaluation: ModelEvaluation) -> list[str]:
         "--spec",
         f"{SPEC_DIR}/{names.SPEC_KEY}",
         "--output",
-        f"{RESULTS_DIR}/{names.RESULT_KEY}",
+        f"{RESULTS_DIR}/{RESULT_KEY}",
         "--results-configmap",
         names.results_configmap_name(evaluation.metadata.name),
     ]

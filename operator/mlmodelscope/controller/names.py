@@ -30,8 +30,6 @@ MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 """Server-side label selector for the Jobs and Pods the operator watches."""
 
 SPEC_KEY: Final = "evaluation.yaml"
-RESULT_KEY: Final = "result.json"
-SUMMARY_KEY: Final = "summary.json"
 CONTAINER_NAME: Final = "agent"
 
 
