@@ -34,47 +34,28 @@ from pathlib import Path
 from typing import Any
 
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
-MODEL_FILES = {
-    "onnxruntime": ("onnx", "digits.onnx"),
-    "pytorch": ("torchscript", "digits.torchscript.pt"),
-    "tensorflow": ("savedmodel", "digits_savedmodel"),
-}
 BATCH_SIZES = (1, 8)
 LEVELS = ("model", "framework", "library")
 
 
 def evaluation(framework: str, models: Path, level: str) -> dict[str, Any]:
-    fmt, file = MODEL_FILES[framework]
-    return {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "ModelEvaluation",
-        "metadata": {"name": f"overhead-{framework}-{level}"},
-        "spec": {
-            "model": {
-                "name": "digits-cnn",
-                "uri": str(models / file),
-                "format": fmt,
-                "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-                "outputs": [{"name": "logits", "shape": [-1, 10]}],
-            },
-            "preprocessing": [
-                {"scale": {"factor": 0.0625}},
-                {"layout": {"from": "HWC", "to": "CHW"}},
-            ],
-            "postprocessing": [{"softmax": {}}, {"topk": {"k": 5}}],
-            "framework": {"name": framework, "intraOpThreads": 1, "interOpThreads": 1},
-            "dataset": {"type": "digits"},
-            "scenario": {
-                "batchSizes": list(BATCH_SIZES),
-                "warmup": 50,
-                "minQueryCount": 500,
-                "minDuration": "500ms",
-                "accuracy": False,
-                "stability": {"maxWindows": 3},
-            },
-            "tracing": {"level": level},
+    from mlmodelscope.agent.digits import digits_evaluation
+
+    return digits_evaluation(
+        models,
+        framework,
+        f"overhead-{framework}-{level}",
+        framework={"intraOpThreads": 1, "interOpThreads": 1},
+        scenario={
+            "batchSizes": list(BATCH_SIZES),
+            "warmup": 50,
+            "minQueryCount": 500,
+            "minDuration": "500ms",
+            "accuracy": False,
+            "stability": {"maxWindows": 3},
         },
-    }
+        tracing={"level": level},
+    )
 
 
 def worker(framework: str, config_path: Path, result_path: Path) -> None:

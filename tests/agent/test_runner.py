@@ -13,6 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from mlmodelscope.agent.digits import FRAMEWORK_FORMATS, digits_evaluation
 from mlmodelscope.agent.runner import EvaluationError, evaluate
 from mlmodelscope.cli import app
 from mlmodelscope.spec import load_evaluations
@@ -24,11 +25,6 @@ SCHEMA = json.loads(
         Path(__file__).parents[2] / "operator" / "mlmodelscope" / "agent" / "result.schema.json"
     ).read_text()
 )
-MODELS = {
-    "onnxruntime": ("onnx", "digits.onnx"),
-    "pytorch": ("torchscript", "digits.torchscript.pt"),
-    "tensorflow": ("savedmodel", "digits_savedmodel"),
-}
 QUICK = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms", "stability": {"maxWindows": 2}}
 SCENARIOS: dict[str, dict[str, Any]] = {
     "SingleStream": {"type": "SingleStream"},
@@ -39,30 +35,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 
 def document(models: Path, backend: str, name: str = "eval", **spec: Any) -> dict[str, Any]:
-    """A digits ModelEvaluation for ``backend``; ``spec`` sections are merged in (camelCase)."""
-    fmt, file = MODELS[backend]
-    body: dict[str, Any] = {
-        "model": {
-            "name": "digits-cnn",
-            "uri": str(models / file),
-            "format": fmt,
-            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-            "outputs": [{"name": "logits", "shape": [-1, 10]}],
-        },
-        "preprocessing": [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}],
-        "postprocessing": [{"softmax": {}}, {"topk": {"k": 5}}],
-        "framework": {"name": backend},
-        "dataset": {"type": "digits"},
-        "scenario": {"batchSizes": [1, 8], **QUICK},
-    }
-    for key, value in spec.items():
-        body[key] = {**body.get(key, {}), **value} if isinstance(value, dict) else value
-    return {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "ModelEvaluation",
-        "metadata": {"name": name},
-        "spec": body,
-    }
+    """A quick digits ModelEvaluation for ``backend``; ``spec`` sections are merged in."""
+    scenario = {"batchSizes": [1, 8], **QUICK, **spec.pop("scenario", {})}
+    return digits_evaluation(models, backend, name, scenario=scenario, **spec)
 
 
 def write(tmp_path: Path, *documents: dict[str, Any]) -> Path:
@@ -76,7 +51,7 @@ def validate_result(doc: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-@pytest.mark.parametrize("framework", list(MODELS))
+@pytest.mark.parametrize("framework", list(FRAMEWORK_FORMATS))
 def test_every_adapter_every_scenario(
     tmp_path: Path, digits_models: Path, framework: str, scenario: str
 ) -> None:
@@ -117,7 +92,7 @@ def test_three_frameworks_agree(tmp_path: Path, digits_models: Path) -> None:
         tmp_path,
         *(
             document(digits_models, f, name=f"digits-{f}", scenario={"batchSizes": [16]})
-            for f in MODELS
+            for f in FRAMEWORK_FORMATS
         ),
     )
     result = CliRunner().invoke(app, ["run", str(spec), "-o", str(tmp_path / "out")])

@@ -8,11 +8,6 @@ from typing import Any
 import pytest
 import yaml
 
-MODELS = {
-    "onnxruntime": ("onnx", "digits.onnx"),
-    "pytorch": ("torchscript", "digits.torchscript.pt"),
-    "tensorflow": ("savedmodel", "digits_savedmodel"),
-}
 QUICK = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms", "stability": {"maxWindows": 2}}
 
 
@@ -34,29 +29,11 @@ def evaluation_file(
     tmp_path: Path, models: Path, framework: str, name: str, **sections: Any
 ) -> Path:
     """A quick digits ModelEvaluation YAML for ``framework``; ``sections`` merge into spec."""
-    fmt, file = MODELS[framework]
-    spec: dict[str, Any] = {
-        "model": {
-            "name": "digits-cnn",
-            "uri": str(models / file),
-            "format": fmt,
-            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-            "outputs": [{"name": "logits", "shape": [-1, 10]}],
-        },
-        "preprocessing": [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}],
-        "postprocessing": [{"softmax": {}}, {"topk": {"k": 5}}],
-        "framework": {"name": framework},
-        "dataset": {"type": "digits"},
-        "scenario": {"batchSizes": [1, 8], **QUICK},
-    }
-    for key, value in sections.items():
-        spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
-    doc = {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "ModelEvaluation",
-        "metadata": {"name": name, "namespace": "telemetry-test"},
-        "spec": spec,
-    }
+    from mlmodelscope.agent.digits import digits_evaluation
+
+    scenario = {"batchSizes": [1, 8], **QUICK, **sections.pop("scenario", {})}
+    doc = digits_evaluation(models, framework, name, scenario=scenario, **sections)
+    doc["metadata"]["namespace"] = "telemetry-test"
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,6 +38,41 @@ MODEL_FILES = {
     "savedmodel": "digits_savedmodel",
 }
 """Model format -> artifact name inside the folder ``ensure_digits_models`` returns."""
+FRAMEWORK_FORMATS = {"onnxruntime": "onnx", "pytorch": "torchscript", "tensorflow": "savedmodel"}
+"""The format each framework evaluates the example CNN in (as examples/digits-compare.yaml)."""
+
+
+def digits_evaluation(
+    models: Path, framework: str, name: str, /, **sections: Any
+) -> dict[str, Any]:
+    """A ModelEvaluation document for the example CNN on ``framework`` (the model files in
+    ``models``, e.g. ``ensure_digits_models()``), with the examples' pre- and postprocessing on
+    the digits test split: the one spec tests and benchmarks start from.
+
+    ``sections`` are camelCase spec sections: a dict updates the section of that name one
+    level deep, anything else replaces it (positional-only parameters leave ``framework=``
+    free for the section).
+    """
+    from mlmodelscope.spec.document import API_VERSION_FULL, KIND
+
+    fmt = FRAMEWORK_FORMATS[framework]
+    spec: dict[str, Any] = {
+        "model": {
+            "name": "digits-cnn",
+            "uri": str(models / MODEL_FILES[fmt]),
+            "format": fmt,
+            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
+            "outputs": [{"name": "logits", "shape": [-1, 10]}],
+        },
+        "preprocessing": [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}],
+        "postprocessing": [{"softmax": {}}, {"topk": {"k": 5}}],
+        "framework": {"name": framework},
+        "dataset": {"type": "digits"},
+        "scenario": {"batchSizes": [1, 8]},
+    }
+    for key, value in sections.items():
+        spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
+    return {"apiVersion": API_VERSION_FULL, "kind": KIND, "metadata": {"name": name}, "spec": spec}
 
 
 def digits_split(split: str) -> tuple[np.ndarray, np.ndarray]:
