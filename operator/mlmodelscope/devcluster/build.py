@@ -112,16 +112,19 @@ def go_binary() -> str:
     return go
 
 
-def go_env() -> dict[str, str]:
-    """The build environment: no cgo, no toolchain download, modules resolved as needed."""
+def go_env(**overrides: str) -> dict[str, str]:
+    """The build environment of every Go tool the project builds (control plane, Jaeger,
+    Helm): no cgo, no toolchain download, no workspace, modules resolved as needed.
+    ``overrides`` replace single variables (Helm's ``go install`` takes no ``-mod``)."""
     env = dict(os.environ)
     env.update(
         GOTOOLCHAIN="local",
         CGO_ENABLED="0",
         GOFLAGS="-mod=mod -buildvcs=false",
         GO111MODULE="on",
+        GOWORK="off",
     )
-    env["GOWORK"] = "off"
+    env.update(overrides)
     return env
 
 

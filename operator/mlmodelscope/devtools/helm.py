@@ -12,7 +12,6 @@ Run ``python -m mlmodelscope.devtools.helm`` to build it and print the path.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from mlmodelscope.devcluster.build import go_env
 from mlmodelscope.devcluster.versions import cache_base
 
 HELM_VERSION: Final = "v3.22.0"
@@ -86,19 +86,6 @@ def is_built() -> bool:
         return False
 
 
-def _go_env(gobin: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        GOBIN=str(gobin),
-        GOTOOLCHAIN="local",
-        CGO_ENABLED="0",
-        GOFLAGS="-buildvcs=false",
-        GO111MODULE="on",
-        GOWORK="off",
-    )
-    return env
-
-
 def _check_go(go: str, env: dict[str, str]) -> str:
     out = subprocess.run([go, "env", "GOVERSION"], env=env, capture_output=True, text=True)
     version = out.stdout.strip()
@@ -122,7 +109,7 @@ def build(*, force: bool = False, log: Log = _stderr) -> float:
         raise HelmBuildError(f"`go` is not on PATH; Go >= 1.26 builds Helm {HELM_VERSION}")
     bin_dir = helm_path().parent
     bin_dir.mkdir(parents=True, exist_ok=True)
-    env = _go_env(bin_dir)
+    env = go_env(GOBIN=str(bin_dir), GOFLAGS="-buildvcs=false")
     go_version = _check_go(go, env)
     pkg = f"helm.sh/helm/v3/cmd/helm@{HELM_VERSION}"
     cmd = [go, "install", "-trimpath", "-ldflags", ldflags(), pkg]

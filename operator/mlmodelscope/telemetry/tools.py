@@ -22,6 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
+from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.versions import cache_base
+
 JAEGER_MODULE: Final = "github.com/jaegertracing/jaeger"
 JAEGER_MODULE_VERSION: Final = "v1.76.0"
 """The Go module tag; the same commit is tagged v2.13.0 (the Jaeger v2 release)."""
@@ -35,12 +38,6 @@ Log = Callable[[str], None]
 
 class ToolBuildError(RuntimeError):
     """A tool could not be built; the message names the command and its output tail."""
-
-
-def cache_base() -> Path:
-    """The mlmodelscope cache root (``MLMS_CACHE_DIR``, default ~/.cache/mlmodelscope)."""
-    env = os.environ.get("MLMS_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "mlmodelscope"
 
 
 def jaeger_dir() -> Path:
@@ -77,13 +74,6 @@ def is_built() -> bool:
         return False
 
 
-def _go_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(GOTOOLCHAIN="local", CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
-    env["GOWORK"] = "off"
-    return env
-
-
 def _go() -> str:
     go = shutil.which("go")
     if go is None:
@@ -95,7 +85,7 @@ def _run(cmd: Sequence[str], cwd: Path, log: Log) -> str:
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
     started = time.monotonic()
     proc = subprocess.run(
-        [*nice, *cmd], cwd=cwd, env=_go_env(), capture_output=True, text=True, check=False
+        [*nice, *cmd], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
@@ -138,7 +128,7 @@ def build_jaeger(*, force: bool = False, log: Log | None = None) -> Path:
     _run(cmd, src, say)
     took = time.monotonic() - started
     go_version = subprocess.run(
-        [go, "env", "GOVERSION"], env=_go_env(), capture_output=True, text=True, check=False
+        [go, "env", "GOVERSION"], env=go_env(), capture_output=True, text=True, check=False
     ).stdout.strip()
     stamp = {"fingerprint": _fingerprint(), "go": go_version, "seconds": round(took, 1)}
     (base / "stamp.json").write_text(json.dumps(stamp))
