@@ -399,12 +399,16 @@ class PodRunner(threading.Thread):
         return mounts
 
     def _env(self, container: Container, mounts: dict[str, str]) -> dict[str, str]:
-        """Host basics < service env < envFrom < env, then path rewriting and the path map."""
+        """Host basics < service env < envFrom < env, then path rewriting and the path map.
+
+        Only what the pod spec declares names container paths and is mapped to host folders;
+        what this harness sets (the venv on PATH, TMPDIR) is a host path already and stays one,
+        even under a mounted prefix (a checkout in /tmp beside an emptyDir mounted at /tmp).
+        """
         kubelet = self.kubelet
-        host = {k: os.environ[k] for k in HOST_ENV_KEEP if k in os.environ}
-        host["PATH"] = os.pathsep.join([str(kubelet.venv_bin), os.environ.get("PATH", "")])
-        env = dict(host)
-        env.update(
+        harness = {k: os.environ[k] for k in HOST_ENV_KEEP if k in os.environ}
+        harness.update(
+            PATH=os.pathsep.join([str(kubelet.venv_bin), os.environ.get("PATH", "")]),
             HOSTNAME=self.pod_name,
             TMPDIR=str(self.dir / "tmp"),
             KUBERNETES_SERVICE_HOST="127.0.0.1",
@@ -414,7 +418,8 @@ class PodRunner(threading.Thread):
         )
         gpus = _gpu_request(container.spec)
         if gpus:
-            env["MLMS_SIMULATED_GPUS"] = str(gpus)
+            harness["MLMS_SIMULATED_GPUS"] = str(gpus)
+        declared: dict[str, str] = {}
         for source in container.spec.get("envFrom") or []:
             prefix = source.get("prefix", "")
             if "configMapRef" in source:
@@ -423,16 +428,13 @@ class PodRunner(threading.Thread):
             else:
                 ref = source["secretRef"]
                 data = self._secret(ref["name"], ref.get("optional", False))
-            env.update({prefix + k: v.decode(errors="replace") for k, v in data.items()})
+            declared.update({prefix + k: v.decode(errors="replace") for k, v in data.items()})
         for var in container.spec.get("env") or []:
-            value = self._env_value(var, env, container)
+            value = self._env_value(var, {**harness, **declared}, container)
             if value is not None:
-                env[var["name"]] = value
-        # Values from the pod spec name container paths: map them to host folders. The host's
-        # own values are host paths already; rewriting them would break a checkout that sits
-        # under a mounted path (a repo in /tmp beside an emptyDir mounted at /tmp).
+                declared[var["name"]] = value
         rewrite = path_rewriter(mounts)
-        env = {k: v if host.get(k) == v else rewrite(v) for k, v in env.items()}
+        env = {**harness, **{k: rewrite(v) for k, v in declared.items()}}
         env[PATH_MAP_ENV] = json.dumps(mounts, sort_keys=True)
         return env
 
