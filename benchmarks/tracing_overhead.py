@@ -65,6 +65,7 @@ def worker(framework: str, config_path: Path, result_path: Path) -> None:
     from mlmodelscope.agent.digits import ensure_digits_models
     from mlmodelscope.agent.runner import evaluate
     from mlmodelscope.spec import load_evaluations
+    from mlmodelscope.telemetry.agent import AgentTelemetry
 
     config = json.loads(config_path.read_text())
     os.environ["MLMS_TRACE_QUERIES"] = str(config["queries"])
@@ -80,7 +81,12 @@ def worker(framework: str, config_path: Path, result_path: Path) -> None:
                 spec = Path(tmp) / f"{level}.yaml"
                 spec.write_text(yaml.safe_dump(evaluation(framework, models, level)))
                 [item] = load_evaluations(spec)
-                doc = evaluate(item, output=Path(tmp) / f"{level}.json", include_raw=False).document
+                doc = evaluate(
+                    item,
+                    output=Path(tmp) / f"{level}.json",
+                    include_raw=False,
+                    hooks=AgentTelemetry.start,
+                ).document
                 entry[level] = {
                     "reported_p50_s": {
                         str(m["batch_size"]): m["latency"]["percentiles_s"]["p50"]

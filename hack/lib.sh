@@ -66,7 +66,7 @@ ensure_debs() {
 # The Go-built tools, each `python -m MODULE ARGS` with its own log under the cache.
 GO_BUILDS=(
   "control-plane:mlmodelscope.devcluster.build"
-  "jaeger:mlmodelscope.telemetry.tools build"
+  "jaeger:mlmodelscope.devtools.jaeger build"
   "helm:mlmodelscope.devtools.helm"
 )
 GO_LOGS="${MLMS_CACHE_DIR:-$HOME/.cache/mlmodelscope}/logs"

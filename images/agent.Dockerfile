@@ -7,7 +7,7 @@
 # or by hand, from the repository root:
 #
 #   docker build -f images/agent.Dockerfile \
-#     --build-arg EXTRAS=onnxruntime,datasets,telemetry \
+#     --build-arg EXTRAS=onnxruntime,datasets,telemetry,s3 \
 #     --build-arg MLMS_IMAGE=ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu \
 #     -t ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu .
 #
@@ -37,7 +37,7 @@ RUN if ! command -v python3 >/dev/null; then \
 # A virtual environment at /opt/venv with the project and one framework's extra, resolved
 # against constraints.txt (the versions CI tests) plus images/constraints-images.txt (GPU builds).
 FROM base AS builder
-ARG EXTRAS=onnxruntime,datasets,telemetry
+ARG EXTRAS=onnxruntime,datasets,telemetry,s3
 # An extra package index, e.g. https://download.pytorch.org/whl/cpu for CPU-only PyTorch wheels.
 ARG EXTRA_INDEX_URL=""
 # hadolint ignore=DL3008
@@ -50,7 +50,14 @@ RUN if ! python3 -c 'import ensurepip' 2>/dev/null; then \
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY images/constraints-images.txt images/
-COPY operator/ operator/
+# Only what the agent runs (tests/packaging/test_images.py runs exactly these files): not the
+# operator (controller/), the dev cluster or the developer tools.
+COPY operator/mlmodelscope/__init__.py operator/mlmodelscope/__main__.py \
+     operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed operator/mlmodelscope/
+COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
+COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
+COPY operator/mlmodelscope/agent/ operator/mlmodelscope/agent/
+COPY operator/mlmodelscope/telemetry/ operator/mlmodelscope/telemetry/
 RUN /opt/venv/bin/pip install --no-cache-dir \
       -c constraints.txt -c images/constraints-images.txt \
       ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
@@ -60,7 +67,7 @@ RUN /opt/venv/bin/pip install --no-cache-dir \
 
 # ------------------------------------------------------------------------ runtime
 FROM base AS runtime
-ARG EXTRAS=onnxruntime,datasets,telemetry
+ARG EXTRAS=onnxruntime,datasets,telemetry,s3
 ARG MLMS_IMAGE=""
 ARG VERSION=0.1.0
 ARG REVISION=unknown

@@ -14,7 +14,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3 -m venv /opt/venv
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
-COPY operator/ operator/
+# Only what the operator runs (tests/packaging/test_images.py imports exactly these files): not
+# the agent, its telemetry, the dev cluster or the developer tools.
+COPY operator/mlmodelscope/__init__.py operator/mlmodelscope/__main__.py \
+     operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed operator/mlmodelscope/
+COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
+COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
+COPY operator/mlmodelscope/controller/ operator/mlmodelscope/controller/
 RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt ".[operator,telemetry]" \
     && /opt/venv/bin/pip check \
     && /opt/venv/bin/mlms version

@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["mlmodelscope.devcluster.pytest_plugin", "mlmodelscope.telemetry.pytest_plugin"]
+pytest_plugins = [
+    "mlmodelscope.devcluster.pytest_plugin",
+    "mlmodelscope.devtools.telemetry_servers",
+]
 
 MACHINE_SKIPS = ("GPU", "CUDA", "gpu", "cuda")
 

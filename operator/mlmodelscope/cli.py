@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -78,11 +78,13 @@ def crd(
         Path, typer.Option("--output-dir", "-o", help="Folder to write the CRD YAML into.")
     ] = REPO_CRDS,
     check: Annotated[
-        bool, typer.Option("--check", help="Only check that the folder is up to date.")
+        bool, typer.Option("--check", help="Only check that the generated files are up to date.")
     ] = False,
-    stdout: Annotated[bool, typer.Option("--stdout", help="Print instead of writing.")] = False,
+    stdout: Annotated[bool, typer.Option("--stdout", help="Print the CRDs instead.")] = False,
 ) -> None:
-    """Generate the CustomResourceDefinitions from the spec models."""
+    """Generate the CustomResourceDefinitions from the spec models, and the result document's
+    JSON schema from the contract models."""
+    from mlmodelscope.contract import schema
     from mlmodelscope.spec.crd import render_crds, stale_crds, write_crds
 
     if stdout:
@@ -91,13 +93,75 @@ def crd(
         return
     if check:
         stale = stale_crds(output_dir)
+        if schema.is_stale():
+            stale.append(str(schema.SCHEMA_PATH))
         if stale:
-            errors.print(f"out of date in {output_dir}: {', '.join(stale)}; run `mlms crd`")
+            errors.print(f"out of date: {', '.join(stale)}; run `mlms crd`")
             raise typer.Exit(1)
-        console.print(f"CRDs in {output_dir} are up to date")
+        console.print(f"CRDs in {output_dir} and {schema.SCHEMA_PATH.name} are up to date")
         return
-    for path in write_crds(output_dir):
+    for path in [*write_crds(output_dir), schema.write()]:
         console.print(f"wrote {path}")
+
+
+@app.command(name="hash")
+def hash_model(
+    path: Annotated[
+        Path, typer.Argument(help="A model file, a directory model (SavedModel) or an archive.")
+    ],
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Print only the digest the agent records."),
+    ] = False,
+) -> None:
+    """Print the sha256 to pin in spec.model.sha256: the digest the agent verifies."""
+    import tempfile
+    import zipfile
+
+    from mlmodelscope.agent.sources import (
+        directory_sha256,
+        extract_archive,
+        file_sha256,
+        is_archive,
+    )
+    from mlmodelscope.spec.base import SpecError
+
+    if not path.exists():
+        fail(f"{path}: no such file or directory")
+        raise typer.Exit(1)
+    if path.is_dir():
+        digest = directory_sha256(path)
+        typer.echo(digest if quiet else f"{digest}  {path.as_posix().rstrip('/')}/")
+        if not quiet:
+            errors.print(
+                "a directory's digest: sha256 over the sorted lines '<file sha256>  <path>' of "
+                "its files (docs/spec.md#model)",
+                highlight=False,
+                soft_wrap=True,
+            )
+        return
+    digest = file_sha256(path)
+    if not is_archive(path.name):
+        typer.echo(digest if quiet else f"{digest}  {path}")
+        return
+    # The agent unpacks an archive and records its tree's digest; a pin may name either.
+    with tempfile.TemporaryDirectory(prefix="mlms-hash-") as tmp:
+        try:
+            tree = directory_sha256(extract_archive(path, Path(tmp) / "tree", field=""))
+        except (SpecError, OSError, zipfile.BadZipFile) as exc:
+            fail(f"{path}: {exc}")
+            raise typer.Exit(1) from None
+    if quiet:
+        typer.echo(tree)
+        return
+    typer.echo(f"{digest}  {path}")
+    typer.echo(f"{tree}  {path} (unpacked)")
+    errors.print(
+        "first: the archive file (as sha256sum prints it); second: the folder it unpacks to, "
+        "which the agent records as the model's sha256. spec.model.sha256 accepts either.",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -123,6 +187,7 @@ def run(
     from mlmodelscope.agent.report import agreement, results_table
     from mlmodelscope.agent.runner import EvaluationError, RunOutcome, evaluate
     from mlmodelscope.spec import SpecValidationError, load_evaluations
+    from mlmodelscope.telemetry.agent import AgentTelemetry
 
     try:
         loaded = load_evaluations(spec)
@@ -146,7 +211,13 @@ def run(
             task = bar.add_task(name, total=None)
             reporter = _bar_reporter(bar, task, name)
             try:
-                outcomes.append(evaluate(item, output=output / f"{name}.json", reporter=reporter))
+                outcome = evaluate(
+                    item,
+                    output=output / f"{name}.json",
+                    reporter=reporter,
+                    hooks=AgentTelemetry.start,
+                )
+                outcomes.append(outcome)
                 console.print(f"[green]✓[/green] {name} → {output / f'{name}.json'}")
             except EvaluationError as exc:
                 failed += 1
@@ -173,7 +244,7 @@ def run(
 
 def _bar_reporter(bar: Any, task: Any, name: str) -> Any:
     """A runner Reporter that drives one line of a Rich progress display."""
-    from mlmodelscope.agent.runner import Reporter
+    from mlmodelscope.agent.hooks import Reporter
 
     def stage(text: str) -> None:
         bar.update(task, description=f"{name}: {text}", completed=0, total=None)
@@ -248,9 +319,11 @@ def agent(
     import logging
 
     from mlmodelscope.agent.pod import run_agent
+    from mlmodelscope.telemetry.agent import AgentTelemetry
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    raise typer.Exit(run_agent(spec, output, results_configmap, termination_log))
+    code = run_agent(spec, output, results_configmap, termination_log, hooks=AgentTelemetry.start)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -265,14 +338,36 @@ def operator(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the Kubernetes operator (settings: MLMS_OPERATOR_* variables, docs/operator.md)."""
-
-    from mlmodelscope.controller.settings import OperatorSettings, SettingsError
-
+    try:
+        from mlmodelscope.controller.instrument import StartupError
+        from mlmodelscope.controller.main import run_operator
+        from mlmodelscope.controller.settings import OperatorSettings, SettingsError
+    except ModuleNotFoundError as exc:
+        _operator_missing(exc)
     try:
         settings = OperatorSettings.from_env(os.environ)
-    except SettingsError as exc:
+        run_operator(settings, standalone=standalone, liveness=liveness, verbose=verbose)
+    except (SettingsError, StartupError) as exc:
         fail(str(exc))
         raise typer.Exit(2) from None
-    from mlmodelscope.controller.main import run_operator
 
-    run_operator(settings, standalone=standalone, liveness=liveness, verbose=verbose)
+
+OPERATOR_IMAGE = "ghcr.io/mlmodelscope/operator"
+"""The operator image's repository (images/docker-bake.json, the chart's ``image.repository``)."""
+
+
+def _operator_missing(exc: ModuleNotFoundError) -> NoReturn:
+    """One line instead of a traceback where the operator is not installed: an agent image
+    carries no ``mlmodelscope.controller``; elsewhere the ``operator`` extra may be missing."""
+    if (exc.name or "").startswith("mlmodelscope."):
+        fail(
+            f"`mlms operator` is not part of this installation ({exc.name} is missing: agent "
+            f"images carry only the evaluation agent); run the operator image, "
+            f"{OPERATOR_IMAGE}:{__version__}"
+        )
+    else:
+        fail(
+            f"`mlms operator` needs {exc.name}, which is not installed; install it with: "
+            "pip install 'mlmodelscope[operator]'"
+        )
+    raise typer.Exit(2)

@@ -16,15 +16,13 @@ from typer.testing import CliRunner
 from mlmodelscope.agent.digits import FRAMEWORK_FORMATS, digits_evaluation
 from mlmodelscope.agent.runner import EvaluationError, evaluate
 from mlmodelscope.cli import app
+from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.contract.schema import SCHEMA_PATH
 from mlmodelscope.spec import load_evaluations
 
 pytestmark = pytest.mark.frameworks
 
-SCHEMA = json.loads(
-    (
-        Path(__file__).parents[2] / "operator" / "mlmodelscope" / "agent" / "result.schema.json"
-    ).read_text()
-)
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
 QUICK = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms", "stability": {"maxWindows": 2}}
 SCENARIOS: dict[str, dict[str, Any]] = {
     "SingleStream": {"type": "SingleStream"},
@@ -47,6 +45,9 @@ def write(tmp_path: Path, *documents: dict[str, Any]) -> Path:
 
 
 def validate_result(doc: dict[str, Any]) -> None:
+    """The document holds to the contract: its model and the schema generated from it."""
+    assert "contract_error" not in doc
+    ResultDocument.model_validate(doc)
     jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(doc)
 
 

@@ -1,5 +1,6 @@
-"""Model sources: local paths, http(s) via a local server, s3 via a fake boto3, pvc, the
-content-addressed cache, digest pinning and archive safety. Nothing here leaves 127.0.0.1."""
+"""Model sources: local paths, http(s) via a local server, pvc, the content-addressed cache,
+digest pinning and archive safety (s3:// against a real server: test_sources_s3.py). Nothing
+here leaves 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -9,20 +10,17 @@ import io
 import json
 import os
 import stat
-import sys
 import tarfile
 import threading
-import types
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from mlmodelscope.agent.sources import (
     FetchError,
-    MissingDependencyError,
     UnsafeArchiveError,
     default_cache_dir,
     directory_sha256,
@@ -31,8 +29,8 @@ from mlmodelscope.agent.sources import (
     fetch_uri,
     file_sha256,
     local_path,
-    map_container_path,
 )
+from mlmodelscope.contract.paths import container_path
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import ModelSource
 
@@ -401,9 +399,9 @@ def test_path_map_translates_container_paths(
     )
     assert fetch_model(model("/models/m.onnx")).path == host / "m.onnx"
     assert fetch_model(model("file:///models/m.onnx")).path == host / "m.onnx"
-    assert map_container_path("/models/deep/x") == str(tmp_path / "deep" / "x")
-    assert map_container_path("/modelsx/m.onnx") == "/modelsx/m.onnx"
-    assert map_container_path("/models") == str(host)
+    assert container_path("/models/deep/x") == str(tmp_path / "deep" / "x")
+    assert container_path("/modelsx/m.onnx") == "/modelsx/m.onnx"
+    assert container_path("/models") == str(host)
     monkeypatch.setenv("MLMS_PVC_ROOT", "/models/pvc")
     assert local_path("pvc://claim/x.onnx") == host / "pvc" / "claim" / "x.onnx"
 
@@ -421,114 +419,18 @@ def test_host_paths_under_a_mounted_prefix_stay_host_paths(
     cached.write_bytes(MODEL_BYTES)
     top = "/" + tmp_path.parts[1]
     monkeypatch.setenv("MLMS_PATH_MAP", json.dumps({top: str(volume)}))
-    assert map_container_path(str(cached)) == str(cached)
-    assert map_container_path(f"{top}/in-volume.txt") == str(volume / "in-volume.txt")
-    assert map_container_path(f"{top}/not-yet-written.json") == str(volume / "not-yet-written.json")
+    assert container_path(str(cached)) == str(cached)
+    assert container_path(f"{top}/in-volume.txt") == str(volume / "in-volume.txt")
+    assert container_path(f"{top}/not-yet-written.json") == str(volume / "not-yet-written.json")
 
 
 def test_bad_path_map_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLMS_PATH_MAP", "not json")
     with pytest.raises(ValueError, match="MLMS_PATH_MAP"):
-        map_container_path("/x")
+        container_path("/x")
 
 
-# --------------------------------------------------------------------------------------- s3
-
-
-class FakeBody:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def iter_chunks(self, size: int) -> Iterator[bytes]:
-        for i in range(0, len(self.data), size):
-            yield self.data[i : i + size]
-
-
-class FakeClientError(Exception):
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.response = {"Error": {"Code": code}}
-
-
-class FakeS3:
-    objects: ClassVar[dict[tuple[str, str], bytes]] = {}
-    calls: ClassVar[list[dict[str, Any]]] = []
-
-    def __init__(self, session_kwargs: dict[str, Any], client_kwargs: dict[str, Any]) -> None:
-        self.session_kwargs = session_kwargs
-        self.client_kwargs = client_kwargs
-
-    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's names
-        FakeS3.calls.append({"session": self.session_kwargs, "client": self.client_kwargs})
-        if (Bucket, Key) not in self.objects:
-            raise FakeClientError("NoSuchKey")
-        return {"Body": FakeBody(self.objects[(Bucket, Key)])}
-
-
-@pytest.fixture
-def fake_boto3(monkeypatch: pytest.MonkeyPatch) -> type[FakeS3]:
-    class Session:
-        def __init__(self, **kwargs: Any) -> None:
-            self.kwargs = kwargs
-
-        def client(self, service: str, **kwargs: Any) -> FakeS3:
-            assert service == "s3"
-            return FakeS3(self.kwargs, kwargs)
-
-    module = types.ModuleType("boto3")
-    module.session = types.SimpleNamespace(Session=Session)  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "boto3", module)
-    FakeS3.objects = {("bucket", "models/m.onnx"): MODEL_BYTES}
-    FakeS3.calls = []
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("MLMS_SECRET_DIR", "/nonexistent")
-    return FakeS3
-
-
-def test_s3_download_and_endpoint(
-    fake_boto3: type[FakeS3], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9000")
-    fetched = fetch_model(model("s3://bucket/models/m.onnx", sha256=sha(MODEL_BYTES)))
-    assert (fetched.source, fetched.cached) == ("s3", False)
-    assert fetched.path.read_bytes() == MODEL_BYTES
-    assert fake_boto3.calls[0]["client"] == {"endpoint_url": "http://127.0.0.1:9000"}
-    assert fake_boto3.calls[0]["session"] == {}, "credentials come from the environment only"
-    assert fetch_model(model("s3://bucket/models/m.onnx")).cached
-    assert len(fake_boto3.calls) == 1
-
-
-def test_s3_credentials_from_mounted_secret(
-    fake_boto3: type[FakeS3], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    secret = tmp_path / "secret"
-    secret.mkdir()
-    (secret / "AWS_ACCESS_KEY_ID").write_text("AKIDEXAMPLE\n")
-    (secret / "AWS_SECRET_ACCESS_KEY").write_text("s3cr3t")
-    monkeypatch.setenv("MLMS_SECRET_DIR", str(secret))
-    fetch_model(model("s3://bucket/models/m.onnx"))
-    assert fake_boto3.calls[0]["session"] == {
-        "aws_access_key_id": "AKIDEXAMPLE",
-        "aws_secret_access_key": "s3cr3t",
-    }
-
-
-def test_s3_missing_object_is_a_spec_error(fake_boto3: type[FakeS3]) -> None:
-    with pytest.raises(SpecError, match="NoSuchKey") as err:
-        fetch_model(model("s3://bucket/models/other.onnx"))
-    assert err.value.field == "spec.model.uri"
-
-
-def test_s3_prefix_is_refused(fake_boto3: type[FakeS3]) -> None:
-    with pytest.raises(SpecError, match=r"\.tar\.gz"):
-        fetch_model(model("s3://bucket/models/", fmt="savedmodel"))
-
-
-def test_s3_without_boto3(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(MissingDependencyError, match="pip install boto3"):
-        fetch_model(model("s3://bucket/models/m.onnx"))
+# s3:// sources are tested against a real S3-compatible server in test_sources_s3.py.
 
 
 def test_fetch_uri_for_datasets_uses_its_own_cache_kind(server: Server, cache: Path) -> None:

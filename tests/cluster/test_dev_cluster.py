@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from mlmodelscope.devcluster import nodes, versions
+from mlmodelscope.devcluster import examples, nodes, versions
 from mlmodelscope.devcluster.cluster import Cluster, pid_alive
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 
@@ -47,6 +47,7 @@ def job_manifest(
     node_selector: dict[str, str],
     gpus: int = 0,
     pod_failure_policy: dict[str, Any] | None = None,
+    tolerations: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "main",
@@ -61,6 +62,8 @@ def job_manifest(
     if gpus:
         container["resources"] = {"limits": {nodes.GPU_RESOURCE: str(gpus)}}
         pod_spec["tolerations"] = [GPU_TOLERATION]
+    if tolerations:
+        pod_spec["tolerations"] = [*pod_spec.get("tolerations", []), *tolerations]
     spec: dict[str, Any] = {"backoffLimit": 0, "template": {"spec": pod_spec}}
     if pod_failure_policy:
         spec["podFailurePolicy"] = pod_failure_policy
@@ -193,7 +196,11 @@ def test_gpu_job_lands_on_requested_product_and_completes(
     name = "gpu-job"
     cmd = ["python", "-c", "print('hello from a GPU pod')"]
     selector = {"nvidia.com/gpu.product": gpu.product}
-    apply(cluster, job_manifest(name, cmd, node_selector=selector, gpus=1), namespace)
+    # The H100 pool has only a kwok node: the Job must tolerate simulation to land there.
+    manifest = job_manifest(
+        name, cmd, node_selector=selector, gpus=1, tolerations=[nodes.SIMULATED_TOLERATION]
+    )
+    apply(cluster, manifest, namespace)
     wait_for("the Job to complete", lambda: job_condition(cluster, namespace, name, ("Complete",)))
     pod = job_pod(cluster, namespace, name)
     assert pod is not None
@@ -243,6 +250,40 @@ def test_pod_asking_for_more_gpus_than_any_node_stays_pending(
     time.sleep(2)
     again = core(cluster).read_namespaced_pod("too-big", namespace)
     assert again.status.phase == "Pending" and not again.spec.node_name
+
+
+def test_pods_that_do_not_tolerate_simulation_stay_off_kwok_nodes(
+    cluster: Cluster, namespace: str
+) -> None:
+    # No selector at all: the only node without a taint the pod lacks is the CPU exec node.
+    name = "anywhere"
+    cmd = ["python", "-c", "print('ran for real')"]
+    apply(cluster, job_manifest(name, cmd, node_selector={}), namespace)
+    wait_for("the Job to complete", lambda: job_condition(cluster, namespace, name, ("Complete",)))
+    pod = job_pod(cluster, namespace, name)
+    assert pod is not None and pod.spec.node_name == "cpu-exec-0"
+    # Asking for a kwok node without the toleration: the scheduler says why not.
+    pod_manifest = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "wants-kwok"},
+        "spec": {
+            "nodeSelector": {nodes.SIMULATION_LABEL: "kwok", nodes.POOL_LABEL: "cpu"},
+            "containers": [{"name": "main", "image": "x", "command": ["true"]}],
+        },
+    }
+    apply(cluster, pod_manifest, namespace)
+
+    def unschedulable() -> Any:
+        p = core(cluster).read_namespaced_pod("wants-kwok", namespace)
+        for cond in p.status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                return cond
+        return None
+
+    cond = wait_for("the scheduler to give up", unschedulable, timeout=30)
+    assert "untolerated taint" in cond.message
+    assert not core(cluster).read_namespaced_pod("wants-kwok", namespace).spec.node_name
 
 
 # ---- controllers --------------------------------------------------------------------------
@@ -417,6 +458,69 @@ open('/dev/termination-log', 'w').write(json.dumps(summary))
     assert {"/data", "/etc/cfg", "/dev/termination-log"} <= mapped
     logs = list((cluster.pods_dir).glob(f"{namespace}_env-and-volumes_*/main.log"))
     assert logs and "summary" in logs[0].read_text()
+
+
+def test_examples_claim_is_bound_and_exec_pods_read_its_host_folder(cluster: Cluster) -> None:
+    api = core(cluster)
+    claim = api.read_namespaced_persistent_volume_claim(examples.CLAIM, examples.NAMESPACE)
+    assert claim.status.phase == "Bound" and claim.spec.volume_name == examples.CLAIM
+    volume = api.read_persistent_volume(examples.CLAIM)
+    assert volume.status.phase == "Bound"
+    assert volume.spec.claim_ref.uid == claim.metadata.uid  # bound by the PV controller
+    assert volume.spec.host_path.path == str(cluster.examples_dir)
+    assert "digits.onnx" in {p.name for p in cluster.examples_dir.iterdir()}
+    name = f"reads-claim-{os.getpid()}"
+    script = (
+        "import os, json; open('/dev/termination-log', 'w')"
+        ".write(json.dumps(sorted(os.listdir('/models'))))"
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "volumes": [
+                {
+                    "name": "models",
+                    "persistentVolumeClaim": {"claimName": examples.CLAIM, "readOnly": True},
+                }
+            ],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "x",
+                    "command": ["python", "-c", script],
+                    "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True}],
+                }
+            ],
+        },
+    }
+    apply(cluster, pod, examples.NAMESPACE)
+    try:
+
+        def done() -> client.V1Pod | None:
+            p = api.read_namespaced_pod(name, examples.NAMESPACE)
+            return p if p.status.phase in ("Succeeded", "Failed") else None
+
+        final = wait_for("the pod reading the claim to finish", done, timeout=60)
+        state = terminated(final)
+        assert final.status.phase == "Succeeded", state.message
+        assert final.spec.node_name == "cpu-exec-0"
+        assert json.loads(state.message) == sorted(p.name for p in cluster.examples_dir.iterdir())
+    finally:
+        api.delete_namespaced_pod(name, examples.NAMESPACE, grace_period_seconds=0)
+
+
+def test_default_service_account_may_publish_results_in_default_only(cluster: Cluster) -> None:
+    sa = f"--as=system:serviceaccount:{examples.NAMESPACE}:default"
+    for verb in ("get", "patch"):
+        allowed = cluster.kubectl("auth", "can-i", verb, "configmaps", "-n", "default", sa)
+        assert allowed.stdout.strip() == "yes"
+    denied = cluster.kubectl(
+        "auth", "can-i", "create", "configmaps", "-n", "default", sa, check=False
+    )
+    assert denied.stdout.strip() == "no"
 
 
 def test_gpu_exec_node_runs_the_pod_on_cpu(cluster: Cluster, namespace: str) -> None:

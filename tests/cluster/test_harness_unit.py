@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from mlmodelscope.devcluster import build, nodes, versions
+from mlmodelscope.devcluster import build, examples, nodes, versions
+from mlmodelscope.devcluster.cli import shell_exports
 from mlmodelscope.devcluster.execlet import (
     expand,
     field_ref,
@@ -76,7 +78,80 @@ def test_node_pools_declare_gpu_nodes_like_gpu_feature_discovery() -> None:
     assert labels["nvidia.com/gpu.memory"] == "81920"
     assert manifest["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     assert manifest["spec"]["taints"] == [
-        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "mlmodelscope.io/simulation", "value": "kwok", "effect": "NoSchedule"},
+    ]
+
+
+def test_only_kwok_nodes_carry_the_simulation_taint() -> None:
+    for node in nodes.all_nodes():
+        manifest = node.manifest()
+        taints = manifest["spec"].get("taints") or []
+        assert (nodes.SIMULATED_TAINT in taints) == (node.mode == "kwok"), node.name
+        annotations = manifest["metadata"]["annotations"]
+        assert (annotations.get("kwok.x-k8s.io/node") == "fake") == (node.mode == "kwok")
+    assert nodes.SIMULATED_TOLERATION == {
+        "key": "mlmodelscope.io/simulation",
+        "operator": "Equal",
+        "value": "kwok",
+        "effect": "NoSchedule",
+    }
+
+
+def test_examples_volume_and_claim_are_reserved_for_each_other(tmp_path: Path) -> None:
+    folder = examples.claim_folder(tmp_path)
+    volume, claim = examples.volume_manifest(folder), examples.claim_manifest()
+    assert volume["spec"]["claimRef"]["name"] == claim["metadata"]["name"] == examples.CLAIM
+    assert volume["spec"]["claimRef"]["namespace"] == claim["metadata"]["namespace"] == "default"
+    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
+    assert volume["spec"]["storageClassName"] == claim["spec"]["storageClassName"] == ""
+    assert set(claim["spec"]["accessModes"]) <= set(volume["spec"]["accessModes"])
+    assert volume["spec"]["hostPath"]["path"] == str(folder)
+    role, binding = examples.agent_rbac_manifests()
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+    ]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "default", "namespace": "default"}
+    ]
+
+
+def test_claim_folder_gets_the_models_or_up_says_why_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlmodelscope.agent import digits
+
+    built = tmp_path / "cache"
+    (built / "digits_savedmodel").mkdir(parents=True)
+    (built / "digits.onnx").write_bytes(b"onnx")
+    monkeypatch.setattr(digits, "ensure_digits_models", lambda: built)
+    logged: list[str] = []
+    folder = tmp_path / "claim"
+    assert examples.fill_claim_folder(folder, logged.append) == ["digits.onnx", "digits_savedmodel"]
+    assert (folder / "digits.onnx").read_bytes() == b"onnx" and not logged
+
+    def fails() -> Path:
+        raise RuntimeError("building the digits models failed:\nNo module named 'torch'")
+
+    monkeypatch.setattr(digits, "ensure_digits_models", fails)
+    assert examples.fill_claim_folder(tmp_path / "empty", logged.append) == []
+    [message] = logged
+    assert "No module named 'torch'" in message and "models" in message
+    assert (tmp_path / "empty").is_dir()
+
+
+def test_up_prints_lines_a_shell_can_eval(tmp_path: Path) -> None:
+    run_dir = tmp_path / "dev cluster"  # a space, quoted
+    printed = tmp_path / "up.out"
+    printed.write_text(shell_exports(run_dir / "kubeconfig", run_dir, run_dir / "bin"))
+    script = 'PATH=/usr/bin:/bin; eval "$(cat "$1")"; printf "%s\\n" "$KUBECONFIG" '
+    script += '"$MLMS_DEV_CLUSTER_DIR" "$PATH"'
+    argv = ["bash", "-c", script, "bash", str(printed)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [
+        str(run_dir / "kubeconfig"),
+        str(run_dir),
+        f"{run_dir / 'bin'}:/usr/bin:/bin",
     ]
 
 

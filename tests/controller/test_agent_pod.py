@@ -9,18 +9,17 @@ from typing import Any
 import pytest
 import yaml
 from meval_docs import evaluation_doc
+from result_docs import document, row
 
 from mlmodelscope.agent.pod import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_SPEC_ERROR,
-    TERMINATION_LIMIT,
     compact_summary,
     configmap_patch,
     publish_configmap,
     run_agent,
     strip_document,
 )
+from mlmodelscope.contract.result import EvaluationSummary, ResultError
+from mlmodelscope.contract.wire import EXIT_FAILED, EXIT_OK, EXIT_SPEC_ERROR, TERMINATION_LIMIT
 from mlmodelscope.controller import builders, results
 from mlmodelscope.spec import parse_evaluation
 
@@ -102,15 +101,15 @@ def test_agent_runs_the_spec_configmap_and_publishes_both_ways(
     )  # fmt: skip
     assert from_message is not None and from_message.succeeded
     assert [r["batchSize"] for r in from_message.results] == [1, 4]
-    top1 = from_message.summary["top1"]
-    assert 0.8 < top1 <= 1.0
+    top1 = from_message.summary.top1
+    assert top1 is not None and 0.8 < top1 <= 1.0
     [(namespace, name, body)] = recorder.calls
     assert (namespace, name) == ("team-a", "digits-cpu-results")
     from_cm = results.outcome_from_configmap(body, 5)
-    assert from_cm is not None and from_cm.source == "configmap result.json"
+    assert from_cm is not None and from_cm.source == "configmap summary.json"
     assert from_cm.run_id == from_message.run_id
     assert from_cm.stack["framework"] == "onnxruntime"
-    assert from_cm.summary["top1"] == pytest.approx(top1, rel=1e-5)
+    assert from_cm.summary.top1 == pytest.approx(top1, rel=1e-5)
     stored = json.loads(body["data"]["result.json"])
     assert all("raw" not in m for m in stored["measurements"])
 
@@ -135,7 +134,9 @@ def test_missing_model_is_a_spec_error_named_by_field(
     doc = evaluation_doc(model={"uri": f"file://{tmp_path}/nowhere.onnx"})
     message = pod_dirs(tmp_path, monkeypatch, doc)
     assert agent(Recorder()) == EXIT_SPEC_ERROR
-    outcome = results.outcome_from_document(json.loads(message.read_text()))
+    outcome = results.outcome_from_summary(
+        EvaluationSummary.model_validate_json(message.read_text())
+    )
     assert outcome.error is not None and outcome.error.startswith("spec.model.uri: ")
 
 
@@ -171,52 +172,44 @@ def test_unexpected_error_without_field_exits_failed() -> None:
     assert _exit_code({"status": "Succeeded"}) == EXIT_OK
 
 
-def big_document(rows: int, samples: int) -> dict[str, Any]:
-    row = {
-        "batch_size": 1,
-        "scenario": "Server",
-        "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0, "mean": 1.5},
-        "throughput": 1.0,
-        "qps": 1.0,
-        "top1": None,
-        "top5": None,
-        "valid": False,
-        "invalid_reasons": ["x" * 300, "y" * 300],
-    }
-    measurement = {
-        "batch_size": 1,
-        "raw": {"latencies_ns": list(range(samples))},
-        "repetitions": [{"windows": list(range(samples // 10))}],
-        "windows": list(range(samples // 10)),
-        "latency": {"histogram": list(range(1000))},
-    }
-    return {
-        "status": "Failed",
-        "run_id": "r",
-        "results": [dict(row, batch_size=b) for b in range(1, rows + 1)],
-        "measurements": [measurement] * rows,
-        "error": {"type": "X", "message": "z" * 5000, "field": None},
-        "stack": {"backend": {"framework": "onnxruntime"}},
-    }
+def big_document(rows: int, samples: int, status: str = "Succeeded") -> dict[str, Any]:
+    """A contract-valid document with many long rows and many raw samples."""
+    reasons = ["x" * 300, "y" * 300]
+    many = [
+        row(b, scenario="Server", valid=False, invalid_reasons=reasons) for b in range(1, rows + 1)
+    ]
+    if status == "Failed":
+        return document(status="Failed", error=ResultError(type="X", message="z" * 5000))
+    return document(rows=many, samples=samples)
 
 
 def test_compact_summary_always_fits_the_termination_message() -> None:
     summary = compact_summary(big_document(rows=32, samples=10))
-    assert len(json.dumps(summary, separators=(",", ":")).encode()) <= TERMINATION_LIMIT
-    assert summary["results"][0]["batch_size"] == 1
-    assert summary["error"]["message"]
+    assert summary.encoded_size() <= TERMINATION_LIMIT
+    assert summary.truncated and summary.results[0].batch_size == 1
+    failed = compact_summary(big_document(rows=1, samples=10, status="Failed"))
+    assert failed.encoded_size() <= TERMINATION_LIMIT
+    assert failed.error is not None and failed.error.message.startswith("zzz")
+
+
+def test_a_document_off_contract_still_reaches_the_operator_as_failed() -> None:
+    broken = document()
+    del broken["measurements"]
+    summary = compact_summary(broken)
+    assert summary.status == "Failed"
+    assert summary.error is not None and summary.error.type == "ContractError"
 
 
 def test_strip_document_drops_detail_in_order() -> None:
-    doc = big_document(rows=4, samples=200_000)
+    doc = big_document(rows=4, samples=20_000)
     small = strip_document(doc, 1_000_000)
     assert all("raw" not in m for m in small["measurements"])
-    assert "repetitions" in small["measurements"][0]
-    tiny = strip_document(doc, 12_000)
+    assert "windows" in small["measurements"][0]
+    tiny = strip_document(doc, 8_000)
     assert "measurements" not in tiny and tiny["results"]
     assert "stack" in tiny
     doc["tracing"] = {"spans": ["s" * 100] * 200}
-    minimal = strip_document(doc, 12_000)
+    minimal = strip_document(doc, 8_000)
     assert "tracing" not in minimal and "stack" not in minimal and minimal["results"]
     assert "tracing" in minimal["truncated"]
     patch = configmap_patch(doc)

@@ -1,64 +1,40 @@
-"""Reading the agent's output: ConfigMap, termination message, generation check, fallbacks."""
+"""Reading the agent's output: ConfigMap, termination message, generation check, fallbacks.
+
+Fixtures come from the contract's types (result_docs), and what the agent side publishes is
+produced by the agent's own publishing code, so both ends of the wire are exercised."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from result_docs import document, summary
+
 from mlmodelscope.agent.pod import compact_summary, configmap_patch
+from mlmodelscope.contract.result import EvaluationSummary, ResultDocument, ResultError
+from mlmodelscope.contract.wire import RESULT_KEY, SUMMARY_KEY, TERMINATION_LIMIT
 from mlmodelscope.controller import results
 from mlmodelscope.controller.handlers.handle_job import failure
-from mlmodelscope.spec.status import BatchResult
+from mlmodelscope.spec.status import BatchResult, Summary
 
 
-def document(generation: int = 1, status: str = "Succeeded", **extra: Any) -> dict[str, Any]:
-    """A result document shaped like runner.evaluate's."""
-    row = {
-        "batch_size": 1,
-        "scenario": "SingleStream",
-        "latency_ms": {"p50": 0.123456789, "p90": 0.2, "p99": 0.3, "mean": 0.15},
-        "throughput": 8100.5,
-        "qps": 8100.5,
-        "top1": 0.9722,
-        "top5": 1.0,
-        "valid": True,
-        "invalid_reasons": [],
-    }
-    doc: dict[str, Any] = {
-        "api_version": "mlmodelscope.io/results/v1alpha1",
-        "kind": "EvaluationResult",
-        "run_id": "5d2c",
-        "status": status,
-        "evaluation": {"name": "e", "namespace": "ns", "generation": generation},
-        "model": {"sha256": "f" * 64},
-        "image": "ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu",
-        "stack": {
-            "backend": {"framework": "onnxruntime", "framework_version": "1.31.1", "device": "cpu"},
-            "cpu": {"model": "AMD EPYC", "logical_cores": 2},
-            "python": {"version": "3.11.9"},
-        },
-        "measurements": [{"batch_size": 1, "raw": {"latencies_ns": list(range(1000))}}],
-        "results": [row, {**row, "batch_size": 8, "throughput": 30000.0}],
-        **extra,
-    }
-    return doc
+def test_the_fixture_documents_hold_to_the_contract() -> None:
+    ResultDocument.model_validate(document())
+    ResultDocument.model_validate(document(status="Failed"))
 
 
-def test_full_document_becomes_status_fields() -> None:
-    outcome = results.outcome_from_document(document())
+def test_a_summary_becomes_status_fields_without_reshaping() -> None:
+    published = compact_summary(document())
+    outcome = results.outcome_from_summary(published)
     assert outcome.succeeded and outcome.run_id == "5d2c" and outcome.generation == 1
-    assert outcome.summary == {
-        "batchSize": 1,
-        "p50Ms": 0.123457,
-        "throughput": 8100.5,
-        "top1": 0.9722,
-    }
+    assert outcome.summary == Summary(batch_size=1, p50_ms=0.123457, throughput=8100.5, top1=0.9722)
     first = outcome.results[0]
     assert first["latencyMs"]["p99"] == 0.3
-    assert first["accuracy"] == {"top1": 0.9722, "top5": 1.0}
+    assert first["top1"] == 0.9722 and first["top5"] == 1.0
     assert first["valid"] is True
-    for row in outcome.results:
-        BatchResult.model_validate(row)
+    # the status rows are the contract's rows, dumped by alias: they parse straight back
+    assert [BatchResult.model_validate(r) for r in outcome.results] == outcome.rows
+    assert outcome.rows == published.results
     assert outcome.stack["framework"] == "onnxruntime"
     assert outcome.stack["frameworkVersion"] == "1.31.1"
     assert outcome.stack["modelSha256"] == "f" * 64
@@ -67,16 +43,17 @@ def test_full_document_becomes_status_fields() -> None:
 
 def test_configmap_round_trip_and_generation_check() -> None:
     patch = configmap_patch(document(generation=3))
-    stored = json.loads(patch["data"]["result.json"])
+    stored = json.loads(patch["data"][RESULT_KEY])
     assert "raw" not in stored["measurements"][0]
+    ResultDocument.model_validate(stored)
     configmap = {"data": patch["data"]}
-    assert results.outcome_from_configmap(configmap, 3) is not None
+    outcome = results.outcome_from_configmap(configmap, 3)
+    assert outcome is not None and outcome.source == f"configmap {SUMMARY_KEY}"
+    assert outcome.summary.top1 == 0.9722
     assert results.outcome_from_configmap(configmap, 4) is None
     assert results.outcome_from_configmap({"data": {}}, 3) is None
     assert results.outcome_from_configmap(None, 3) is None
-    only_summary = {"data": {"summary.json": patch["data"]["summary.json"]}}
-    outcome = results.outcome_from_configmap(only_summary, 3)
-    assert outcome is not None and outcome.summary["top1"] == 0.9722
+    assert results.outcome_from_configmap({"data": {SUMMARY_KEY: "{not json"}}, 3) is None
 
 
 def pod(message: str, finished: str = "2026-11-22T08:00:00Z") -> dict[str, Any]:
@@ -87,13 +64,20 @@ def pod(message: str, finished: str = "2026-11-22T08:00:00Z") -> dict[str, Any]:
 
 
 def test_termination_message_fallback_uses_the_newest_pod() -> None:
-    old = json.dumps(compact_summary(document(status="Failed", error={"message": "boom"})))
-    new = json.dumps(compact_summary(document()))
+    old = compact_summary(document(status="Failed")).to_wire()
+    new = compact_summary(document()).to_wire()
+    assert len(new.encode()) <= TERMINATION_LIMIT
     pods = [pod(old, "2026-11-22T08:00:00Z"), pod(new, "2026-11-22T08:05:00Z")]
     outcome = results.outcome_from_pods(pods, 1)
     assert outcome is not None and outcome.succeeded
     assert outcome.source == "termination message"
     assert results.outcome_from_pods([], 1) is None
+
+
+def test_a_summary_for_another_generation_is_skipped() -> None:
+    pods = [pod(summary(generation=2).to_wire())]
+    assert results.outcome_from_pods(pods, 3) is None
+    assert results.outcome_from_pods(pods, 2) is not None
 
 
 def test_log_tail_in_the_termination_message_becomes_the_error() -> None:
@@ -103,13 +87,15 @@ def test_log_tail_in_the_termination_message_becomes_the_error() -> None:
 
 
 def test_agent_errors_name_their_field() -> None:
-    doc = document(status="Failed")
-    doc["results"] = []
-    doc["error"] = {"type": "SpecError", "field": "spec.model.uri", "message": "not found"}
-    outcome = results.outcome_from_document(doc)
+    error = ResultError(type="SpecError", field="spec.model.uri", message="not found")
+    outcome = results.outcome_from_summary(
+        EvaluationSummary.model_validate_json(
+            compact_summary(document(status="Failed", error=error)).to_wire()
+        )
+    )
     assert outcome.error == "spec.model.uri: not found"
     assert outcome.error_field == "spec.model.uri"
-    assert outcome.results == [] and outcome.summary == {}
+    assert outcome.results == [] and outcome.summary == Summary()
 
 
 def test_job_failure_reasons() -> None:

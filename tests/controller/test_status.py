@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from result_docs import row
+
 from mlmodelscope.controller import status
 from mlmodelscope.controller.results import Outcome
 from mlmodelscope.controller.status import ConditionType, Reason
-from mlmodelscope.spec.status import EvaluationStatus
+from mlmodelscope.spec.status import EvaluationStatus, LatencySummary
 
 T0, T1, T2 = "2026-11-22T08:00:00Z", "2026-11-22T08:01:00Z", "2026-11-22T08:02:00Z"
 
@@ -35,8 +37,7 @@ def outcome(run_id: str = "run-1") -> Outcome:
         status="Succeeded",
         run_id=run_id,
         generation=1,
-        results=[{"batchSize": 1, "scenario": "SingleStream", "latencyMs": {"p50": 0.2}}],
-        summary={"batchSize": 1, "p50Ms": 0.2, "throughput": 5000.0, "top1": 0.97},
+        rows=[row(1, latency_ms=LatencySummary(p50=0.2), throughput=5000.0, top1=0.97)],
         stack={"framework": "onnxruntime"},
         trace_id="ab" * 16,
     )

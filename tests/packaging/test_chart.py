@@ -328,6 +328,9 @@ def test_configuration_maps_values_to_settings(helm: Path) -> None:
     assert scoped.pod_failure_policy is False  # extraSettings wins
     defaults = _settings(render(helm))
     assert defaults.peering is None and defaults.max_running == 0
+    assert defaults.metrics_port == 9090  # the container port the Service targets
+    assert _settings(render(helm, sets=["metrics.port=9464"])).metrics_port == 9464
+    assert _settings(render(helm, sets=["metrics.enabled=false"])).metrics_port == 0
 
 
 def test_peering_is_on_with_more_than_one_replica(helm: Path) -> None:

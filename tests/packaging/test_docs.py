@@ -1,17 +1,22 @@
 """The user docs this issue ships: docs/spec.md covers every spec field and its examples
-validate; install/GPU/troubleshooting docs agree with the chart; relative links resolve."""
+validate; install/GPU/troubleshooting docs agree with the chart; relative links resolve; every
+`mlms` command (and option) the docs name exists."""
 
 from __future__ import annotations
 
 import re
+import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 import yaml
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
+from mlmodelscope.cli import app as mlms_app
 from mlmodelscope.spec import SpecValidationError
 from mlmodelscope.spec.document import parse_evaluation
 from mlmodelscope.spec.evaluation import EvaluationSpec
@@ -120,3 +125,145 @@ def test_install_doc_uses_the_charts_values() -> None:
                 break  # a free-form map value (labels, annotations)
             assert part in node, f"install.md: --set {key}"
             node = node[part]
+
+
+# ------------------------------------------------------------------ commands the docs name
+
+COMMAND_SOURCES = [
+    ROOT / "README.md",
+    *sorted(DOCS.glob("*.md")),
+    ROOT / "images" / "README.md",
+    *sorted((ROOT / "helm").rglob("README*")),
+    *sorted((ROOT / "examples").rglob("*.md")),
+    *sorted((ROOT / "examples").rglob("*.yaml")),
+    *sorted((ROOT / "hack").glob("*.sh")),
+    ROOT / "Makefile",
+]
+MLMS_CALL = re.compile(
+    r"(?<![\w.-])mlms\s+([a-z][\w-]*)(?=[\s`\"')]|$)(?:[ \t]+([a-z][\w-]*)(?=[\s`\"')]|$))?"
+)
+
+
+def code_of(path: Path) -> list[str]:
+    """Where a file names commands: fenced blocks and `inline code` of Markdown (prose says
+    "mlms" in other senses), everything else of scripts and YAML."""
+    text = path.read_text().replace("\\\n", " ")  # shell continuation lines
+    if path.suffix != ".md":
+        return [text]
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    return blocks + re.findall(r"`([^`]+)`", prose)
+
+
+def subcommands(command: Any) -> dict[str, Any]:
+    """A (Typer/Click) group's commands by name; ``{}`` for a plain command."""
+    commands: dict[str, Any] = getattr(command, "commands", {})
+    return commands
+
+
+def documented_calls() -> dict[tuple[str, ...], list[str]]:
+    """``("dev-cluster", "up") -> ["docs/dev-cluster.md: --flag ...", ...]``: every `mlms
+    <command> [<subcommand>]` the docs name, with the options written on the same line."""
+    group = typer.main.get_command(mlms_app)
+    calls: dict[tuple[str, ...], list[str]] = {}
+    for path in COMMAND_SOURCES:
+        if not path.is_file():
+            continue
+        for code in code_of(path):
+            for match in MLMS_CALL.finditer(code):
+                words: tuple[str, ...] = (match[1],)
+                command = subcommands(group).get(match[1])
+                if command is not None and subcommands(command) and match[2]:
+                    words = (match[1], match[2])
+                line = code[match.end() :].split("\n", 1)[0]
+                line = re.split(r"\s#|\||&&|;|\)", line, maxsplit=1)[0]
+                options = re.findall(r"(?<!\S)(--?[a-zA-Z][\w-]*)", line)
+                where = f"{path.relative_to(ROOT)}: {' '.join(options)}"
+                calls.setdefault(words, []).append(where)
+    return calls
+
+
+DOCUMENTED = documented_calls()
+
+
+def test_docs_name_commands() -> None:
+    """The scan finds what it must: guards against a regex that matches nothing."""
+    assert {("run",), ("validate",), ("operator",), ("hash",), ("dev-cluster", "up")} <= set(
+        DOCUMENTED
+    )
+
+
+@pytest.mark.parametrize("words", sorted(DOCUMENTED), ids=" ".join)
+def test_every_documented_command_exists(words: tuple[str, ...]) -> None:
+    """`mlms <command> [<subcommand>] --help` exits 0 and knows every option the docs pass."""
+    command: Any = typer.main.get_command(mlms_app)
+    for word in words:
+        sub = subcommands(command).get(word)
+        assert sub is not None, f"`mlms {' '.join(words)}` does not exist; named in " + ", ".join(
+            where.split(":")[0] for where in DOCUMENTED[words]
+        )
+        command = sub
+    result = CliRunner().invoke(mlms_app, [*words, "--help"])
+    assert result.exit_code == 0, result.output
+    known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    known.add("--help")
+    for where in DOCUMENTED[words]:
+        _, _, options = where.partition(": ")
+        unknown = [o for o in options.split() if o.split("=")[0] not in known]
+        assert not unknown, f"{where.split(':')[0]}: `mlms {' '.join(words)}` has no {unknown}"
+
+
+# ------------------------------------------------------------------ fields named in the docs
+
+FIELD_PATH = re.compile(r"(?<![\w/-])\.?((?:spec|status)(?:\.[A-Za-z]\w*(?:\[\])?)+)")
+OTHER_KINDS = {
+    "spec.nodeName": "Pod",
+    "status.podIP": "Pod",
+    "status.containerStatuses": "Pod",
+    "status.allocatable": "Node",
+    "status.acceptedNames": "CustomResourceDefinition",
+}
+"""Paths the docs name on other kinds of object, by their first two segments."""
+
+
+def _members(tp: Any) -> list[Any]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType, typing.Annotated):
+        return [m for arg in typing.get_args(tp) for m in _members(arg)]
+    return [tp]
+
+
+def _resolves(tp: Any, parts: list[str]) -> bool:
+    """Whether ``parts`` (camelCase, ``[]`` for list items) is a path into type ``tp``."""
+    if not parts:
+        return True
+    for member in _members(tp):
+        origin = typing.get_origin(member)
+        if origin in (list, tuple) and _resolves(typing.get_args(member)[0], parts):
+            return True
+        if origin is dict:
+            return True  # free-form keys (stack, nodeSelector, ...)
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            head = parts[0].removesuffix("[]")
+            for name, info in member.model_fields.items():
+                if head in (info.alias or name, name) and _resolves(info.annotation, parts[1:]):
+                    return True
+    return False
+
+
+def test_every_documented_field_exists() -> None:
+    """`spec.x.y` and `status.x` in the README and docs are fields of the ModelEvaluation
+    (its generated CRD), or of a kind listed in OTHER_KINDS."""
+    from mlmodelscope.spec.status import EvaluationStatus
+
+    missing = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(doc.read_text().splitlines(), 1):
+            for match in FIELD_PATH.finditer(line):
+                path = match.group(1)
+                parts = path.split(".")
+                if parts[-1] in ("yaml", "json", "md", "py") or ".".join(parts[:2]) in OTHER_KINDS:
+                    continue
+                root = EvaluationSpec if parts[0] == "spec" else EvaluationStatus
+                if not _resolves(root, parts[1:]):
+                    missing.append(f"{doc.relative_to(ROOT)}:{number}: {path}")
+    assert not missing, "fields the docs name that do not exist:\n" + "\n".join(missing)

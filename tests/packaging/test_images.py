@@ -2,17 +2,22 @@
 build matrix (images/docker-bake.json) that agrees with the operator's default image names.
 
 No Docker engine is needed: images are built by CI / the registry pipeline; these checks read
-the Dockerfiles, and every pip step they run is the one CI's venv runs.
+the Dockerfiles, and every pip step they run is the one CI's venv runs. What each image carries
+is checked by running it: the files its COPY lines take are assembled into a folder that
+replaces the package on PYTHONPATH, and the agent's files run an evaluation, the operator's
+import the operator.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -81,6 +86,88 @@ def final_stage(dockerfile: Path) -> list[tuple[str, str]]:
     steps = instructions(dockerfile)
     last_from = max(i for i, (kw, _) in enumerate(steps) if kw == "FROM")
     return steps[last_from:]
+
+
+def _ignore_regex(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as Docker matches it: ``*`` and ``?`` stop at ``/``, ``**``
+    spans folders."""
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] in "*?":
+            out, i = out + ("[^/]*" if pattern[i] == "*" else "[^/]"), i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out)
+
+
+def in_context(dockerfile: Path, rel: str) -> bool:
+    """Whether ``<Dockerfile>.dockerignore`` sends ``rel`` (a path from the repository root):
+    the last pattern that matches the path or one of its parent folders decides."""
+    sent = True
+    for line in Path(f"{dockerfile}.dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        regex = _ignore_regex(line.removeprefix("!").strip("/"))
+        parts = rel.split("/")
+        if any(regex.fullmatch("/".join(parts[:n])) for n in range(1, len(parts) + 1)):
+            sent = line.startswith("!")
+    return sent
+
+
+def copied_files(dockerfile: Path) -> dict[PurePosixPath, Path]:
+    """Every file the Dockerfile's ``COPY`` lines take from the build context: its absolute
+    path in the image -> the file in this checkout, with Docker's rules (a folder's contents,
+    not the folder; ``dest/`` is a folder; relative to ``WORKDIR``; .dockerignore applied)."""
+    files: dict[PurePosixPath, Path] = {}
+    workdir = PurePosixPath("/")
+    for keyword, args in instructions(dockerfile):
+        if keyword == "FROM":
+            workdir = PurePosixPath("/")
+        elif keyword == "WORKDIR":
+            workdir = workdir / args
+        if keyword != "COPY" or "--from" in args:
+            continue
+        assert not args.startswith("["), "parse the JSON form of COPY here first"
+        *sources, dest = [word for word in args.split() if not word.startswith("--")]
+        target = workdir / dest
+        for source in sources:
+            src = ROOT / source
+            assert src.exists(), f"{dockerfile.name}: COPY {source}: not in the repository"
+            if src.is_dir():
+                for file in sorted(src.rglob("*")):
+                    rel = file.relative_to(ROOT).as_posix()
+                    if file.is_file() and in_context(dockerfile, rel):
+                        files[target / file.relative_to(src).as_posix()] = file
+                continue
+            assert in_context(dockerfile, source), f"{source} is not in the build context"
+            files[target / src.name if dest.endswith("/") else target] = src
+    return files
+
+
+PACKAGE_ROOT = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["where"][0]
+"""Where setuptools finds ``mlmodelscope`` (``operator``): what ``pip install .`` installs."""
+
+
+def image_package(dockerfile: Path) -> dict[str, Path]:
+    """What ``pip install .`` in the builder stage puts into site-packages: the copied files
+    under ``<WORKDIR of the install>/<package root>/``, by their path there."""
+    workdir = PurePosixPath("/")
+    for keyword, args in instructions(dockerfile):
+        if keyword == "WORKDIR":
+            workdir = workdir / args
+        if keyword == "RUN" and "pip install" in args:
+            break
+    base = workdir / PACKAGE_ROOT
+    return {
+        dest.relative_to(base).as_posix(): src
+        for dest, src in copied_files(dockerfile).items()
+        if dest.is_relative_to(base)
+    }
 
 
 # ----------------------------------------------------------------------------------- lint
@@ -158,11 +245,16 @@ def test_operator_installs_the_operator_extra_with_constraints() -> None:
 def test_dockerignore_sends_what_the_dockerfile_copies(dockerfile: Path) -> None:
     ignore = Path(f"{dockerfile}.dockerignore").read_text().splitlines()
     assert "*" in ignore, "the build context should be an allow-list"
-    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
-    for kw, args in instructions(dockerfile):
-        if kw == "COPY" and not args.startswith("--from"):
-            for source in args.split()[:-1]:
-                assert source.rstrip("/") in allowed, f"{source} is not in the context"
+    copied = {src.relative_to(ROOT).as_posix() for src in copied_files(dockerfile).values()}
+    assert copied, "no COPY from the build context"
+    # Nothing of the package travels to the builder that the image does not copy.
+    package = ROOT / PACKAGE_ROOT
+    sent = {
+        path.relative_to(ROOT).as_posix()
+        for path in package.rglob("*")
+        if path.is_file() and in_context(dockerfile, path.relative_to(ROOT).as_posix())
+    }
+    assert sent <= copied, f"sent but not copied: {sorted(sent - copied)[:10]}"
 
 
 # ------------------------------------------------------------------------------- matrix
@@ -245,3 +337,102 @@ def test_image_pins_agree_with_constraints() -> None:
     assert not both, f"pinned in both files: {sorted(both)}"
     assert images["tensorflow"] == ci["tensorflow-cpu"]
     assert images["onnxruntime-gpu"] == ci["onnxruntime"]
+
+
+# ------------------------------------------------------------------- what each image carries
+
+NOT_IN_ANY_IMAGE = {"devcluster", "devtools", "pytest_plugin"}
+"""Test tooling and the dev cluster: file or folder names anywhere in the package."""
+NOT_IN_IMAGE = {
+    "agent.Dockerfile": NOT_IN_ANY_IMAGE | {"controller"},
+    "operator.Dockerfile": NOT_IN_ANY_IMAGE | {"agent", "telemetry"},
+}
+"""Per image, also these subpackages (or modules) directly under ``mlmodelscope/``."""
+
+
+def assemble(dockerfile: Path, into: Path) -> Path:
+    """Copy exactly the package files the image installs into ``into``; returns the folder
+    to put on PYTHONPATH in place of site-packages' (editable) mlmodelscope."""
+    for rel, src in image_package(dockerfile).items():
+        (into / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, into / rel)
+    return into
+
+
+def image_python(site: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` with the image's package first on sys.path; the venv's site-packages
+    still provide the third-party libraries."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "MLMS_PUSH"))}
+    env["PYTHONPATH"] = str(site)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def _where_imported(site: Path, cwd: Path) -> str:
+    probe = image_python(site, "-c", "import mlmodelscope; print(mlmodelscope.__file__)", cwd=cwd)
+    assert probe.returncode == 0, probe.stderr
+    return probe.stdout.strip()
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_image_carries_no_test_tooling_and_no_other_component(dockerfile: Path) -> None:
+    package = image_package(dockerfile)
+    assert "mlmodelscope/__init__.py" in package and "mlmodelscope/cli.py" in package
+    banned = NOT_IN_IMAGE[dockerfile.name]
+    found = []
+    for rel in package:
+        parts = [PurePosixPath(part).stem for part in PurePosixPath(rel).parts[1:]]
+        if set(parts) & NOT_IN_ANY_IMAGE or (parts and parts[0] in banned):
+            found.append(rel)
+    assert not found, f"{dockerfile.name} copies {found}"
+
+
+@pytest.mark.frameworks
+@pytest.mark.slow
+def test_agent_image_files_run_an_evaluation(tmp_path: Path) -> None:
+    """The agent image's files alone run `mlms run` on the digits ONNX model, and `mlms
+    operator` there is one line naming the operator image, not a traceback."""
+    from mlmodelscope.agent.digits import digits_evaluation, ensure_digits_models
+
+    dockerfile = IMAGES / "agent.Dockerfile"
+    site = assemble(dockerfile, tmp_path / "site")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _where_imported(site, work) == str(site / "mlmodelscope" / "__init__.py")
+    scenario = {"batchSizes": [1], "warmup": 2, "minQueryCount": 10, "minDuration": "10ms"}
+    doc = digits_evaluation(ensure_digits_models(), "onnxruntime", "image-agent", scenario=scenario)
+    (work / "spec.yaml").write_text(yaml.safe_dump(doc))
+
+    run = image_python(site, "-m", "mlmodelscope", "run", "spec.yaml", "-o", "out", cwd=work)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads((work / "out" / "image-agent.json").read_text())
+    assert result["status"] == "Succeeded" and result["results"], result.get("error")
+    assert "image-agent" in run.stdout
+
+    version = image_python(site, "-m", "mlmodelscope", "version", cwd=work)
+    assert version.returncode == 0, version.stderr
+    help_text = image_python(site, "-m", "mlmodelscope", "--help", cwd=work)
+    assert help_text.returncode == 0 and "dev-cluster" not in help_text.stdout
+
+    operator = image_python(site, "-m", "mlmodelscope", "operator", cwd=work)
+    assert operator.returncode == 2, operator.stdout + operator.stderr
+    lines = operator.stderr.strip().splitlines()
+    registry = BAKE["variable"]["REGISTRY"]["default"]
+    image = TARGETS["operator"]["tags"][0].replace("${REGISTRY}", registry).split(":")[0]
+    assert len(lines) == 1 and image in lines[0], operator.stderr
+    assert "Traceback" not in operator.stderr
+
+
+@pytest.mark.slow
+def test_operator_image_files_import_the_operator(tmp_path: Path) -> None:
+    dockerfile = IMAGES / "operator.Dockerfile"
+    site = assemble(dockerfile, tmp_path / "site")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _where_imported(site, work) == str(site / "mlmodelscope" / "__init__.py")
+    imported = image_python(site, "-c", "import mlmodelscope.controller.main", cwd=work)
+    assert imported.returncode == 0, imported.stderr
+    for args in (["operator", "--help"], ["version"]):
+        proc = image_python(site, "-m", "mlmodelscope", *args, cwd=work)
+        assert proc.returncode == 0, proc.stdout + proc.stderr

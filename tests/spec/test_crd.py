@@ -14,7 +14,9 @@ from mlmodelscope.spec import load_evaluations
 from mlmodelscope.spec.crd import CRD_FILENAME, build_crd, render_crds, stale_crds
 
 ROOT = Path(__file__).parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    [*(ROOT / "examples").glob("*.yaml"), *(ROOT / "examples").glob("cluster/*.yaml")]
+)
 
 
 def schema() -> dict[str, Any]:
@@ -109,7 +111,7 @@ def strict(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT / "examples")))
 def test_examples_validate_against_the_crd_schema(example: Path) -> None:
     validator = jsonschema.Draft4Validator(strict(schema()))
     for document in yaml.safe_load_all(example.read_text()):

@@ -16,7 +16,9 @@ from mlmodelscope.devcluster.cluster import Cluster
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+EXAMPLES = sorted(
+    [*(ROOT / "examples").glob("*.yaml"), *(ROOT / "examples").glob("cluster/*.yaml")]
+)
 SEMANTIC = {"format for framework", "cuda provider on cpu"}
 """Cases only the operator can judge (InvalidSpec): the CRD schema cannot express them."""
 
@@ -37,7 +39,7 @@ def server_dry_run(cluster: Cluster, namespace: str, document: dict[str, Any]) -
     return "" if proc.returncode == 0 else proc.stderr
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: str(p.relative_to(ROOT / "examples")))
 def test_examples_are_accepted_by_the_api_server(
     crd_cluster: Cluster, namespace: str, example: Path
 ) -> None:

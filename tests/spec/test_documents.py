@@ -17,7 +17,8 @@ from mlmodelscope.spec import (
     parse_evaluation,
 )
 
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+EXAMPLES_DIR = Path(__file__).parents[2] / "examples"
+EXAMPLES = sorted([*EXAMPLES_DIR.glob("*.yaml"), *EXAMPLES_DIR.glob("cluster/*.yaml")])
 
 GOOD: dict[str, Any] = {
     "apiVersion": "mlmodelscope.io/v1alpha1",
@@ -57,7 +58,7 @@ def test_good_spec_parses_with_defaults() -> None:
     assert evaluation.spec.hardware.gpu_count == 0
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: str(p.relative_to(EXAMPLES_DIR)))
 def test_every_example_validates(example: Path) -> None:
     assert load_evaluations(example)
 

@@ -1,5 +1,6 @@
-"""Metrics without servers: the NVML summarizer on a fake source, operator metrics rendering
-and expiry, the agent's Pushgateway registries, and the Jaeger build's bookkeeping."""
+"""Metrics without servers: the NVML summarizer on a fake source, the agent's Pushgateway
+registries, and the Jaeger build's bookkeeping (the operator's metrics are tested in
+tests/controller/test_operator_metrics.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from mlmodelscope.telemetry import tools
+from metric_text import value
+from mlmodelscope.devtools import jaeger as tools
+from mlmodelscope.devtools.telemetry_servers import jaeger_config
 from mlmodelscope.telemetry.agent_metrics import AgentMetrics, quantile_label, result_registry
 from mlmodelscope.telemetry.nvml import (
     GpuDevice,
@@ -22,27 +24,6 @@ from mlmodelscope.telemetry.nvml import (
     nvml_source,
     summarize,
 )
-from mlmodelscope.telemetry.operator_metrics import EvaluationLabels, OperatorMetrics, ResultRow
-from mlmodelscope.telemetry.pytest_plugin import jaeger_config
-
-
-def samples_of(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def value(text: str, name: str, **labels: str) -> float:
-    matches = [
-        v
-        for (n, labs), v in samples_of(text).items()
-        if n == name and all((k, val) in labs for k, val in labels.items())
-    ]
-    assert len(matches) == 1, (name, labels, matches)
-    return matches[0]
-
 
 # ------------------------------------------------------------------------------------- NVML
 
@@ -111,124 +92,6 @@ def test_cuda_visible_devices_selects_nvml_devices() -> None:
     assert _visible(4, {"CUDA_VISIBLE_DEVICES": "GPU-abc,1"}) == ["GPU-abc", 1]
     assert _visible(4, {"CUDA_VISIBLE_DEVICES": "1,x,2"}) == [1]
     assert _visible(4, {"CUDA_VISIBLE_DEVICES": ""}) == []
-
-
-# --------------------------------------------------------------------------- operator metrics
-
-BODY = {
-    "metadata": {"name": "resnet-a100", "namespace": "team-a"},
-    "spec": {
-        "model": {"name": "resnet50"},
-        "framework": {"name": "pytorch"},
-        "hardware": {"device": "gpu", "gpuProduct": "NVIDIA-A100-SXM4-80GB"},
-    },
-}
-STATUS_ROWS = [
-    {
-        "batchSize": 1,
-        "scenario": "SingleStream",
-        "latencyMs": {"p50": 1.5, "p90": 2.0, "p99": 3.0, "mean": 1.6},
-        "throughput": 650.0,
-        "qps": 650.0,
-        "accuracy": {"top1": 0.76, "top5": 0.93},
-        "valid": True,
-    },
-    {
-        "batchSize": 8,
-        "scenario": "SingleStream",
-        "latencyMs": {"p50": 4.0, "p90": 5.0, "p99": 6.0, "mean": 4.2},
-        "throughput": 2000.0,
-        "qps": 250.0,
-        "accuracy": {"top1": 0.76, "top5": 0.93},
-        "valid": False,
-    },
-]
-
-
-def test_operator_metrics_render_results_in_base_units() -> None:
-    m = OperatorMetrics()
-    m.record_results(BODY, STATUS_ROWS)
-    text = m.render().decode()
-    labels = {
-        "evaluation": "resnet-a100",
-        "batch_size": "8",
-        "gpu_product": "NVIDIA-A100-SXM4-80GB",
-    }
-    assert (
-        value(text, "mlmodelscope_evaluation_latency_seconds", quantile="0.99", **labels) == 0.006
-    )
-    assert value(text, "mlmodelscope_evaluation_latency_mean_seconds", **labels) == pytest.approx(
-        0.0042
-    )
-    assert value(text, "mlmodelscope_evaluation_throughput_samples_per_second", **labels) == 2000
-    assert value(text, "mlmodelscope_evaluation_valid", **labels) == 0
-    acc = value(text, "mlmodelscope_evaluation_accuracy_ratio", metric="top1", batch_size="1")
-    assert acc == 0.76
-    assert value(text, "mlmodelscope_evaluations", namespace="team-a", phase="Succeeded") == 1
-    assert value(text, "mlmodelscope_evaluations", namespace="team-a", phase="Running") == 0
-
-
-def test_forget_removes_every_series_of_an_evaluation() -> None:
-    m = OperatorMetrics()
-    m.record_results(BODY, STATUS_ROWS)
-    other = EvaluationLabels("team-a", "other", "bert", "onnxruntime")
-    m.record_results(other, [{"batch_size": 1, "scenario": "Offline", "throughput": 10.0}])
-    m.forget("team-a", "resnet-a100")
-    text = m.render().decode()
-    assert "resnet-a100" not in text
-    assert value(text, "mlmodelscope_evaluation_throughput_samples_per_second", evaluation="other")
-    m.forget(other)
-    assert "other" not in m.render().decode()
-
-
-def test_rerun_replaces_results_and_phase_moves() -> None:
-    m = OperatorMetrics()
-    m.set_phase(BODY, "Running")
-    text = m.render().decode()
-    assert value(text, "mlmodelscope_evaluations", namespace="team-a", phase="Running") == 1
-    m.record_results(BODY, STATUS_ROWS)
-    m.record_results(BODY, STATUS_ROWS[:1])  # rerun measured only batch 1
-    text = m.render().decode()
-    assert 'batch_size="8"' not in text
-    assert value(text, "mlmodelscope_evaluations", namespace="team-a", phase="Running") == 0
-    m.set_phase_counts({"Running": 3, "Failed": 1})
-    text = m.render().decode()
-    assert value(text, "mlmodelscope_evaluations", namespace="", phase="Running") == 3
-    assert value(text, "mlmodelscope_evaluations", namespace="", phase="Succeeded") == 0
-
-
-def test_reconcile_counter_and_histogram() -> None:
-    m = OperatorMetrics()
-    m.observe_reconcile("create", 0.02)
-    m.observe_reconcile("create", 0.5, "temporary_error")
-    m.observe_reconcile("job", 0.001, "weird")  # unknown outcomes are bounded to 'error'
-    text = m.render().decode()
-    assert (
-        value(text, "mlmodelscope_operator_reconcile_total", handler="create", outcome="success")
-        == 1
-    )
-    assert value(text, "mlmodelscope_operator_reconcile_total", handler="job", outcome="error") == 1
-    assert (
-        value(text, "mlmodelscope_operator_reconcile_duration_seconds_count", handler="create") == 2
-    )
-    le = value(
-        text,
-        "mlmodelscope_operator_reconcile_duration_seconds_bucket",
-        handler="create",
-        le="0.025",
-    )
-    assert le == 1
-
-
-def test_result_rows_parse_status_and_document_shapes() -> None:
-    status = ResultRow.parse(STATUS_ROWS[0])
-    doc = ResultRow.parse(
-        {"batch_size": 1, "scenario": "SingleStream", "latency_ms": {"p50": 1.5, "p90": 2.0,
-         "p99": 3.0, "mean": 1.6}, "throughput": 650.0, "qps": 650.0, "top1": 0.76,
-         "top5": 0.93, "valid": True}
-    )  # fmt: skip
-    assert status == doc
-    assert status.latency_s == {"0.5": 0.0015, "0.9": 0.002, "0.99": 0.003}
 
 
 # ---------------------------------------------------------------------------- agent metrics

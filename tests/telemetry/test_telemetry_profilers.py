@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlmodelscope.telemetry.profilers import (
+from mlmodelscope.agent.profilers import (
     ProfilingUnavailableError,
     TorchProfiler,
     ort_runs_from_profile,

@@ -24,16 +24,18 @@ from typer.testing import CliRunner
 
 from mlmodelscope.agent.runner import evaluate
 from mlmodelscope.cli import app
+from mlmodelscope.contract.schema import SCHEMA_PATH
+from mlmodelscope.controller.metrics import OperatorMetrics
+from mlmodelscope.devtools.telemetry_servers import Jaeger, Prometheus, Pushgateway
 from mlmodelscope.spec import load_evaluations
-from mlmodelscope.telemetry.operator_metrics import OperatorMetrics
-from mlmodelscope.telemetry.pytest_plugin import Jaeger, Prometheus, Pushgateway, free_port
+from mlmodelscope.telemetry.agent import AgentTelemetry
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
 
 DASHBOARD = (
     Path(__file__).parents[2] / "operator" / "mlmodelscope" / "telemetry" / "dashboards"
 ) / "mlmodelscope.json"
-SCHEMA = json.loads((DASHBOARD.parents[2] / "agent" / "result.schema.json").read_text())
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
 NAMESPACE = "telemetry-test"
 PARENT_SPAN = "00f067aa0ba902b7"
 """The operator's reconcile span the agent is parented under (via TRACEPARENT)."""
@@ -51,16 +53,13 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def operator_endpoint(prometheus: Prometheus) -> Iterator[tuple[OperatorMetrics, str]]:
     """The operator's metrics server, in process, scraped by Prometheus."""
     metrics = OperatorMetrics()
-    port = free_port()
-    server, thread = metrics.serve(port, addr="127.0.0.1")
-    address = f"127.0.0.1:{port}"
+    server = metrics.serve(0, addr="127.0.0.1")
+    address = f"127.0.0.1:{server.port}"
     prometheus.scrape("mlmodelscope-operator", address)
     try:
         yield metrics, address
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+        server.stop()
 
 
 def one(result: list[dict[str, Any]]) -> float:
@@ -72,7 +71,9 @@ def run(tmp_path: Path, make_evaluation: Any, models: Path, framework: str, name
         **sections: Any) -> dict[str, Any]:  # fmt: skip
     path = make_evaluation(tmp_path, models, framework, name, **sections)
     [item] = load_evaluations(path)
-    document: dict[str, Any] = evaluate(item, output=tmp_path / f"{name}.json").document
+    document: dict[str, Any] = evaluate(
+        item, output=tmp_path / f"{name}.json", hooks=AgentTelemetry.start
+    ).document
     assert document["status"] == "Succeeded", document.get("error")
     return document
 
@@ -91,13 +92,14 @@ def test_promql_returns_the_result_document_numbers(
     prometheus.scrape("pushgateway", pushgateway.address, honor_labels=True)
     name = "prom-digits"
     doc = run(tmp_path, make_evaluation, digits_models, "onnxruntime", name)
-    # what the operator does when the Job finishes: copy results into status, publish metrics
+    # what the operator sees when the Job has finished: the results in the evaluation's status
     body = {
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {"model": {"name": "digits-cnn"}, "framework": {"name": "onnxruntime"}},
+        "status": {"phase": "Succeeded", "results": doc["results"]},
     }
-    metrics.record_results(body, doc["results"])
-    metrics.observe_reconcile("on_job_finished", 0.05)
+    metrics.observe(body)
+    metrics.observe_reconcile("job", 0.05)
 
     ev = f'namespace="{NAMESPACE}", evaluation="{name}"'
     for m, row in zip(doc["measurements"], doc["results"], strict=True):

@@ -14,16 +14,16 @@ import pytest
 from typer.testing import CliRunner
 
 from mlmodelscope.agent.backends import NullBackend
-from mlmodelscope.cli import app
-from mlmodelscope.telemetry.agent import AgentTelemetry, trace_path
-from mlmodelscope.telemetry.breakdown import breakdown, spans_from_jaeger, spans_from_trace_file
-from mlmodelscope.telemetry.leveled import LeveledPasses, is_traced, levels_up_to, run_levels
-from mlmodelscope.telemetry.profilers import (
+from mlmodelscope.agent.profilers import (
     FrameworkProfiler,
     ProfiledOp,
     ProfiledRun,
     ProfilingUnavailableError,
 )
+from mlmodelscope.cli import app
+from mlmodelscope.telemetry.agent import AgentTelemetry, trace_path
+from mlmodelscope.telemetry.breakdown import breakdown, spans_from_jaeger, spans_from_trace_file
+from mlmodelscope.telemetry.leveled import LeveledPasses, is_traced, levels_up_to, run_levels
 from mlmodelscope.telemetry.tracing import (
     EvaluationTracer,
     TelemetryMissingError,
@@ -343,13 +343,13 @@ def test_mlms_run_works_without_the_telemetry_extra(
     _block(monkeypatch, "opentelemetry", "prometheus_client")
     telemetry = AgentTelemetry.start(item.evaluation, {})
     assert telemetry.tracer is None and telemetry.metrics is None
-    outcome = evaluate(item, output=tmp_path / "out.json")
+    outcome = evaluate(item, output=tmp_path / "out.json", hooks=AgentTelemetry.start)
     assert outcome.document["status"] == "Succeeded"
     assert "trace_id" not in outcome.document
     assert outcome.document["tracing"]["enabled"] is False
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://localhost:4318")
     with pytest.raises(EvaluationError, match=r"pip install 'mlmodelscope\[telemetry\]'"):
-        evaluate(item, output=tmp_path / "out.json")
+        evaluate(item, output=tmp_path / "out.json", hooks=AgentTelemetry.start)
 
 
 def test_unreachable_collector_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -364,18 +364,17 @@ def test_unreachable_collector_is_reported_not_fatal(monkeypatch: pytest.MonkeyP
     assert len(tracer.spans()) == 1  # the trace file still gets everything
 
 
-def test_traceparent_env_carries_a_span_into_a_job() -> None:
-    from mlmodelscope.telemetry.tracing import setup_operator_tracing, traceparent_env
+def test_the_jobs_traceparent_parents_the_agent_under_the_admitting_reconcile() -> None:
+    """The operator's side (mlmodelscope.controller.tracing) and the agent's agree: the
+    TRACEPARENT a Job carries makes the evaluation span a child of the reconcile that created
+    the Job, in the trace of the run whose id is in .status.traceID."""
+    from mlmodelscope.controller.tracing import Run, run_ids, traceparent
 
-    assert setup_operator_tracing(environ={}) is None  # no endpoint: tracing stays off
-    assert traceparent_env() == {}  # no current span
-    tracer = make_tracer()
-    with tracer.span("reconcile") as span:
-        env = traceparent_env(span)
-    ctx = span.get_span_context()
-    assert list(env) == ["TRACEPARENT"]
-    assert env["TRACEPARENT"].startswith(f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-")
-    child = EvaluationTracer.create({}, env)
-    assert child is not None
-    child.begin("evaluation e", {})
-    assert child.trace_id == tracer.trace_id
+    run = Run("team-a", "e", "0f5e1c4a-1111-2222-3333-444455556666", 3)
+    trace_id, span_id = run_ids(run.uid, run.generation)
+    assert (run.trace_id, run.span_id) == (trace_id, span_id)
+    tracer = make_tracer(TRACEPARENT=traceparent(trace_id, span_id))
+    assert tracer.trace_id == trace_id
+    tracer.end()
+    [root] = tracer.spans()
+    assert root["parent_span_id"] == span_id

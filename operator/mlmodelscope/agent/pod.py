@@ -8,9 +8,11 @@ the operator needs on two independent paths, so one failing does not lose the re
 * the container's termination message (<= 4096 bytes): the compact summary, which the kubelet
   keeps in the pod status even when the agent may not talk to the API server at all.
 
-Exit codes tell the Job what a retry can do: 0 success, 1 failure (retried up to
-``spec.retries``), :data:`EXIT_SPEC_ERROR` when the spec itself cannot work (the Job's
-podFailurePolicy fails the Job at once). Paths go through ``map_container_path``, so the dev
+Every name, limit and exit code here is the contract's (:mod:`mlmodelscope.contract.wire`), and
+what is published is the contract's types (:mod:`mlmodelscope.contract.result`). Exit codes
+tell the Job what a retry can do: 0 success, 1 failure (retried up to ``spec.retries``),
+``EXIT_SPEC_ERROR`` when the spec itself cannot work (the Job's podFailurePolicy fails the Job
+at once). Paths go through :func:`~mlmodelscope.contract.paths.container_path`, so the dev
 cluster's exec kubelet, which runs the pod as a host process, works unchanged.
 """
 
@@ -21,31 +23,39 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from mlmodelscope.agent.sources import map_container_path
+from pydantic import ValidationError
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_SPEC_ERROR: Final = 3
-"""The spec cannot work as written (bad field, model not found, digest mismatch)."""
-TERMINATION_LIMIT: Final = 4096
-"""The kubelet truncates termination messages beyond 4096 bytes."""
-CONFIGMAP_LIMIT: Final = 1_048_576
-"""Total bytes of a ConfigMap's data."""
-CONFIGMAP_HEADROOM: Final = 16_384
-"""Room left for the summary and object metadata."""
+from mlmodelscope.agent.hooks import HooksFactory, no_hooks
+from mlmodelscope.contract.paths import container_path
+from mlmodelscope.contract.result import (
+    RESULT_API_VERSION,
+    RESULT_KIND,
+    EvaluationRef,
+    EvaluationSummary,
+    ResultDocument,
+    ResultError,
+)
+from mlmodelscope.contract.wire import (
+    CONFIGMAP_HEADROOM,
+    CONFIGMAP_LIMIT,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SPEC_ERROR,
+    RESULT_KEY,
+    SUMMARY_KEY,
+    TERMINATION_LIMIT,
+)
+
 ESSENTIAL_KEYS: Final = frozenset(
     {"api_version", "kind", "run_id", "status", "evaluation", "model", "backend", "results",
      "accuracy", "error", "trace_id", "image", "started_at", "finished_at", "duration_s"}
 )  # fmt: skip
 """What a shrunken result document keeps when even its measurements do not fit."""
-SUMMARY_KIND: Final = "EvaluationSummary"
-RESULT_KEY: Final = "result.json"
-SUMMARY_KEY: Final = "summary.json"
 PUBLISH_ATTEMPTS: Final = 4
-ERROR_MESSAGE_LIMIT: Final = 1500
 
 log = logging.getLogger(__name__)
 
@@ -82,17 +92,6 @@ def strip_document(document: Mapping[str, Any], limit: int) -> dict[str, Any]:
     return doc
 
 
-def _round(value: Any) -> Any:
-    """6 significant digits: plenty for a summary, and a third of the bytes."""
-    if isinstance(value, float):
-        return float(f"{value:.6g}")
-    if isinstance(value, dict):
-        return {k: _round(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_round(v) for v in value]
-    return value
-
-
 def _stack_summary(document: Mapping[str, Any]) -> dict[str, str]:
     stack = document.get("stack")
     if not isinstance(stack, dict):
@@ -108,74 +107,52 @@ def _stack_summary(document: Mapping[str, Any]) -> dict[str, str]:
     return summarize_stack(stack, **extra)
 
 
-def compact_summary(document: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> dict[str, Any]:
-    """What the operator needs for the status, in at most ``limit`` bytes of JSON: run id,
-    status, the per-batch-size headline rows, the error, the trace id and the stack summary.
-    Detail is dropped in order of usefulness until it fits."""
-    evaluation = document.get("evaluation") or {}
-    error = document.get("error")
-    summary: dict[str, Any] = {
-        "kind": SUMMARY_KIND,
-        "run_id": document.get("run_id"),
-        "status": document.get("status"),
-        "evaluation": {
-            "name": evaluation.get("name"),
-            "namespace": evaluation.get("namespace"),
-            "generation": evaluation.get("generation"),
-        },
-        "results": _round(list(document.get("results") or [])),
-        "error": (
-            {
-                "type": error.get("type"),
-                "field": error.get("field"),
-                "message": str(error.get("message", ""))[:ERROR_MESSAGE_LIMIT],
-            }
-            if isinstance(error, dict)
-            else None
-        ),
-        "trace_id": document.get("trace_id"),
-        "stack_summary": _stack_summary(document),
-    }
-    if _encoded_size(summary) <= limit:
-        return summary
-    summary["stack_summary"] = {
-        k: v for k, v in summary["stack_summary"].items() if k in ("framework", "device", "gpu")
-    }
-    for row in summary["results"]:
-        row["invalid_reasons"] = row.get("invalid_reasons", [])[:1]
-    while _encoded_size(summary) > limit and len(summary["results"]) > 1:
-        summary["results"].pop()
-        summary["truncated"] = True
-    if _encoded_size(summary) > limit and summary["error"]:
-        summary["error"]["message"] = summary["error"]["message"][:200]
-    if _encoded_size(summary) > limit:
-        summary["stack_summary"] = {}
-        summary["results"] = []
-    return summary
+def compact_summary(
+    document: Mapping[str, Any], limit: int = TERMINATION_LIMIT
+) -> EvaluationSummary:
+    """The operator's view of a result document, in at most ``limit`` bytes of JSON."""
+    try:
+        parsed = ResultDocument.model_validate(document)
+    except ValidationError as exc:  # a bug here must not cost the user the outcome
+        log.error("result document does not match the contract: %s", exc)
+        return EvaluationSummary(
+            run_id=document.get("run_id"),
+            status="Failed",
+            error=ResultError(type="ContractError", message=str(exc)),
+        ).fit(limit)
+    return EvaluationSummary.of(parsed, _stack_summary(document)).fit(limit)
 
 
 def failure_document(
     error: Exception, *, field: str | None, evaluation: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """A Failed result for a run that never reached the runner (unreadable or invalid spec)."""
-    from mlmodelscope.agent.runner import RESULT_API_VERSION, RESULT_KIND
+    from mlmodelscope import __version__
 
-    return {
-        "api_version": RESULT_API_VERSION,
-        "kind": RESULT_KIND,
-        "run_id": None,
-        "status": "Failed",
-        "evaluation": dict(evaluation or {}),
-        "error": {"type": type(error).__name__, "message": str(error), "field": field},
-    }
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    failed = ResultDocument(
+        api_version=RESULT_API_VERSION,
+        kind=RESULT_KIND,
+        run_id=None,
+        status="Failed",
+        evaluation=EvaluationRef.model_validate(dict(evaluation or {})),
+        error=ResultError(type=type(error).__name__, message=str(error), field=field),
+        agent_version=__version__,
+        started_at=now,
+        finished_at=now,
+        duration_s=0.0,
+        stage_durations_s={},
+        spec={},
+    )
+    return failed.to_json_dict()
 
 
 # ------------------------------------------------------------------------------- publishing
 
 
-def write_termination_message(summary: Mapping[str, Any], path: Path) -> None:
+def write_termination_message(summary: EvaluationSummary, path: Path) -> None:
     """The compact summary where the kubelet reads the termination message (best effort)."""
-    text = json.dumps(summary, separators=(",", ":"), allow_nan=False)
+    text = summary.to_wire()
     try:
         path.write_text(text)
     except OSError as exc:
@@ -184,7 +161,7 @@ def write_termination_message(summary: Mapping[str, Any], path: Path) -> None:
 
 def configmap_patch(document: Mapping[str, Any]) -> dict[str, Any]:
     """The merge patch that publishes a result document into the results ConfigMap."""
-    summary = json.dumps(compact_summary(document, limit=64 * 1024), indent=1, allow_nan=False)
+    summary = compact_summary(document, limit=64 * 1024).to_wire()
     budget = CONFIGMAP_LIMIT - CONFIGMAP_HEADROOM - len(summary.encode())
     result = json.dumps(strip_document(document, budget), separators=(",", ":"), allow_nan=False)
     return {"data": {RESULT_KEY: result, SUMMARY_KEY: summary}}
@@ -193,7 +170,7 @@ def configmap_patch(document: Mapping[str, Any]) -> dict[str, Any]:
 def _pod_namespace() -> str | None:
     if ns := os.environ.get("MLMS_NAMESPACE"):
         return ns
-    from mlmodelscope.controller.kube import ServiceAccount
+    from mlmodelscope.contract.kube import ServiceAccount  # the one client of both sides
 
     account = ServiceAccount.of_pod()
     return account.namespace if account else None
@@ -205,7 +182,7 @@ Patcher = Callable[[str, str, dict[str, Any]], None]
 def _api_patcher() -> Patcher:
     """Merge-patches a ConfigMap with the pod's service account (token and CA paths mapped
     for the dev cluster, see ``ServiceAccount.of_pod``)."""
-    from mlmodelscope.controller.kube import Kube, configmap_path
+    from mlmodelscope.contract.kube import Kube, configmap_path
 
     kube = Kube.from_environment()
 
@@ -254,20 +231,6 @@ def publish_configmap(
 # ------------------------------------------------------------------------------------ the run
 
 
-def container_path(path: str) -> str:
-    """``map_container_path``, unless ``path`` is already a host path the exec kubelet
-    substituted (it rewrites mount paths in args itself; mapping twice would nest them)."""
-    raw = os.environ.get("MLMS_PATH_MAP")
-    if raw:
-        try:
-            hosts = [str(h).rstrip("/") for h in json.loads(raw).values()]
-        except (ValueError, AttributeError):
-            hosts = []
-        if any(h and (path == h or path.startswith(h + "/")) for h in hosts):
-            return path
-    return map_container_path(path)
-
-
 def _exit_code(document: Mapping[str, Any]) -> int:
     if document.get("status") == "Succeeded":
         return EXIT_OK
@@ -275,10 +238,11 @@ def _exit_code(document: Mapping[str, Any]) -> int:
     return EXIT_SPEC_ERROR if error.get("field") else EXIT_FAILED
 
 
-def run_evaluation(spec_file: Path, output: Path) -> dict[str, Any]:
+def run_evaluation(spec_file: Path, output: Path, hooks: HooksFactory = no_hooks) -> dict[str, Any]:
     """Load the one evaluation in ``spec_file`` and run it; always returns a result document
     (status Succeeded or Failed), never raises for evaluation problems."""
-    from mlmodelscope.agent.runner import EvaluationError, Reporter, evaluate
+    from mlmodelscope.agent.hooks import Reporter
+    from mlmodelscope.agent.runner import EvaluationError, evaluate
     from mlmodelscope.spec import Problem, SpecValidationError, load_evaluations
 
     try:
@@ -294,7 +258,8 @@ def run_evaluation(spec_file: Path, output: Path) -> dict[str, Any]:
     item = loaded[0]
     reporter = Reporter(stage=lambda name: log.info("stage: %s", name))
     try:
-        return evaluate(item, output=output, reporter=reporter, include_raw=True).document
+        outcome = evaluate(item, output=output, reporter=reporter, include_raw=True, hooks=hooks)
+        return outcome.document
     except EvaluationError as exc:
         log.error("evaluation failed: %s", exc)
         return exc.document
@@ -306,6 +271,7 @@ def run_agent(
     results_configmap: str | None,
     termination_log: str = "/dev/termination-log",
     patcher: Patcher | None = None,
+    hooks: HooksFactory = no_hooks,
 ) -> int:
     """`mlms agent`: evaluate, publish to the ConfigMap and the termination message, and
     return the process exit code."""
@@ -313,7 +279,7 @@ def run_agent(
     output_file = Path(container_path(output))
     message_file = Path(container_path(termination_log))
     log.info("agent: spec %s, output %s", spec_file, output_file)
-    document = run_evaluation(spec_file, output_file)
+    document = run_evaluation(spec_file, output_file, hooks)
     write_termination_message(compact_summary(document), message_file)
     if results_configmap:
         publish_configmap(document, results_configmap, _pod_namespace(), patcher)

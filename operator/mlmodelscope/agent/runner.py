@@ -12,29 +12,29 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
+from mlmodelscope.agent.hooks import HooksFactory, ProgressHook, Reporter, RunHooks, no_hooks
+from mlmodelscope.contract.result import RESULT_API_VERSION, RESULT_KIND, ResultDocument
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
 from mlmodelscope.spec.evaluation import EvaluationSpec
-from mlmodelscope.telemetry.agent import AgentTelemetry
+from mlmodelscope.spec.status import BatchResult, LatencySummary
 
-RESULT_API_VERSION = "mlmodelscope.io/results/v1alpha1"
-RESULT_KIND = "EvaluationResult"
-
-StageHook = Callable[[str], None]
-ProgressHook = Callable[[int, int], None]
+log = logging.getLogger(__name__)
 
 
 class EvaluationError(RuntimeError):
@@ -44,14 +44,6 @@ class EvaluationError(RuntimeError):
         super().__init__(message)
         self.document = document
         self.path = path
-
-
-@dataclass
-class Reporter:
-    """How the runner tells a UI what it is doing; the defaults say nothing."""
-
-    stage: StageHook = lambda name: None
-    progress: ProgressHook = lambda done, total: None
 
 
 @dataclass(frozen=True)
@@ -146,32 +138,25 @@ def accuracy_pass(
     return result, stacked
 
 
-def _headline(
-    measurements: list[dict[str, Any]], accuracy: dict[str, Any] | None
-) -> list[dict[str, Any]]:
-    """Per-batch-size summary (what the operator copies into .status.results)."""
-    rows = []
-    for m in measurements:
-        pct = m["latency"]["percentiles_s"]
-        rows.append(
-            {
-                "batch_size": m["batch_size"],
-                "scenario": m["scenario"],
-                "latency_ms": {
-                    "p50": pct.get("p50", 0.0) * 1e3,
-                    "p90": pct.get("p90", 0.0) * 1e3,
-                    "p99": pct.get("p99", 0.0) * 1e3,
-                    "mean": m["latency"]["mean_s"] * 1e3,
-                },
-                "throughput": m["throughput_samples_per_s"],
-                "qps": m["qps"],
-                "top1": None if accuracy is None else accuracy["top1"],
-                "top5": None if accuracy is None else accuracy["top5"],
-                "valid": m["verdict"]["valid"],
-                "invalid_reasons": m["verdict"]["reasons"],
-            }
-        )
-    return rows
+def headline(measurement: dict[str, Any], accuracy: dict[str, Any] | None) -> BatchResult:
+    """One batch size's row: what the summary carries and the operator puts in .status."""
+    pct = measurement["latency"]["percentiles_s"]
+    return BatchResult(
+        batch_size=measurement["batch_size"],
+        scenario=measurement["scenario"],
+        latency_ms=LatencySummary(
+            p50=pct.get("p50", 0.0) * 1e3,
+            p90=pct.get("p90", 0.0) * 1e3,
+            p99=pct.get("p99", 0.0) * 1e3,
+            mean=measurement["latency"]["mean_s"] * 1e3,
+        ),
+        throughput=measurement["throughput_samples_per_s"],
+        qps=measurement["qps"],
+        top1=None if accuracy is None else accuracy["top1"],
+        top5=None if accuracy is None else accuracy["top5"],
+        valid=measurement["verdict"]["valid"],
+        invalid_reasons=measurement["verdict"]["reasons"],
+    )
 
 
 def evaluate(
@@ -181,9 +166,12 @@ def evaluate(
     reporter: Reporter | None = None,
     include_raw: bool = True,
     cache_dir: Path | None = None,
+    hooks: HooksFactory = no_hooks,
 ) -> RunOutcome:
     """Run one evaluation and write its result document to ``output`` (a .json path).
 
+    ``hooks`` creates the run's telemetry (``mlms run`` and ``mlms agent`` pass
+    :meth:`mlmodelscope.telemetry.agent.AgentTelemetry.start`); the default does nothing.
     Raises :class:`EvaluationError` (with a Failed document written) on any failure.
     """
     report = reporter or Reporter()
@@ -219,10 +207,10 @@ def evaluate(
             timings[name] = (time.perf_counter_ns() - t0) / 1e9
 
     backend: Backend | None = None
-    telemetry = AgentTelemetry.off()
+    telemetry: RunHooks = no_hooks(evaluation)
     try:
-        # --- telemetry (issue 6): evaluation span (TRACEPARENT), Pushgateway progress
-        telemetry = AgentTelemetry.start(evaluation)
+        # telemetry: evaluation span (TRACEPARENT), Pushgateway progress
+        telemetry = hooks(evaluation)
         report = telemetry.wrap(report)
         from mlmodelscope.agent.datasets import load_dataset
         from mlmodelscope.agent.processing import Postprocessor, Preprocessor, preprocess_all
@@ -331,7 +319,9 @@ def evaluate(
                         measured=entry,
                     )
         document["measurements"] = measurements
-        document["results"] = _headline(measurements, document["accuracy"])
+        document["results"] = [
+            headline(m, document["accuracy"]).model_dump(mode="json") for m in measurements
+        ]
         document["status"] = "Succeeded"
     except Exception as exc:
         document["status"] = "Failed"
@@ -339,6 +329,7 @@ def evaluate(
         document["error"] = {"type": type(exc).__name__, "message": str(exc), "field": field}
         _finish(document, timings, started)
         telemetry.finish(document, output, error=exc)  # telemetry: trace, metrics push
+        _check_contract(document)
         if output is not None:
             write_document(document, output)
         raise EvaluationError(str(exc), document, output) from exc
@@ -347,6 +338,7 @@ def evaluate(
             backend.close()
     _finish(document, timings, started)
     telemetry.finish(document, output)  # telemetry: trace_id, tracing, gpu_metrics, push
+    _check_contract(document)
     if output is not None:
         write_document(document, output)
     return RunOutcome(document, output, outputs)
@@ -358,3 +350,14 @@ def _finish(document: dict[str, Any], timings: dict[str, float], started: float)
     document["stage_durations_s"] = timings
     if image := os.environ.get("MLMS_IMAGE"):
         document.setdefault("image", image)
+
+
+def _check_contract(document: dict[str, Any]) -> None:
+    """Hold the document to :class:`~mlmodelscope.contract.result.ResultDocument` before it is
+    written. A violation is this program's bug, not the user's: it is logged and recorded in
+    the document (``contract_error``) rather than losing what was measured."""
+    try:
+        ResultDocument.model_validate(document)
+    except ValidationError as exc:
+        log.error("result document does not match the contract: %s", exc)
+        document["contract_error"] = str(exc)[:2000]

@@ -6,7 +6,8 @@ exactly which bytes were evaluated. Remote artifacts land in a content-addressed
 verified before anything is returned, and a mismatch leaves nothing in the cache.
 
 Supported URIs: a plain path or ``file://`` (relative paths resolve against the spec file's
-folder), ``http(s)://``, ``s3://bucket/key`` (boto3, credentials from the environment only) and
+folder), ``http(s)://``, ``s3://bucket/key`` (boto3 from the ``s3`` extra; credentials and a
+non-AWS endpoint from the environment, which the Job fills from ``credentialsSecretRef``) and
 ``pvc://claim/path`` (a volume the operator mounts under ``$MLMS_PVC_ROOT``). Archives (.tar,
 .tar.gz, .tgz, .tar.bz2, .tar.xz, .zip) are unpacked into the cache, which is how a directory
 model such as a SavedModel travels over http or s3.
@@ -32,12 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from mlmodelscope.contract.paths import container_path
+from mlmodelscope.contract.wire import PVC_ROOT, SECRET_DIR
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import ModelSource
 
 CHUNK = 1 << 20
-DEFAULT_PVC_ROOT = "/var/run/mlmodelscope/pvc"
-DEFAULT_SECRET_DIR = "/var/run/secrets/mlmodelscope/model-credentials"
 DEFAULT_TIMEOUT_S = 60.0
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 USER_AGENT = "mlmodelscope-agent"
@@ -138,42 +139,6 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "mlmodelscope"
 
 
-def map_container_path(path: str) -> str:
-    """Translate a container path to the host path ``MLMS_PATH_MAP`` says it is mounted from.
-
-    The dev cluster's exec kubelet runs pods as host processes, so the volume paths the
-    operator wrote into the pod spec exist only under their host folders. The longest matching
-    prefix wins, matched on whole path components (``/data`` maps ``/data/x``, not ``/database``).
-    A path that exists on the host while its mapped twin does not is a host path already (a
-    model in a cache under /tmp, with an emptyDir mounted at /tmp) and stays as it is. In a real
-    pod MLMS_PATH_MAP is unset and nothing is mapped.
-    """
-    raw = os.environ.get("MLMS_PATH_MAP")
-    if not raw:
-        return path
-    try:
-        mapping = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"MLMS_PATH_MAP is not valid JSON ({exc}); expected an object") from exc
-    if not isinstance(mapping, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()
-    ):
-        raise ValueError("MLMS_PATH_MAP must be a JSON object of {containerPath: hostPath}")
-    for container in sorted(mapping, key=len, reverse=True):
-        prefix = container.rstrip("/") or "/"
-        if path == prefix:
-            mapped = str(mapping[container])
-        elif path.startswith(prefix.rstrip("/") + "/"):
-            rest = path[len(prefix.rstrip("/")) + 1 :]
-            mapped = str(Path(mapping[container]) / rest)
-        else:
-            continue
-        if not Path(mapped).exists() and Path(path).exists():
-            return path
-        return mapped
-    return path
-
-
 def scheme_of(uri: str) -> str:
     """The URI's scheme, ``file`` for plain paths."""
     for scheme in ("https", "http", "s3", "pvc", "file"):
@@ -190,15 +155,15 @@ def _pvc_path(uri: str, field: str) -> Path:
     parts = PurePosixPath(sub).parts
     if ".." in parts:
         raise SpecError(field, f"{uri!r} must not contain '..'; give a path inside the claim")
-    root = os.environ.get("MLMS_PVC_ROOT", DEFAULT_PVC_ROOT)
-    return Path(map_container_path(str(PurePosixPath(root, claim, *parts))))
+    root = os.environ.get("MLMS_PVC_ROOT", PVC_ROOT)
+    return Path(container_path(str(PurePosixPath(root, claim, *parts))))
 
 
 def local_path(uri: str, *, base_dir: Path | None = None, field: str = "spec.model.uri") -> Path:
     """The local path a file://, pvc:// or plain-path URI refers to (not checked to exist).
 
     Relative paths resolve against ``base_dir`` (the spec file's folder) or the working
-    directory; absolute ones go through ``MLMS_PATH_MAP``.
+    directory; absolute ones go through :func:`~mlmodelscope.contract.paths.container_path`.
     """
     scheme = scheme_of(uri)
     if scheme == "pvc":
@@ -212,7 +177,7 @@ def local_path(uri: str, *, base_dir: Path | None = None, field: str = "spec.mod
             text = text.removeprefix("localhost")
     path = Path(text).expanduser()
     if path.is_absolute():
-        return Path(map_container_path(str(path)))
+        return Path(container_path(str(path)))
     return (base_dir if base_dir is not None else Path.cwd()) / path
 
 
@@ -448,21 +413,48 @@ def _http_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
     return digest, size
 
 
+CREDENTIALS_FIELD = "spec.model.credentialsSecretRef"
+"""Where s3:// credentials come from: the Job passes that Secret's keys as environment
+variables (``envFrom``), and every s3:// URI of the evaluation (model, dataset, labels) uses
+them."""
+
+S3_ADDRESSING_STYLES = ("path", "virtual", "auto")
+_S3_NOT_FOUND = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound", "404"})
+_S3_DENIED = frozenset(
+    {
+        "AccessDenied",
+        "403",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "InvalidClientTokenId",
+        "AuthorizationHeaderMalformed",
+    }
+)
+
+
 def _load_boto3() -> Any:
     try:
         return importlib.import_module("boto3")
     except ImportError as exc:
         raise MissingDependencyError(
-            "s3:// URIs need boto3, which is not installed; install it with: pip install boto3"
+            "s3:// URIs need boto3, which is not installed; install it with: "
+            "pip install 'mlmodelscope[s3]'"
         ) from exc
 
 
 def _secret_credentials() -> dict[str, str]:
-    """Keys from a mounted Secret volume (one file per key), used only when the environment
-    has none: the job mounts ``credentialsSecretRef`` there or exposes it as env vars."""
+    """Keys from a Secret mounted as a volume (one file per key) at ``$MLMS_SECRET_DIR``, used
+    only when the environment has none.
+
+    The operator's Job passes ``credentialsSecretRef`` as environment variables (``envFrom``),
+    which boto3 reads itself; the folder serves a container started by hand with the Secret
+    mounted, or ``mlms run`` next to a copy of it.
+    """
     if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_SHARED_CREDENTIALS_FILE"):
         return {}
-    folder = Path(os.environ.get("MLMS_SECRET_DIR", DEFAULT_SECRET_DIR))
+    folder = Path(os.environ.get("MLMS_SECRET_DIR", SECRET_DIR))
     names = {
         "AWS_ACCESS_KEY_ID": "aws_access_key_id",
         "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
@@ -475,6 +467,72 @@ def _secret_credentials() -> dict[str, str]:
     return found if "aws_access_key_id" in found else {}
 
 
+def s3_endpoint() -> str | None:
+    """The S3 endpoint for a non-AWS store: ``$AWS_ENDPOINT_URL_S3``, else ``$AWS_ENDPOINT_URL``
+    (botocore's own names), else None for AWS itself."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def _s3_client(boto3: Any) -> Any:
+    """An S3 client from the environment: credentials (env, mounted Secret, boto3's chain),
+    endpoint and region (``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1).
+
+    With a custom endpoint the bucket goes into the path (``http://host:9000/bucket/key``),
+    which MinIO, Ceph and other self-hosted stores serve without wildcard DNS;
+    ``MLMS_S3_ADDRESSING_STYLE`` (path, virtual or auto) overrides that.
+    """
+    endpoint = s3_endpoint()
+    style = os.environ.get("MLMS_S3_ADDRESSING_STYLE") or ("path" if endpoint else "auto")
+    if style not in S3_ADDRESSING_STYLES:
+        raise SpecError(
+            CREDENTIALS_FIELD,
+            f"MLMS_S3_ADDRESSING_STYLE={style!r}; expected path, virtual or auto",
+        )
+    if endpoint is not None and urllib.parse.urlparse(endpoint).scheme not in ("http", "https"):
+        raise SpecError(
+            CREDENTIALS_FIELD,
+            f"S3 endpoint {endpoint!r} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) is not an "
+            "http:// or https:// URL",
+        )
+    config = importlib.import_module("botocore.config").Config(
+        s3={"addressing_style": style},
+        connect_timeout=_timeout(),
+        read_timeout=_timeout(),
+        retries={"mode": "standard", "max_attempts": 3},
+        user_agent_extra=USER_AGENT,
+    )
+    session = boto3.session.Session(**_secret_credentials())
+    return session.client("s3", endpoint_url=endpoint, config=config)
+
+
+def _s3_error(uri: str, field: str, exc: Exception) -> Exception:
+    """Classify a boto3 failure: what the user must fix is a :class:`SpecError` naming the
+    field to fix, the rest (5xx, throttling, network) a retryable :class:`FetchError`."""
+    kind = type(exc).__name__
+    response = getattr(exc, "response", None)
+    response = response if isinstance(response, dict) else {}
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    where = f" at {endpoint}" if (endpoint := s3_endpoint()) else ""
+    if code in _S3_NOT_FOUND:
+        return SpecError(field, f"{uri!r} not found{where} ({code}); check the bucket and key")
+    if code in _S3_DENIED:
+        return SpecError(
+            CREDENTIALS_FIELD,
+            f"access to {uri!r}{where} denied ({code}); check AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY in the Secret it names",
+        )
+    if kind in ("NoCredentialsError", "PartialCredentialsError"):
+        return SpecError(
+            CREDENTIALS_FIELD,
+            f"no AWS credentials for {uri!r}; set it to a Secret with AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (and AWS_ENDPOINT_URL_S3 for a store other than AWS)",
+        )
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+        return SpecError(field, f"GET {uri}{where} failed: HTTP {status} {code}: {exc}")
+    return FetchError(f"GET {uri}{where} failed: {kind}: {exc}", status=status)
+
+
 def _s3_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     if not bucket or not key or key.endswith("/"):
@@ -483,32 +541,17 @@ def _s3_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
             f"{uri!r} must name one object, s3://bucket/key; pack a directory model "
             "(SavedModel) as a .tar.gz",
         )
-    boto3 = _load_boto3()
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    session = boto3.session.Session(**_secret_credentials())
-    client = session.client("s3", **({"endpoint_url": endpoint} if endpoint else {}))
+    client = _s3_client(_load_boto3())
+    errors = importlib.import_module("botocore.exceptions")
     try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"]
-        return _copy_hashing(body.iter_chunks(CHUNK), out)
-    except Exception as exc:
-        kind = type(exc).__name__
-        response = getattr(exc, "response", None)
-        error = response.get("Error", {}) if isinstance(response, dict) else {}
-        code = str(error.get("Code", ""))
-        if code in ("NoSuchKey", "NoSuchBucket", "404"):
-            raise SpecError(field, f"{uri!r} not found ({code})") from exc
-        if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-            raise SpecError(
-                "spec.model.credentialsSecretRef",
-                f"access to {uri!r} denied ({code}); check the credentials in the Secret",
-            ) from exc
-        if kind in ("NoCredentialsError", "PartialCredentialsError"):
-            raise SpecError(
-                "spec.model.credentialsSecretRef",
-                f"no AWS credentials for {uri!r}; set credentialsSecretRef to a Secret with "
-                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-            ) from exc
-        raise FetchError(f"GET {uri} failed: {kind}: {exc}") from exc
+        response = client.get_object(Bucket=bucket, Key=key)
+        digest, size = _copy_hashing(response["Body"].iter_chunks(CHUNK), out)
+    except (errors.BotoCoreError, errors.ClientError) as exc:
+        raise _s3_error(uri, field, exc) from exc
+    expected = response.get("ContentLength")
+    if isinstance(expected, int) and expected != size:
+        raise FetchError(f"GET {uri}: got {size} bytes, ContentLength said {expected}")
+    return digest, size
 
 
 _DOWNLOADERS: dict[str, Callable[[str, BinaryIO, str], tuple[str, int]]] = {
@@ -559,7 +602,7 @@ def _publish(
             artifact.unlink()
         tree = directory_sha256(root)
         if expected is not None and expected not in (digest, tree):
-            raise _mismatch(uri, expected, [tree, digest], sha_field, "<unpacked folder>")
+            raise _mismatch(uri, expected, [tree, digest], sha_field, artifact.name)
         meta.update(path=root.relative_to(staged).as_posix(), tree_sha256=tree, archive=True)
     else:
         if expected is not None and expected != digest:

@@ -8,28 +8,30 @@ written) and gets model credentials only through ``envFrom`` of the referenced S
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any, Final
 
 import yaml
 
 from mlmodelscope import API_GROUP, API_VERSION
-from mlmodelscope.agent.pod import EXIT_SPEC_ERROR, RESULT_KEY
-from mlmodelscope.agent.sources import DEFAULT_PVC_ROOT
-from mlmodelscope.controller import names
+from mlmodelscope.contract.wire import (
+    CONTAINER_NAME,
+    EXIT_SPEC_ERROR,
+    PVC_ROOT,
+    RESULT_KEY,
+    RESULTS_DIR,
+    SPEC_DIR,
+    SPEC_KEY,
+    TERMINATION_LOG,
+)
+from mlmodelscope.controller import names, tracing
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
 from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList
 
-SPEC_DIR: Final = "/etc/mlmodelscope/spec"
-RESULTS_DIR: Final = "/var/run/mlmodelscope/results"
 CACHE_DIR: Final = "/var/cache/mlmodelscope"
 TMP_DIR: Final = "/tmp"
-PVC_ROOT: Final = DEFAULT_PVC_ROOT
-"""Where ``pvc://<claim>/<path>`` URIs are mounted: where the agent looks for them."""
-TERMINATION_LOG: Final = "/dev/termination-log"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 OTEL_SERVICE_NAME: Final = "mlmodelscope-agent"
@@ -85,7 +87,7 @@ def build_spec_configmap(evaluation: ModelEvaluation) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(evaluation, names.spec_configmap_name(evaluation.metadata.name)),
-        "data": {names.SPEC_KEY: text},
+        "data": {SPEC_KEY: text},
     }
 
 
@@ -100,12 +102,12 @@ def build_results_configmap(evaluation: ModelEvaluation) -> dict[str, Any]:
 
 
 def trace_context(evaluation: ModelEvaluation) -> tuple[str, str]:
-    """(trace id, W3C traceparent) derived from uid and generation: deterministic, so a retried
-    handler builds the same Job, and the trace id is known before the agent starts."""
-    seed = f"{evaluation.metadata.uid}/{generation_of(evaluation)}".encode()
-    digest = hashlib.sha256(seed).hexdigest()
-    trace_id, span_id = digest[:32], digest[32:48]
-    return trace_id, f"00-{trace_id}-{span_id}-01"
+    """(trace id, W3C traceparent) of the evaluation's current run, derived from uid and
+    generation: deterministic, so a retried handler builds the same Job and the trace id is
+    known before the agent starts. The parent span it names is the reconcile that creates the
+    Job, which the operator exports with exactly that id (:mod:`.tracing`)."""
+    trace_id, span_id = tracing.run_ids(evaluation.metadata.uid or "", generation_of(evaluation))
+    return trace_id, tracing.traceparent(trace_id, span_id)
 
 
 def _quantities(resources: ResourceList) -> dict[str, str]:
@@ -162,7 +164,7 @@ def agent_command(evaluation: ModelEvaluation) -> list[str]:
         "mlms",
         "agent",
         "--spec",
-        f"{SPEC_DIR}/{names.SPEC_KEY}",
+        f"{SPEC_DIR}/{SPEC_KEY}",
         "--output",
         f"{RESULTS_DIR}/{RESULT_KEY}",
         "--results-configmap",
@@ -179,7 +181,7 @@ def image_for(evaluation: ModelEvaluation, settings: OperatorSettings) -> str:
 def _container(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
     image = image_for(evaluation, settings)
     container: dict[str, Any] = {
-        "name": names.CONTAINER_NAME,
+        "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": agent_command(evaluation),
@@ -270,7 +272,7 @@ def _pod_spec(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
                 "name": "spec",
                 "configMap": {
                     "name": spec_cm,
-                    "items": [{"key": names.SPEC_KEY, "path": names.SPEC_KEY}],
+                    "items": [{"key": SPEC_KEY, "path": SPEC_KEY}],
                 },
             },
             {"name": "results", "emptyDir": {}},
@@ -322,7 +324,7 @@ def build_job(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
                 {
                     "action": "FailJob",
                     "onExitCodes": {
-                        "containerName": names.CONTAINER_NAME,
+                        "containerName": CONTAINER_NAME,
                         "operator": "In",
                         "values": [EXIT_SPEC_ERROR],
                     },

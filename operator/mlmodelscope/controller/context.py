@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlmodelscope.contract.kube import Kube, evaluation_path
 from mlmodelscope.controller import status
-from mlmodelscope.controller.kube import Kube, evaluation_path
 from mlmodelscope.controller.settings import OperatorSettings
 
 log = logging.getLogger("mlmodelscope.controller")

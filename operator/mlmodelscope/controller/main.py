@@ -5,7 +5,9 @@ Each decorator says what it reacts to and how errors are classified; what happen
 its thread pool. They are registered into a registry built per operator instance and bound to
 its :class:`Context`, so tests can run one in-process. There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
-deletions; queued evaluations are admitted when a Job ends instead.
+deletions; queued evaluations are admitted when a Job ends instead. Every handler is
+registered through one wrapper, ``Instruments.handler`` (:mod:`.instrument`), which measures
+it and records its span; the handlers themselves know nothing of metrics or traces.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import kopf
 import urllib3
 
 from mlmodelscope import API_GROUP, API_VERSION
+from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
 from mlmodelscope.controller import names, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import (
@@ -27,8 +30,9 @@ from mlmodelscope.controller.handlers import (
     handle_pod,
     handle_startup,
 )
-from mlmodelscope.controller.kube import Kube, KubeError, ServiceAccount
+from mlmodelscope.controller.instrument import Instruments, StartupError
 from mlmodelscope.controller.settings import DEFAULT_PEERING_NAME, OperatorSettings
+from mlmodelscope.controller.tracing import Run
 from mlmodelscope.spec.document import PLURAL
 
 RESOURCE: Final = (API_GROUP, API_VERSION, PLURAL)
@@ -80,9 +84,16 @@ def service_account_login() -> kopf.ConnectionInfo | None:
     )
 
 
-def build_registry(ctx: Context) -> kopf.OperatorRegistry:
-    """Every handler of the operator, bound to ``ctx``."""
+def _deleted(event: kopf.RawEvent, **_: Any) -> bool:
+    return event["type"] == "DELETED"
+
+
+def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf.OperatorRegistry:
+    """Every handler of the operator, bound to ``ctx``; each is registered through
+    ``instruments.handler`` (reconcile duration by handler and outcome, and for those that work
+    on one evaluation run a span in its trace)."""
     registry = kopf.OperatorRegistry()
+    measured = instruments or Instruments()
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -95,30 +106,41 @@ def build_registry(ctx: Context) -> kopf.OperatorRegistry:
     # Reconciling is idempotent, so the evaluation handlers retry transient errors until they
     # heal (Kopf's default: no retry limit) every TRANSIENT_DELAY seconds.
     @kopf.on.create(*RESOURCE, id="created", registry=registry, backoff=TRANSIENT_DELAY)
+    @measured.handler("created", Run.of_evaluation)
     def evaluation_created(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
         _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
 
     @kopf.on.update(
         *RESOURCE, id="spec-changed", field="spec", registry=registry, backoff=TRANSIENT_DELAY
     )
+    @measured.handler("spec-changed", Run.of_evaluation)
     def evaluation_spec_changed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
         _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
 
     @kopf.on.resume(*RESOURCE, id="resumed", registry=registry, backoff=TRANSIENT_DELAY)
+    @measured.handler("resumed", Run.of_evaluation)
     def evaluation_resumed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
         _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
 
-    @kopf.on.event(*RESOURCE, id="deleted", registry=registry)
-    def evaluation_deleted(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if event["type"] == "DELETED":
-            handle_delete.evaluation_deleted(body, ctx)
+    # Every event of every evaluation (the initial listing too) feeds the phase and result
+    # gauges; it is bookkeeping, not a reconcile.
+    @kopf.on.event(*RESOURCE, id="observed", registry=registry)
+    def evaluation_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        measured.evaluation_seen(body, deleted=_deleted(event))
+
+    @kopf.on.event(*RESOURCE, id="deleted", registry=registry, when=_deleted)
+    @measured.handler("deleted")
+    def evaluation_deleted(body: kopf.Body, **_: Any) -> None:
+        handle_delete.evaluation_deleted(body, ctx)
 
     @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
+    @measured.handler("job", Run.of_job)
     def job_progressed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         outcome = handle_job.job_progressed(body, ctx, deleted=event["type"] == "DELETED")
         log.debug("job %s: %s", body["metadata"]["name"], outcome)
 
     @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)
+    @measured.handler("pod")
     def pod_scheduling(body: kopf.Body, **_: Any) -> None:
         outcome = handle_pod.pod_changed(body, ctx)
         log.debug("pod %s: %s", body["metadata"]["name"], outcome)
@@ -139,22 +161,33 @@ def run_operator(
     exits. With peering configured and not ``standalone``, only the highest-priority operator
     of the peering object ``settings.peering`` acts (leader election through Kopf peering)."""
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
-    ctx = Context(settings=settings, kube=Kube.from_environment(), post_event=kopf_event)
-    registry = build_registry(ctx)
+    try:
+        kube = Kube.from_environment()
+    except Exception as exc:  # kubernetes.config.ConfigException and file errors
+        raise StartupError(
+            f"no Kubernetes API credentials ({exc}); set KUBECONFIG, or run in a pod with a "
+            "service account"
+        ) from exc
+    ctx = Context(settings=settings, kube=kube, post_event=kopf_event)
+    instruments = Instruments.start(settings)
+    registry = build_registry(ctx, instruments)
     alone = standalone or settings.peering is None
     log.info(
         "mlmodelscope operator: %s, %s",
         f"namespaces {', '.join(settings.namespaces)}" if settings.namespaces else "cluster-wide",
         "standalone" if alone else f"peering {settings.peering}",
     )
-    kopf.run(
-        registry=registry,
-        standalone=alone,
-        # Naming a peering makes Kopf wait for its CRD, even when standalone.
-        peering_name=None if alone else settings.peering or DEFAULT_PEERING_NAME,
-        clusterwide=not settings.namespaces,
-        namespaces=settings.namespaces,
-        liveness_endpoint=liveness,
-        stop_flag=stop_flag,
-        ready_flag=ready_flag,
-    )
+    try:
+        kopf.run(
+            registry=registry,
+            standalone=alone,
+            # Naming a peering makes Kopf wait for its CRD, even when standalone.
+            peering_name=None if alone else settings.peering or DEFAULT_PEERING_NAME,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            liveness_endpoint=liveness,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        instruments.stop()

@@ -29,9 +29,6 @@ LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
 MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 """Server-side label selector for the Jobs and Pods the operator watches."""
 
-SPEC_KEY: Final = "evaluation.yaml"
-CONTAINER_NAME: Final = "agent"
-
 
 def child_name(base: str, suffix: str, limit: int = MAX_NAME) -> str:
     """``base + suffix``, or when that is too long, a truncated base plus a short hash of the

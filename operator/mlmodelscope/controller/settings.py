@@ -78,6 +78,8 @@ class OperatorSettings:
     """ttlSecondsAfterFinished when spec.ttlAfterFinished is unset; None = keep Jobs."""
     run_as_user: int = 65532
     """UID of the agent container (the images' non-root user)."""
+    metrics_port: int = 9090
+    """Port of the operator's Prometheus endpoint (/metrics, all interfaces); 0 = off."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
@@ -116,6 +118,7 @@ class OperatorSettings:
             pod_failure_policy=reader.flag("POD_FAILURE_POLICY", True),
             job_ttl_seconds=reader.optional_count("JOB_TTL_SECONDS", 86400),
             run_as_user=reader.count("RUN_AS_USER", 65532, minimum=1),
+            metrics_port=reader.port("METRICS_PORT", 9090),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -136,6 +139,7 @@ KNOWN_VARIABLES: Final = (
     "POD_FAILURE_POLICY",
     "JOB_TTL_SECONDS",
     "RUN_AS_USER",
+    "METRICS_PORT",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""
@@ -171,6 +175,15 @@ class _Reader:
 
         accepts = f"a whole number >= {minimum}" + (" (0 = no limit)" if minimum == 0 else "")
         return self._parse(name, default, parse, accepts)
+
+    def port(self, name: str, default: int) -> int:
+        def parse(raw: str) -> int:
+            value = int(raw)
+            if not 0 <= value <= 65535:
+                raise ValueError
+            return value
+
+        return self._parse(name, default, parse, "a port number 1-65535, or 0 (off)")
 
     def optional_count(self, name: str, default: int | None) -> int | None:
         raw = (self.text(name) or "").lower()

@@ -396,13 +396,13 @@ def running(
 def _headline(outcome: Outcome) -> str:
     s = outcome.summary
     parts = []
-    if s.get("p50Ms") is not None:
-        parts.append(f"p50 {s['p50Ms']:.3g} ms")
-    if s.get("throughput") is not None:
-        parts.append(f"{s['throughput']:.4g} samples/s")
-    if s.get("top1") is not None:
-        parts.append(f"top-1 {s['top1']:.4f}")
-    where = f" at batch size {s['batchSize']}" if "batchSize" in s else ""
+    if s.p50_ms is not None:
+        parts.append(f"p50 {s.p50_ms:.3g} ms")
+    if s.throughput is not None:
+        parts.append(f"{s.throughput:.4g} samples/s")
+    if s.top1 is not None:
+        parts.append(f"top-1 {s.top1:.4f}")
+    where = f" at batch size {s.batch_size}" if s.batch_size is not None else ""
     return f"evaluation succeeded{where}: {', '.join(parts)}" if parts else "evaluation succeeded"
 
 
@@ -410,9 +410,9 @@ def _outcome_fields(outcome: Outcome | None) -> dict[str, Any]:
     if outcome is None:
         return {}
     patch: dict[str, Any] = {}
-    if outcome.results:
+    if outcome.rows:
         patch["results"] = outcome.results
-        patch["summary"] = outcome.summary
+        patch["summary"] = outcome.summary.model_dump(mode="json", by_alias=True, exclude_none=True)
     if outcome.stack:
         patch["stack"] = outcome.stack
     if outcome.run_id:

@@ -7,6 +7,7 @@ run dir, so `down` or `status` from any other shell finds it.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -66,18 +67,34 @@ def up(
     run_dir: RunDir = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 180.0,
 ) -> None:
-    """Start the cluster in the background and print how to use it."""
+    """Start the cluster in the background and print, for `eval "$(mlms dev-cluster up)"`,
+    the shell lines that point this shell's kubectl at it."""
+    from mlmodelscope.devcluster.build import BuildError
     from mlmodelscope.devcluster.cluster import Cluster, ClusterError
 
     cluster = Cluster(_run_dir(run_dir), detach=True, log=_err)
     try:
         cluster.start(timeout=timeout)
-    except ClusterError as exc:
+    except (ClusterError, BuildError) as exc:
         _err(str(exc))
+        if not sys.stdout.isatty():  # captured by eval "$(...)": make the eval fail too
+            typer.echo("false")
         raise typer.Exit(1) from exc
-    typer.echo(f"export KUBECONFIG={cluster.kubeconfig}")
-    _err(f"kubectl: {cluster.bin_dir / 'kubectl'}   logs: {cluster.logs_dir}")
+    typer.echo(shell_exports(cluster.kubeconfig, cluster.run_dir, cluster.kubectl_dir))
+    _err(f"kubectl: {cluster.kubectl_dir / 'kubectl'}   logs: {cluster.logs_dir}")
     _err("stop with: mlms dev-cluster down")
+
+
+def shell_exports(kubeconfig: Path, run_dir: Path, kubectl_dir: Path) -> str:
+    """KUBECONFIG, the run dir (so `down`, `status` and logs find this cluster) and the
+    cluster's kubectl first on PATH."""
+    return "\n".join(
+        [
+            f"export KUBECONFIG={shlex.quote(str(kubeconfig))}",
+            f"export MLMS_DEV_CLUSTER_DIR={shlex.quote(str(run_dir))}",
+            f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"',
+        ]
+    )
 
 
 @app.command()

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from mlmodelscope.devcluster import build, nodes, pki, versions
+from mlmodelscope.devcluster import build, examples, nodes, pki, versions
 from mlmodelscope.devcluster.rest import KubeREST
 
 if TYPE_CHECKING:
@@ -200,6 +200,16 @@ class Cluster:
         return versions.bin_dir()
 
     @property
+    def kubectl_dir(self) -> Path:
+        """Holds only `kubectl` (a link to the one built with the cluster), for PATH."""
+        return self.run_dir / "bin"
+
+    @property
+    def examples_dir(self) -> Path:
+        """The host folder of the `mlmodelscope-examples` claim (the example models)."""
+        return examples.claim_folder(self.run_dir)
+
+    @property
     def server(self) -> str:
         return self._require_state().server
 
@@ -228,10 +238,11 @@ class Cluster:
         `timeout` covers the start itself; a cold build before it is not counted.
         """
         build.ensure_built(self.log)
-        started = time.monotonic()
         if self._previous_alive():
             raise ClusterError(f"a cluster is already running from {self.run_dir}; stop it first")
         self._prepare_run_dir()
+        models = examples.fill_claim_folder(self.examples_dir, self.log)  # a cold build: ~1 min
+        started = time.monotonic()
         names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "scheduler")
         ports = dict(zip(names, free_ports(len(names)), strict=True))
         self.state = State(
@@ -246,6 +257,7 @@ class Cluster:
         deadline = started + timeout
         try:
             self._start_all(ports, deadline)
+            self._provide_examples(models, deadline)
         except BaseException:
             self.log("start failed; stopping what was started")
             self.stop()
@@ -262,11 +274,23 @@ class Cluster:
             return {}
 
     def _prepare_run_dir(self) -> None:
-        for sub in ("etcd", "pki", "logs", "pods", "certs"):
+        for sub in ("etcd", "pki", "logs", "pods", "certs", "volumes", "bin"):
             shutil.rmtree(self.run_dir / sub, ignore_errors=True)
-        for sub in ("logs", "pods", "certs"):
+        for sub in ("logs", "pods", "certs", "bin"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.kubectl_dir / "kubectl").symlink_to(self.bin_dir / "kubectl")
         self.state_path.unlink(missing_ok=True)
+
+    def _provide_examples(self, models: list[str], deadline: float) -> None:
+        """The examples claim (bound for real by the PV controller) and the agent's Role."""
+        examples.provision(self.rest(), self.examples_dir)
+        self._wait(
+            f"claim {examples.CLAIM} to be bound",
+            lambda: examples.claim_bound(self.rest()),
+            deadline,
+        )
+        content = ", ".join(models) if models else "empty"
+        self.log(f"  claim {examples.NAMESPACE}/{examples.CLAIM} bound: {content}")
 
     def _start_all(self, ports: dict[str, int], deadline: float) -> None:
         t0 = time.monotonic()

@@ -2,8 +2,9 @@
 
 No kubelet or container runtime can run here, so this stands in for both on the exec nodes.
 It keeps each exec node alive (node Lease + Ready condition), watches pods bound to those
-nodes, materializes their ConfigMap/Secret/emptyDir/projected volumes into a temp dir, runs
-each container's `command`+`args` with the repo's venv first on PATH, and reports the outcome
+nodes, materializes their ConfigMap/Secret/emptyDir/projected volumes into a temp dir (a
+PersistentVolumeClaim is its bound hostPath/local PersistentVolume's folder), runs each
+container's `command`+`args` with the repo's venv first on PATH, and reports the outcome
 (exit code, reason, termination message) in the pod status the way a kubelet does, so the Job
 controller sees a real result. Absolute mount paths in args/env are rewritten to the host
 paths, and `MLMS_PATH_MAP` ({mountPath: hostPath}) lets programs map paths they build.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from mlmodelscope.contract.paths import PATH_MAP_ENV
 from mlmodelscope.devcluster import nodes
 from mlmodelscope.devcluster.rest import MERGE, KubeError, KubeREST, pod_path
 
@@ -38,7 +40,6 @@ TERMINATION_MESSAGE_LIMIT: Final = 4096
 FALLBACK_LOG_LIMIT: Final = 2048
 FALLBACK_LOG_LINES: Final = 80
 DEFAULT_TERMINATION_PATH: Final = "/dev/termination-log"
-PATH_MAP_ENV: Final = "MLMS_PATH_MAP"
 MARKER_ENV: Final = "MLMS_DEVCLUSTER_ID"  # same as cluster.MARKER_ENV, without importing it
 HOST_ENV_KEEP: Final = ("HOME", "LANG", "LC_ALL", "USER", "PYTHONPATH", "MLMS_CACHE_DIR")
 """Host variables a pod inherits; everything else comes from the pod spec, as in a container."""
@@ -64,7 +65,7 @@ class PodGoneError(Exception):
 
 
 class MissingReferenceError(Exception):
-    """A ConfigMap/Secret the pod needs does not exist yet (the kubelet retries these)."""
+    """A ConfigMap/Secret/claim the pod needs is not there (yet); the kubelet retries these."""
 
 
 # ---- pure helpers (unit-testable without a cluster) -------------------------------------
@@ -624,11 +625,10 @@ class PodRunner(threading.Thread):
             name = vol["name"]
             target = root / name
             if "hostPath" in vol:
-                host = Path(vol["hostPath"]["path"])
-                if vol["hostPath"].get("type") in ("DirectoryOrCreate", None, ""):
-                    with contextlib.suppress(OSError):
-                        host.mkdir(parents=True, exist_ok=True)
-                out[name] = host
+                out[name] = _host_folder(vol["hostPath"])
+                continue
+            if "persistentVolumeClaim" in vol:
+                out[name] = self._claim_folder(vol["persistentVolumeClaim"]["claimName"])
                 continue
             target.mkdir(parents=True, exist_ok=True)
             if "configMap" in vol:
@@ -644,8 +644,48 @@ class PodRunner(threading.Thread):
             elif "projected" in vol:
                 for source in vol["projected"].get("sources") or []:
                     self._write_projection(target, source)
-            out[name] = target  # emptyDir, PVC and anything else: a fresh directory
+            out[name] = target  # emptyDir and anything else: a fresh directory
         return out
+
+    def _claim_folder(self, claim: str) -> Path:
+        """The folder behind a PersistentVolumeClaim, found as a kubelet finds it: the claim,
+        the PersistentVolume it is bound to, that volume's hostPath (or local path).
+
+        Processes run as the host user, so a `readOnly` mount cannot be enforced here.
+        """
+        api = self.kubelet.api
+        try:
+            pvc = api.get(f"/api/v1/namespaces/{self.ns}/persistentvolumeclaims/{claim}")
+        except KubeError as exc:
+            if exc.status == 404:
+                raise MissingReferenceError(f'persistentvolumeclaim "{claim}" not found') from exc
+            raise
+        volume = (pvc.get("spec") or {}).get("volumeName")
+        if not volume or (pvc.get("status") or {}).get("phase") != "Bound":
+            raise MissingReferenceError(f'persistentvolumeclaim "{claim}" is not bound')
+        try:
+            pv = api.get(f"/api/v1/persistentvolumes/{volume}")
+        except KubeError as exc:
+            if exc.status == 404:
+                raise MissingReferenceError(
+                    f'persistentvolume "{volume}" of claim "{claim}" not found'
+                ) from exc
+            raise
+        spec = pv.get("spec") or {}
+        if spec.get("hostPath"):
+            host = _host_folder(spec["hostPath"])
+        elif spec.get("local"):
+            host = Path(spec["local"]["path"])
+        else:
+            raise MissingReferenceError(
+                f'persistentvolume "{volume}" of claim "{claim}" is neither hostPath nor local: '
+                "exec nodes mount only those"
+            )
+        if not host.is_dir():
+            raise MissingReferenceError(
+                f'persistentvolume "{volume}" of claim "{claim}": {host} does not exist'
+            )
+        return host
 
     def _write_projection(self, target: Path, source: dict[str, Any]) -> None:
         if "configMap" in source:
@@ -716,6 +756,15 @@ class PodRunner(threading.Thread):
                 raise MissingReferenceError(f'secret "{name}" not found') from exc
             raise
         return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+
+
+def _host_folder(source: dict[str, Any]) -> Path:
+    """A hostPath (or local) volume source's folder, created when its type says so."""
+    host = Path(source["path"])
+    if source.get("type") in ("DirectoryOrCreate", None, ""):
+        with contextlib.suppress(OSError):
+            host.mkdir(parents=True, exist_ok=True)
+    return host
 
 
 def _gpu_request(spec: dict[str, Any]) -> int:

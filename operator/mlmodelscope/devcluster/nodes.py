@@ -4,6 +4,9 @@ Two kinds of node: `kwok` nodes are driven by kwok (pods go Running, then Succee
 running anything) and `exec` nodes are driven by our exec kubelet (pods run for real on this
 machine). GPU nodes advertise `nvidia.com/gpu` and carry the labels GPU Feature Discovery sets
 and the taint the NVIDIA GPU operator documents, so scheduling behaves as on a real GPU cluster.
+kwok nodes are also tainted `mlmodelscope.io/simulation=kwok:NoSchedule`: a pod meant to run
+never lands where nothing runs; only pods that tolerate the taint (tests of scheduling and
+of simulated outcomes) go there.
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ SIMULATION_LABEL: Final = "mlmodelscope.io/simulation"
 """`kwok` or `exec`; kwok is started with a label selector on `kwok` so it never sees exec nodes."""
 POOL_LABEL: Final = "mlmodelscope.io/pool"
 KWOK_SELECTOR: Final = f"{SIMULATION_LABEL}=kwok"
+SIMULATED_TAINT: Final = {"key": SIMULATION_LABEL, "value": "kwok", "effect": "NoSchedule"}
+"""On every kwok node, so that pods which must really run never land on one."""
+SIMULATED_TOLERATION: Final = {"operator": "Equal", **SIMULATED_TAINT}
+"""What a pod (or `spec.hardware.tolerations`) adds to be allowed onto kwok nodes."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +108,10 @@ class SimNode:
 
     def manifest(self) -> dict[str, Any]:
         """The Node object; status is accepted on create, as when a kubelet registers."""
-        spec: dict[str, Any] = {}
-        if self.pool.gpu is not None:
-            spec["taints"] = [dict(GPU_TAINT)]
+        taints = [dict(GPU_TAINT)] if self.pool.gpu is not None else []
+        if self.mode == "kwok":
+            taints.append(dict(SIMULATED_TAINT))
+        spec: dict[str, Any] = {"taints": taints} if taints else {}
         annotations = {"node.alpha.kubernetes.io/ttl": "0"}
         if self.mode == "kwok":
             annotations["kwok.x-k8s.io/node"] = "fake"

@@ -1,2 +1,3 @@
-"""Developer tools built from pinned sources into the cache (not part of the runtime package's
-API): Helm for the chart's tests."""
+"""Developer and test tooling, in no image: Helm (``helm``) and Jaeger (``jaeger``) built from
+their pinned Go modules into the tool cache, and the pytest fixtures that start a real
+Prometheus, Pushgateway and Jaeger (``telemetry_servers``)."""

@@ -139,8 +139,9 @@ class ModelSource(SpecModel):
     Credentials never go here: use credentialsSecretRef."""
 
     sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
-    """Expected SHA-256 of the model file (for a directory model: of its canonical archive
-    listing, as `mlms hash` prints). The agent refuses a model that does not match."""
+    """Expected SHA-256 of the model, as `mlms hash PATH` prints it: of the file; for a
+    directory model, of its sorted file listing; for an archive, of the archive or of the folder
+    it unpacks to (either is accepted). The agent refuses a model that does not match."""
 
     format: ModelFormat
     """Serialization format: onnx, torchscript, torch-export (a .pt2 program) or savedmodel."""

@@ -54,17 +54,11 @@ class LatencySummary(SpecModel):
     """Mean latency (ms)."""
 
 
-class AccuracySummary(SpecModel):
-    """Accuracy of the separate accuracy pass."""
-
-    top1: float | None = None
-    """Top-1 accuracy, 0..1."""
-    top5: float | None = None
-    """Top-5 accuracy, 0..1."""
-
-
 class BatchResult(SpecModel):
-    """Summary of one batch size (the full document stays in the results ConfigMap)."""
+    """The headline numbers of one batch size: a row of the result document's ``results``
+    (serialized by field name, snake_case), of the agent's compact summary, and of
+    ``status.results`` (by alias, camelCase). One type on every path, so no side reshapes it.
+    """
 
     batch_size: int
     """Batch size measured."""
@@ -76,8 +70,10 @@ class BatchResult(SpecModel):
     """Samples per second."""
     qps: float | None = None
     """Queries per second (Server: achieved)."""
-    accuracy: AccuracySummary = AccuracySummary()
-    """Accuracy pass results."""
+    top1: float | None = None
+    """Top-1 accuracy of the separate accuracy pass, 0..1."""
+    top5: float | None = None
+    """Top-5 accuracy of the separate accuracy pass, 0..1."""
     valid: bool | None = None
     """MLPerf-style verdict: VALID (true) or INVALID (false)."""
     invalid_reasons: Annotated[list[str], Field(max_length=16)] = []

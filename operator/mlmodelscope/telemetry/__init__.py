@@ -1,6 +1,8 @@
-"""Telemetry: operator and agent metrics, traces at model/framework/library level, and the
-tools (Jaeger) the tests run against. Every module imports its third-party packages lazily or
-is imported lazily, so ``mlms run`` works without the ``telemetry`` extra."""
+"""Telemetry of the agent: metrics and traces at model/framework/library level. The operator's
+own metrics and traces live in :mod:`mlmodelscope.controller` (``metrics``, ``tracing``), the
+servers the tests run against in :mod:`mlmodelscope.devtools`. Every module imports its
+third-party packages lazily or is imported lazily, so ``mlms run`` works without the
+``telemetry`` extra."""
 
 TELEMETRY_EXTRA_HINT = "pip install 'mlmodelscope[telemetry]'"
 """What to install when a telemetry feature is configured but its packages are missing."""

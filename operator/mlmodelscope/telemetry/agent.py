@@ -1,4 +1,4 @@
-"""What the agent's runner needs from telemetry, behind one object that is a no-op when off.
+"""Telemetry's implementation of the agent's :class:`~mlmodelscope.agent.hooks.RunHooks`.
 
 The runner stays readable: it asks for a span per stage and per scenario, a GPU sampler around
 the measurement, the leveled traced passes after each batch size, and ``finish`` before it
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlmodelscope.agent.runner import Reporter
+    from mlmodelscope.agent.hooks import Reporter
     from mlmodelscope.spec.document import ModelEvaluation
     from mlmodelscope.telemetry.agent_metrics import AgentMetrics
     from mlmodelscope.telemetry.nvml import GpuSampler

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlmodelscope.telemetry.profilers import LIBRARY_KINDS
+from mlmodelscope.agent.profilers import LIBRARY_KINDS
 
 ATTR = "mlmodelscope."
 STAGES = ("preprocess", "predict", "postprocess")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mlmodelscope.telemetry.profilers import FrameworkProfiler, ProfilingUnavailableError
+from mlmodelscope.agent.profilers import FrameworkProfiler, ProfilingUnavailableError
 from mlmodelscope.telemetry.tracing import ATTR, EvaluationTracer
 
 LEVELS = ("model", "framework", "library")

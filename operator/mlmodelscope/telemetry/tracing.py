@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mlmodelscope.agent.profilers import LIBRARY_KINDS, ProfiledRun
 from mlmodelscope.telemetry import TELEMETRY_EXTRA_HINT
-from mlmodelscope.telemetry.profilers import LIBRARY_KINDS, ProfiledRun
 
 SERVICE_NAME = "mlmodelscope-agent"
 INSTRUMENTATION = "mlmodelscope.agent"
@@ -361,51 +361,3 @@ def read_trace_file(path: Path) -> dict[str, Any]:
     if data.get("format") != TRACE_FILE_FORMAT:
         raise ValueError(f"{path} is not an mlmodelscope trace file ({TRACE_FILE_FORMAT})")
     return data
-
-
-# ----------------------------------------------------------------------------- operator side
-
-
-def setup_operator_tracing(
-    service_name: str = "mlmodelscope-operator", environ: Mapping[str, str] | None = None
-) -> Any:
-    """The operator's global tracer (OTLP/HTTP when configured), or None when tracing is off
-    or OpenTelemetry is missing. Its reconcile spans become the agents' parents through
-    :func:`traceparent_env`."""
-    env = os.environ if environ is None else environ
-    endpoint = otlp_endpoint(env)
-    if endpoint is None:
-        return None
-    try:
-        from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError as exc:
-        raise TelemetryMissingError(
-            f"an OTLP endpoint is configured ({endpoint}) but OpenTelemetry is not installed; "
-            f"install it with: {TELEMETRY_EXTRA_HINT} ({exc})"
-        ) from exc
-    attrs = {
-        **resource_attributes(env),
-        "service.name": env.get("OTEL_SERVICE_NAME") or service_name,
-    }
-    provider = TracerProvider(resource=Resource.create(attrs))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
-    return trace.get_tracer("mlmodelscope.operator")
-
-
-def traceparent_env(span: Any = None) -> dict[str, str]:
-    """``{"TRACEPARENT": ..., ["TRACESTATE": ...]}`` for a Job's environment: the given span,
-    else the current one; empty when there is none (or OpenTelemetry is missing)."""
-    try:
-        from opentelemetry import trace
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-    except ImportError:
-        return {}
-    context = trace.set_span_in_context(span) if span is not None else None
-    carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier, context=context)
-    return {key.upper(): value for key, value in carrier.items()}

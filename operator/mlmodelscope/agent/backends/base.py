@@ -20,7 +20,7 @@ import numpy as np
 from mlmodelscope.spec.evaluation import EvaluationSpec
 
 if TYPE_CHECKING:
-    from mlmodelscope.telemetry.profilers import FrameworkProfiler
+    from mlmodelscope.agent.profilers import FrameworkProfiler
 
 
 class MissingExtraError(RuntimeError):

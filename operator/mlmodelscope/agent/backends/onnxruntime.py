@@ -21,7 +21,7 @@ from mlmodelscope.agent.backends.base import (
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
 
 if TYPE_CHECKING:
-    from mlmodelscope.telemetry.profilers import FrameworkProfiler
+    from mlmodelscope.agent.profilers import FrameworkProfiler
 
 CPU_PROVIDER = "CPUExecutionProvider"
 CUDA_PROVIDER = "CUDAExecutionProvider"
@@ -226,7 +226,7 @@ class OnnxRuntimeBackend(Backend):
     def profiler(self, level: str) -> FrameworkProfiler:
         """A second session with ONNX Runtime's profiling on (the measured one is untouched):
         node timings (framework), plus GPU kernels where the provider records them (library)."""
-        from mlmodelscope.telemetry.profilers import OrtProfiler
+        from mlmodelscope.agent.profilers import OrtProfiler
 
         session = self._session
         if session is None:

@@ -30,7 +30,7 @@ from mlmodelscope.spec.evaluation import (
 )
 
 if TYPE_CHECKING:
-    from mlmodelscope.telemetry.profilers import FrameworkProfiler
+    from mlmodelscope.agent.profilers import FrameworkProfiler
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class PyTorchBackend(Backend):
 
     def profiler(self, level: str) -> FrameworkProfiler:
         """torch.profiler: aten ops (framework), plus CUDA kernels and copies (library)."""
-        from mlmodelscope.telemetry.profilers import TorchProfiler
+        from mlmodelscope.agent.profilers import TorchProfiler
 
         return TorchProfiler(self.predict, level, cuda=self._cuda)
 

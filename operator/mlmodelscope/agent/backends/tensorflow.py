@@ -24,7 +24,7 @@ from mlmodelscope.agent.backends.base import (
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
 
 if TYPE_CHECKING:
-    from mlmodelscope.telemetry.profilers import FrameworkProfiler
+    from mlmodelscope.agent.profilers import FrameworkProfiler
 
 log = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ class TensorFlowBackend(Backend):
         The profiled pass runs a freshly loaded copy of the SavedModel: TensorFlow stops
         tracing ops its cost model has learned are cheap, so on the measured (warm) function
         only the expensive ops would appear; a fresh copy shows every op."""
-        from mlmodelscope.telemetry.profilers import TfProfiler
+        from mlmodelscope.agent.profilers import TfProfiler
 
         tf, path, device = self._tf, self._model_path, self._device
         if tf is None or path is None:

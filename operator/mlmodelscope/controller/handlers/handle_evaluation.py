@@ -12,15 +12,15 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlmodelscope.controller import builders, names, queue, status
-from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.kube import (
+from mlmodelscope.contract.kube import (
     all_evaluations_path,
     all_jobs_path,
     configmap_path,
     evaluation_path,
     job_path,
 )
+from mlmodelscope.controller import builders, instrument, names, queue, status
+from mlmodelscope.controller.context import Context
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evaluation
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
@@ -183,7 +183,9 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
             ),
         )
         if existing is None:
-            ctx.kube.create_if_absent(job_path(namespace), builders.build_job(evaluation, settings))
+            job = builders.build_job(evaluation, settings)
+            if ctx.kube.create_if_absent(job_path(namespace), job):
+                instrument.job_created(evaluation)
             return "job created"
     return "job exists"
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import urllib3
 
-from mlmodelscope.controller import names, queue, results, status
+from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path, pod_path
+from mlmodelscope.controller import instrument, names, queue, results, simulated, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers.handle_evaluation import admit_queued
-from mlmodelscope.controller.kube import KubeError, configmap_path, evaluation_path, pod_path
 from mlmodelscope.controller.status import Reason
 
 log = logging.getLogger(__name__)
@@ -110,11 +110,12 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         return "job deleted"
     if _condition(job, "Complete") is not None:
         outcome = collect_outcome(ctx, namespace, name, job_name, generation)
-        if outcome is not None and outcome.succeeded and outcome.results:
+        if outcome is not None and outcome.succeeded and outcome.rows:
             done = outcome
             ctx.update_status(
                 namespace, name, lambda st: status.succeeded(st, generation, job_name, done, now())
             )
+            instrument.results_collected(namespace)
             return "succeeded"
         if outcome is not None and not outcome.succeeded:
             reason, message = Reason.EVALUATION_FAILED, outcome.error or "the agent reported Failed"
@@ -125,6 +126,9 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
                 f"{generation} (ConfigMap {names.results_configmap_name(name)} is empty and no "
                 "termination message was found)"
             )
+            on_simulated_node = simulated.missing_results(ctx.kube, namespace, job_name)
+            if on_simulated_node is not None:
+                reason, message = on_simulated_node
         ctx.update_status(
             namespace,
             name,

@@ -1,4 +1,4 @@
-"""Plain-JSON access to the Kubernetes API for the operator and the agent.
+"""Plain-JSON access to the Kubernetes API: the one client of the operator and the agent.
 
 The builders produce dicts and the handlers read dicts (Kopf bodies are dicts too), while the
 official client's typed methods want pydantic models and return them. This thin layer keeps
@@ -17,6 +17,7 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from mlmodelscope import API_GROUP, API_VERSION
+from mlmodelscope.contract.paths import container_path
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -89,17 +90,15 @@ class ServiceAccount:
 
     @classmethod
     def of_pod(cls) -> ServiceAccount | None:
-        from mlmodelscope.agent.sources import map_container_path
-
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
-        token = Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/token"))
+        token = Path(container_path(f"{SERVICE_ACCOUNT_DIR}/token"))
         if not host or not token.is_file():
             return None
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         host = f"[{host}]" if ":" in host else host
-        ns_file = Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/namespace"))
+        ns_file = Path(container_path(f"{SERVICE_ACCOUNT_DIR}/namespace"))
         namespace = ns_file.read_text().strip() if ns_file.is_file() else None
-        ca = Path(map_container_path(f"{SERVICE_ACCOUNT_DIR}/ca.crt"))
+        ca = Path(container_path(f"{SERVICE_ACCOUNT_DIR}/ca.crt"))
         return cls(f"https://{host}:{port}", token, ca, namespace)
 
 

@@ -1,8 +1,8 @@
 """pytest fixtures: a real Prometheus, Pushgateway and Jaeger per test session.
 
-Register with ``pytest_plugins = ["mlmodelscope.telemetry.pytest_plugin"]``. Prometheus and the
+Register with ``pytest_plugins = ["mlmodelscope.devtools.telemetry_servers"]``. Prometheus and the
 Pushgateway are Debian's packages (``apt-get install prometheus prometheus-pushgateway``);
-Jaeger is built from its pinned Go module (:mod:`mlmodelscope.telemetry.tools`). Each server
+Jaeger is built from its pinned Go module (:mod:`mlmodelscope.devtools.jaeger`). Each server
 listens on a free loopback port with a temporary data folder and is stopped by PID at teardown
 (SIGTERM, then SIGKILL), even when tests fail; its log stays in the session's temp folder.
 
@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 START_TIMEOUT_S = 60.0
+SCRAPE_TIMING = ("scrape_interval", "scrape_timeout")
 APT_HINT = "apt-get install -y prometheus prometheus-pushgateway"
 
 
@@ -156,20 +157,31 @@ class Prometheus(Server):
                 f"  - job_name: {json.dumps(job)}",
                 f"    honor_labels: {str(cfg['honor_labels']).lower()}",
                 f"    metrics_path: {json.dumps(cfg['path'])}",
-                "    static_configs:",
-                f"      - targets: {json.dumps(cfg['targets'])}",
             ]
+            lines += [f"    {key}: {cfg[key]}" for key in SCRAPE_TIMING if cfg.get(key)]
+            lines += ["    static_configs:", f"      - targets: {json.dumps(cfg['targets'])}"]
         if not self.jobs:
             lines[-1] = "scrape_configs: []"
         self.config.write_text("\n".join(lines) + "\n")
 
     def scrape(
-        self, job: str, address: str, *, honor_labels: bool = False, path: str = "/metrics"
+        self,
+        job: str,
+        address: str,
+        *,
+        honor_labels: bool = False,
+        path: str = "/metrics",
+        interval: str | None = None,
+        timeout: str | None = None,
     ) -> None:
         """Scrape ``address`` (host:port) as ``job`` from now on; waits for the first scrape.
 
-        Use ``honor_labels=True`` for a Pushgateway, so pushed job/instance labels win."""
-        cfg = self.jobs.setdefault(job, {"targets": [], "honor_labels": honor_labels, "path": path})
+        Use ``honor_labels=True`` for a Pushgateway, so pushed job/instance labels win.
+        ``interval`` and ``timeout`` (e.g. ``"2s"``) override the global 1 s for this job."""
+        timing = {"scrape_interval": interval, "scrape_timeout": timeout}
+        cfg = self.jobs.setdefault(
+            job, {"targets": [], "honor_labels": honor_labels, "path": path, **timing}
+        )
         if address not in cfg["targets"]:
             cfg["targets"].append(address)
         self._write_config()
@@ -357,12 +369,12 @@ def pushgateway() -> Iterator[Pushgateway]:
 @pytest.fixture(scope="session")
 def jaeger() -> Iterator[Jaeger]:
     """A running Jaeger v2 built from its pinned module (the first build takes a while)."""
-    from mlmodelscope.telemetry import tools
+    from mlmodelscope.devtools import jaeger as tools
 
     if not tools.is_built() and shutil.which("go") is None:
         pytest.skip(
             "Jaeger is not built and `go` is missing; "
-            "run: python -m mlmodelscope.telemetry.tools build"
+            "run: python -m mlmodelscope.devtools.jaeger build"
         )
     binary = tools.build_jaeger()
     with _session_dir("jaeger") as workdir:

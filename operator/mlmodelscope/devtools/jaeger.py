@@ -6,7 +6,7 @@ it only under the v1 tag cut from the same commit (v1.76.0 is v2.13.0). Its go.m
 ``replace`` directive, which ``go install pkg@version`` refuses, so the pinned module is
 downloaded, copied out of the read-only module cache, and ``./cmd/jaeger`` is built there.
 ``GOTOOLCHAIN=local CGO_ENABLED=0``, under ``nice`` (two busy cores); a stamp makes a second
-run a no-op. Run ``python -m mlmodelscope.telemetry.tools build``.
+run a no-op. Run ``python -m mlmodelscope.devtools.jaeger build``.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``build [--force]`` builds Jaeger; ``path`` prints where the binary is (or would be)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("build", "path"):
-        _stderr("usage: python -m mlmodelscope.telemetry.tools build [--force] | path")
+        _stderr("usage: python -m mlmodelscope.devtools.jaeger build [--force] | path")
         return 2
     if args[0] == "path":
         sys.stdout.write(f"{jaeger_binary()}\n")

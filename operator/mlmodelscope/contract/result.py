@@ -1,0 +1,443 @@
+"""The result document and the compact summary, as the one typed contract of both sides.
+
+The agent writes a :class:`ResultDocument` (JSON, snake_case field names) for every run, and
+publishes an :class:`EvaluationSummary` (what the operator needs for ``.status``) in the results
+ConfigMap and its termination message. The operator reads only :class:`EvaluationSummary`.
+The per-batch-size row is :class:`~mlmodelscope.spec.status.BatchResult`, the same type as a
+``status.results`` entry: the document and the summary dump it by field name, the status by
+alias (camelCase), so no code between the agent's measurement and ``kubectl get`` reshapes it.
+
+``result.schema.json`` beside this module is generated from these models by ``mlms crd``
+(``mlms crd --check`` fails when it is stale), as the CRDs are generated from the spec
+models. Unknown keys are allowed (``extra="allow"``), so a newer agent's document still parses
+in an older operator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+from mlmodelscope.spec.status import BatchResult
+
+RESULT_API_VERSION: Final = "mlmodelscope.io/results/v1alpha1"
+RESULT_KIND: Final = "EvaluationResult"
+SUMMARY_KIND: Final = "EvaluationSummary"
+ERROR_MESSAGE_LIMIT: Final = 1500
+"""Characters of the agent's error message kept in a summary."""
+
+Sha256 = Annotated[str, Field(pattern=r"^[a-f0-9]{64}$")]
+Status = Literal["Succeeded", "Failed"]
+Scenario = Literal["SingleStream", "MultiStream", "Server", "Offline"]
+Seconds = Annotated[float, Field(ge=0)]
+
+
+class ContractModel(BaseModel):
+    """Base of the contract's models: snake_case JSON, docstrings as schema descriptions."""
+
+    model_config = ConfigDict(extra="allow", use_attribute_docstrings=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """JSON-ready dict by field name (snake_case), with the fields that were given."""
+        value: dict[str, Any] = json.loads(self.model_dump_json(exclude_unset=True))
+        return value
+
+
+class ResultError(ContractModel):
+    """Why a run failed."""
+
+    type: str
+    """The exception type, e.g. SpecError, FetchError."""
+    message: str
+    field: str | None = None
+    """The spec field at fault, when the spec is (then retrying cannot help)."""
+
+
+class EvaluationRef(ContractModel):
+    """Which ModelEvaluation, and which generation of its spec, this run evaluated."""
+
+    name: str | None = None
+    namespace: str | None = None
+    generation: int | None = None
+    """The metadata.generation evaluated: the operator credits results only to it."""
+    source: str | None = None
+    """The spec file (local runs) or ConfigMap file it was read from."""
+
+
+class ModelInfo(ContractModel):
+    """The model that was evaluated: exactly which bytes."""
+
+    name: str
+    version: str | None = None
+    format: Literal["onnx", "torchscript", "torch-export", "savedmodel"]
+    uri: str
+    sha256: Sha256
+    """Computed, never copied from the spec (`mlms hash` prints the same digest)."""
+    sha256_verified: bool = False
+    """The spec pinned a digest and it matched."""
+    source: str
+    cached: bool
+
+
+class LatencyStats(ContractModel):
+    """A distribution summarized from every sample (no sampling, no reservoir)."""
+
+    count: Annotated[int, Field(ge=0)]
+    mean_s: float
+    stdev_s: Seconds
+    min_s: float
+    max_s: float
+    trimmed_mean_s: float
+    percentiles_s: dict[str, float]
+    """Percentile label (p50, p90, p99, ...) -> seconds, LoadGen's nearest-rank estimator."""
+
+
+class DatasetInfo(ContractModel):
+    """The samples evaluated."""
+
+    name: str
+    type: str
+    samples: Annotated[int, Field(ge=1)]
+    labelled: bool
+    preprocessing: LatencyStats
+    """Per-sample preprocessing time, measured before the latency runs."""
+
+
+class BackendInfo(ContractModel):
+    """The framework as loaded."""
+
+    framework: str
+    framework_version: str
+    device: str
+    details: dict[str, str] = {}
+
+
+class StackInfo(ContractModel):
+    """Provenance: host, CPU, memory, OS, Python, library versions, GPU (when present),
+    container image, backend."""
+
+    host: dict[str, Any] | None = None
+    cpu: dict[str, Any]
+    memory: dict[str, Any] | None = None
+    os: dict[str, Any]
+    python: dict[str, Any]
+    libraries: dict[str, str]
+    gpu: dict[str, Any] | None = None
+    container: dict[str, Any] | None = None
+    backend: dict[str, Any] | None = None
+
+
+class AccuracyResult(ContractModel):
+    """The separate accuracy pass: every sample once, in dataset order."""
+
+    samples: Annotated[int, Field(ge=1)]
+    batch_size: Annotated[int, Field(ge=1)]
+    duration_s: float | None = None
+    outputs_sha256: Sha256
+    """SHA-256 of the raw first output of every sample, in dataset order: equal digests mean
+    bit-identical results."""
+    top1: Annotated[float, Field(ge=0, le=1)] | None
+    top5: Annotated[float, Field(ge=0, le=1)] | None
+
+
+class TracingLevelResult(ContractModel):
+    """What one tracing level cost."""
+
+    batch_size: int | None = None
+    p50_s: float | None = None
+    """p50 of predict+postprocess of traced queries at this level."""
+    overhead_vs_untraced: float | None = None
+    """p50 / untraced p50 - 1 (0.05 = 5 % slower)."""
+    traced_queries: Annotated[int, Field(ge=0)] | None = None
+    profiled_spans: int | None = None
+    skipped: str | None = None
+    """Why this level did not run here (e.g. library level without a GPU)."""
+
+
+class UntracedBaseline(ContractModel):
+    p50_s: float | None = None
+    queries: int | None = None
+
+
+class TracingBatch(ContractModel):
+    """The leveled passes of one batch size."""
+
+    batch_size: Annotated[int, Field(ge=1)]
+    measured_p50_s: float | None = None
+    untraced: UntracedBaseline
+    levels: dict[str, TracingLevelResult]
+
+
+class TracingInfo(ContractModel):
+    """Leveled tracing (XSP): reported latencies come from the untraced measurement; short
+    traced passes after it measure what each level costs."""
+
+    level: Literal["none", "model", "framework", "library"]
+    enabled: bool
+    reason: str | None = None
+    sampling: Annotated[float, Field(ge=0, le=1)] | None = None
+    queries_per_level: Annotated[int, Field(ge=1)] | None = None
+    exported: bool | None = None
+    """Spans were also sent over OTLP (OTEL_EXPORTER_OTLP_*)."""
+    sampled: bool | None = None
+    trace_file: str | None = None
+    """The span list written next to this document."""
+    trace_file_error: str | None = None
+    export_error: str | None = None
+    untraced_p50_s: float | None = None
+    levels: dict[str, TracingLevelResult] = {}
+    """First batch size: p50 and overhead per level."""
+    by_batch_size: list[TracingBatch] = []
+
+
+class MeanMax(ContractModel):
+    mean: float
+    max: float
+
+
+class GpuDevice(ContractModel):
+    """One GPU's NVML samples during the measurement."""
+
+    index: int
+    name: str
+    uuid: str | None = None
+    samples: Annotated[int, Field(ge=0)]
+    memory_total_bytes: int | None = None
+    utilization_ratio: MeanMax | None = None
+    memory_used_bytes: MeanMax | None = None
+    power_watts: MeanMax | None = None
+    sm_clock_hertz: MeanMax | None = None
+    temperature_celsius: MeanMax | None = None
+
+
+class GpuMetrics(ContractModel):
+    """NVML samples (10 Hz) during the measurement, mean and max per GPU; absent without a GPU."""
+
+    source: str | None = None
+    interval_s: float | None = None
+    duration_s: float | None = None
+    devices: list[GpuDevice]
+
+
+class Verdict(ContractModel):
+    """MLPerf-style: VALID when every rule of the scenario held."""
+
+    valid: bool
+    reasons: list[str]
+
+
+class Warmup(ContractModel):
+    """Queries run before measuring, excluded from every statistic and reported here."""
+
+    queries: Annotated[int, Field(ge=0)]
+    latency: LatencyStats | None = None
+
+
+class RawLatencies(ContractModel):
+    """Every measured query, in issue order (nanoseconds)."""
+
+    latencies_ns: list[int] = []
+    predict_ns: list[int] = []
+    postprocess_ns: list[int] = []
+    queue_ns: list[int] | None = None
+
+
+class Measurement(ContractModel):
+    """One batch size's scenario run."""
+
+    scenario: Scenario
+    batch_size: Annotated[int, Field(ge=1)]
+    samples_per_query: Annotated[int, Field(ge=1)] | None = None
+    batches_per_query: Annotated[int, Field(ge=1)] | None = None
+    queries: Annotated[int, Field(ge=0)]
+    samples: Annotated[int, Field(ge=0)]
+    duration_s: Seconds
+    throughput_samples_per_s: Seconds
+    qps: Seconds
+    percentile_method: str
+    latency: LatencyStats
+    """Per query; Server counts from scheduled arrival (queueing included)."""
+    predict: LatencyStats
+    postprocess: LatencyStats
+    windows: list[dict[str, Any]]
+    stable: bool
+    warmup: Warmup
+    server: dict[str, Any] | None = None
+    verdict: Verdict
+    repetition: Annotated[int, Field(ge=0)] | None = None
+    repetitions: list[dict[str, Any]] | None = None
+    harness_overhead: LatencyStats
+    """The harness's own cost per query (the same loop with a null backend)."""
+    raw: RawLatencies | None = None
+
+
+_SUCCEEDED_NEEDS = (
+    "model",
+    "dataset",
+    "backend",
+    "stack",
+    "accuracy",
+    "measurements",
+    "results",
+    "spec_sha256",
+)
+_STATUS_RULES: list[JsonValue] = [
+    {
+        "if": {"properties": {"status": {"const": "Succeeded"}}},
+        "then": {"required": list(_SUCCEEDED_NEEDS)},
+    },
+    {
+        "if": {"properties": {"status": {"const": "Failed"}}},
+        "then": {"required": ["error"], "not": {"required": ["results"]}},
+    },
+]
+
+
+class ResultDocument(ContractModel):
+    """What one run of the mlmodelscope agent measured. Times are seconds unless a key ends
+    in _ns (nanoseconds) or _ms (milliseconds); percentiles use LoadGen's nearest-rank
+    estimator over the full distribution."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        use_attribute_docstrings=True,
+        title=RESULT_KIND,
+        json_schema_extra={"allOf": _STATUS_RULES},
+    )
+
+    api_version: Literal["mlmodelscope.io/results/v1alpha1"]
+    kind: Literal["EvaluationResult"]
+    run_id: str | None
+    """UUID of the run; null only when the agent could not even read its spec."""
+    status: Status
+    """Failed documents carry ``error`` and never ``results``."""
+    error: ResultError | None = None
+    evaluation: EvaluationRef
+    agent_version: str
+    image: str | None = None
+    """The container image the agent ran in ($MLMS_IMAGE)."""
+    started_at: str = Field(json_schema_extra={"format": "date-time"})
+    finished_at: str = Field(json_schema_extra={"format": "date-time"})
+    duration_s: Seconds
+    stage_durations_s: dict[str, Seconds]
+    spec: dict[str, Any]
+    """The full ModelEvaluation spec, camelCase, as validated."""
+    spec_sha256: Sha256 | None = None
+    model: ModelInfo | None = None
+    dataset: DatasetInfo | None = None
+    backend: BackendInfo | None = None
+    stack: StackInfo | None = None
+    accuracy: AccuracyResult | None = None
+    accuracy_skipped: str | None = None
+    trace_id: Annotated[str, Field(pattern=r"^[a-f0-9]{32}$")] | None = None
+    """OpenTelemetry trace id of the run (look it up in Jaeger; `mlms trace` breaks it down)."""
+    tracing: TracingInfo | None = None
+    gpu_metrics: GpuMetrics | None = None
+    measurements: list[Measurement] | None = None
+    results: list[BatchResult] | None = None
+    """Headline numbers per batch size (the rows of ``.status.results``)."""
+
+    @model_validator(mode="after")
+    def _status_rules(self) -> ResultDocument:
+        if self.status == "Succeeded":
+            missing = [k for k in _SUCCEEDED_NEEDS if k not in self.model_fields_set]
+            if missing:
+                raise ValueError(f"a Succeeded document needs {', '.join(missing)}")
+        elif self.error is None or self.results is not None:
+            raise ValueError("a Failed document carries error and no results")
+        return self
+
+
+class EvaluationSummary(ContractModel):
+    """What the operator needs for ``.status``, small enough for a termination message."""
+
+    kind: Literal["EvaluationSummary"] = SUMMARY_KIND
+    run_id: str | None = None
+    status: Status
+    evaluation: EvaluationRef = EvaluationRef()
+    results: list[BatchResult] = []
+    error: ResultError | None = None
+    trace_id: str | None = None
+    stack_summary: dict[str, str] = {}
+    """Provenance in a few strings: framework and version, device, GPU, CPU, image, model
+    sha256 (the keys of ``.status.stack``)."""
+    truncated: bool = False
+    """Rows or detail were dropped to fit the size limit."""
+
+    @classmethod
+    def of(cls, document: ResultDocument, stack_summary: dict[str, str]) -> EvaluationSummary:
+        """The summary of a result document (rows rounded to 6 significant digits)."""
+        error = document.error
+        return cls(
+            run_id=document.run_id,
+            status=document.status,
+            evaluation=EvaluationRef(
+                name=document.evaluation.name,
+                namespace=document.evaluation.namespace,
+                generation=document.evaluation.generation,
+            ),
+            results=[_rounded(row) for row in document.results or []],
+            error=None
+            if error is None
+            else ResultError(
+                type=error.type, field=error.field, message=error.message[:ERROR_MESSAGE_LIMIT]
+            ),
+            trace_id=document.trace_id,
+            stack_summary=stack_summary,
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """JSON-ready dict by field name, empty fields left out (every byte counts here)."""
+        value: dict[str, Any] = json.loads(self.model_dump_json(exclude_none=True))
+        return value
+
+    def encoded_size(self) -> int:
+        return len(self.to_wire().encode())
+
+    def to_wire(self) -> str:
+        """Compact JSON, as published."""
+        return json.dumps(self.to_json_dict(), separators=(",", ":"), allow_nan=False)
+
+    def fit(self, limit: int) -> EvaluationSummary:
+        """This summary in at most ``limit`` bytes of JSON: detail is dropped in order of
+        usefulness (stack detail, all but one invalid reason, trailing rows, the error's tail)."""
+        if self.encoded_size() <= limit:
+            return self
+        small = self.model_copy(deep=True)
+        small.stack_summary = {
+            k: v for k, v in small.stack_summary.items() if k in ("framework", "device", "gpu")
+        }
+        for row in small.results:
+            row.invalid_reasons = row.invalid_reasons[:1]
+        while small.encoded_size() > limit and len(small.results) > 1:
+            small.results.pop()
+            small.truncated = True
+        if small.encoded_size() > limit and small.error is not None:
+            small.error.message = small.error.message[:200]
+        if small.encoded_size() > limit:
+            small.stack_summary = {}
+            small.results = []
+            small.truncated = True
+        return small
+
+
+def _rounded(row: BatchResult) -> BatchResult:
+    """6 significant digits: plenty for a summary, and a third of the bytes."""
+
+    def r(value: float | None) -> float | None:
+        return None if value is None else float(f"{value:.6g}")
+
+    latency = row.latency_ms.model_copy(
+        update={k: r(getattr(row.latency_ms, k)) for k in ("p50", "p90", "p99", "mean")}
+    )
+    return row.model_copy(
+        update={
+            "latency_ms": latency,
+            "throughput": r(row.throughput),
+            "qps": r(row.qps),
+            "top1": r(row.top1),
+            "top5": r(row.top5),
+        }
+    )

@@ -1,0 +1,42 @@
+"""The fixed names and numbers of the operator ↔ agent protocol.
+
+The operator builds a Job whose one container runs ``mlms agent`` with the spec mounted at
+:data:`SPEC_FILE`; the agent publishes its result into the ConfigMap the operator created
+(keys :data:`RESULT_KEY`, :data:`SUMMARY_KEY`) and into its termination message, and exits
+with one of the codes below, which the Job's podFailurePolicy reads.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+"""The run failed; a retry may help (the Job retries up to ``spec.retries``)."""
+EXIT_SPEC_ERROR: Final = 3
+"""The spec cannot work as written (bad field, model not found, digest mismatch): the Job's
+podFailurePolicy fails the Job at once."""
+
+RESULT_KEY: Final = "result.json"
+"""Results ConfigMap key: the result document, raw latency arrays removed to fit."""
+SUMMARY_KEY: Final = "summary.json"
+"""Results ConfigMap key: the compact :class:`~mlmodelscope.contract.result.EvaluationSummary`."""
+TERMINATION_LIMIT: Final = 4096
+"""The kubelet truncates termination messages beyond 4096 bytes."""
+CONFIGMAP_LIMIT: Final = 1_048_576
+"""Total bytes of a ConfigMap's data."""
+CONFIGMAP_HEADROOM: Final = 16_384
+"""Room left for the summary and object metadata."""
+
+CONTAINER_NAME: Final = "agent"
+"""The evaluation container, whose termination message holds the summary."""
+SPEC_DIR: Final = "/etc/mlmodelscope/spec"
+SPEC_KEY: Final = "evaluation.yaml"
+RESULTS_DIR: Final = "/var/run/mlmodelscope/results"
+TERMINATION_LOG: Final = "/dev/termination-log"
+PVC_ROOT: Final = "/var/run/mlmodelscope/pvc"
+"""``pvc://<claim>/<path>`` is mounted at ``<PVC_ROOT>/<claim>/<path>`` (``$MLMS_PVC_ROOT``
+overrides it in the agent)."""
+SECRET_DIR: Final = "/var/run/secrets/mlmodelscope/model-credentials"
+"""Where a mounted credentials Secret is looked for when the environment has no AWS keys
+(``$MLMS_SECRET_DIR`` overrides it)."""

@@ -1,0 +1,143 @@
+"""What the dev cluster provides for the quick start (docs/operator.md): a claim holding the
+example models, and the agent's Role in `default`.
+
+- **The claim** `mlmodelscope-examples` in `default`, bound to a hostPath PersistentVolume of
+  the same name by the controller-manager's PV controller, as in any cluster (reserved both
+  ways: the volume's `claimRef`, the claim's `volumeName`, `storageClassName: ""`). Its folder,
+  `<run dir>/volumes/mlmodelscope-examples`, holds a copy of the digits CNN in every format
+  (`ensure_digits_models()`), so a spec can say `uri: pvc://mlmodelscope-examples/digits.onnx`.
+  A copy, so that nothing a pod does reaches the model cache.
+- **The agent's Role** `mlmodelscope-agent` (configmaps get/patch, see "The agent's side" in
+  docs/operator.md) bound to the `default` ServiceAccount of `default`: what the Helm chart
+  grants evaluation pods in each job namespace, for an operator started from a shell.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from mlmodelscope.devcluster.rest import KubeError, KubeREST
+
+Log = Callable[[str], None]
+
+NAMESPACE: Final = "default"
+CLAIM: Final = "mlmodelscope-examples"
+"""Name of both the PersistentVolumeClaim (in NAMESPACE) and the PersistentVolume."""
+CLAIM_SIZE: Final = "1Gi"
+AGENT_ROLE: Final = "mlmodelscope-agent"
+LABELS: Final = {"app.kubernetes.io/part-of": "mlmodelscope-dev-cluster"}
+
+
+def claim_folder(run_dir: Path) -> Path:
+    """The host folder behind the examples claim."""
+    return run_dir / "volumes" / CLAIM
+
+
+def volume_manifest(folder: Path) -> dict[str, Any]:
+    """The hostPath PersistentVolume, reserved for the examples claim."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": CLAIM, "labels": dict(LABELS)},
+        "spec": {
+            "capacity": {"storage": CLAIM_SIZE},
+            "accessModes": ["ReadOnlyMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": NAMESPACE,
+                "name": CLAIM,
+            },
+            "hostPath": {"path": str(folder), "type": "Directory"},
+        },
+    }
+
+
+def claim_manifest() -> dict[str, Any]:
+    """The claim evaluations name in `pvc://mlmodelscope-examples/<file>`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CLAIM, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "storageClassName": "",
+            "volumeName": CLAIM,
+            "resources": {"requests": {"storage": CLAIM_SIZE}},
+        },
+    }
+
+
+def agent_rbac_manifests() -> list[dict[str, Any]]:
+    """The Role the agent needs to publish its results, bound to `default/default`."""
+    meta = {"name": AGENT_ROLE, "namespace": NAMESPACE, "labels": dict(LABELS)}
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [rule],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": AGENT_ROLE,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
+        },
+    ]
+
+
+def fill_claim_folder(folder: Path, log: Log) -> list[str]:
+    """Copy the example digits models into ``folder`` (built once per machine, cached); the
+    names copied, or none, said in the log, when they cannot be built here."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        from mlmodelscope.agent.digits import ensure_digits_models
+
+        models = ensure_digits_models()
+    except Exception as exc:  # frameworks missing, no training script, a failed build
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        cause = lines[-1] if lines else type(exc).__name__
+        log(
+            f"  example models: cannot build the digits models ({cause}); the claim {CLAIM} "
+            "stays empty and evaluations of pvc://mlmodelscope-examples/... will fail with "
+            "'not found'. Install what builds them, the `models` extra (pip install -e "
+            "'.[models]' in a checkout), then run `mlms dev-cluster up` again."
+        )
+        return []
+    shutil.copytree(models, folder, dirs_exist_ok=True)
+    return sorted(p.name for p in folder.iterdir())
+
+
+def provision(rest: KubeREST, folder: Path) -> None:
+    """Create the volume, the claim and the agent's Role (a fresh cluster has none of them)."""
+    objects = [
+        ("/api/v1/persistentvolumes", volume_manifest(folder)),
+        (f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims", claim_manifest()),
+    ]
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}"
+    for manifest in agent_rbac_manifests():
+        objects.append((f"{rbac}/{manifest['kind'].lower()}s", manifest))
+    for path, body in objects:
+        try:
+            rest.create(path, body)
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+
+
+def claim_bound(rest: KubeREST) -> bool:
+    """Whether the PV controller has bound the examples claim."""
+    claim = rest.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{CLAIM}")
+    return bool((claim.get("status") or {}).get("phase") == "Bound")
