@@ -45,14 +45,23 @@ ensure_venv() {
   fi
 }
 
-# ensure_debs PKG...: install Debian packages whose binaries are missing (root or sudo).
+# ensure_debs PKG...: install Debian packages that are missing (root or sudo). A package is
+# there when a command of its name is on PATH or, written PKG:/FILE-GLOB, when the glob
+# matches a file (postgresql has no `postgresql` binary: 'postgresql:/usr/lib/postgresql/*/bin/postgres').
 ensure_debs() {
-  local missing=()
-  for pkg in "$@"; do
-    command -v "$pkg" >/dev/null || missing+=("$pkg")
+  local missing=() names=() entry pkg proof
+  for entry in "$@"; do
+    pkg=${entry%%:/*}
+    names+=("$pkg")
+    if [ "$pkg" != "$entry" ]; then
+      proof="/${entry#*:/}"
+      compgen -G "$proof" >/dev/null || missing+=("$pkg")
+    else
+      command -v "$pkg" >/dev/null || missing+=("$pkg")
+    fi
   done
   if [ ${#missing[@]} = 0 ]; then
-    echo "installed: $*"
+    echo "installed: ${names[*]}"
     return 0
   fi
   local sudo=()

@@ -10,7 +10,7 @@ present or absent) stay skips.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ import pytest
 pytest_plugins = [
     "mlmodelscope.devcluster.pytest_plugin",
     "mlmodelscope.devtools.telemetry_servers",
+    "mlmodelscope.devtools.postgres",
 ]
 
 MACHINE_SKIPS = ("GPU", "CUDA", "gpu", "cuda")
@@ -54,3 +55,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[Any]:
     outcome = yield
     _fail_if_strict(outcome.get_result())
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_results_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`mlms run` records every run in the user's store by default: point this session (and
+    the processes it starts) at its own data directory, never the user's."""
+    saved = {k: os.environ.get(k) for k in ("MLMS_DATA_DIR", "MLMS_STORE_URL")}
+    os.environ["MLMS_DATA_DIR"] = str(tmp_path_factory.mktemp("data"))
+    os.environ.pop("MLMS_STORE_URL", None)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

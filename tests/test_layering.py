@@ -24,6 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "controller": {"spec", "contract"},
     "devcluster": {"spec", "contract", "agent"},  # builds the example models it serves
     "devtools": {"spec", "contract", "agent", "telemetry", "devcluster"},
+    "report": {"spec", "contract", "store"},
+    "store": {"spec", "contract"},
 }
 """Which other packages each package may import (the root ``mlmodelscope`` is always fine)."""
 

@@ -178,6 +178,18 @@ def run(
     only: Annotated[
         list[str] | None, typer.Option("--only", help="Run only these evaluations (by name).")
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to record every run in: a SQLAlchemy URL or a SQLite file "
+            "(default: runs.db in the user's data directory).",
+        ),
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Do not record the runs in a results store.")
+    ] = False,
 ) -> None:
     """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run."""
     import json
@@ -198,6 +210,7 @@ def run(
         loaded = [item for item in loaded if item.evaluation.metadata.name in only]
     outcomes: list[RunOutcome] = []
     failed = 0
+    recorder = _Recorder(None if no_store else store or "")
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -219,10 +232,13 @@ def run(
                 )
                 outcomes.append(outcome)
                 console.print(f"[green]✓[/green] {name} → {output / f'{name}.json'}")
+                recorder.record(name, outcome.document)
             except EvaluationError as exc:
                 failed += 1
                 fail(f"{name}: {exc}")
+                recorder.record(name, exc.document)
             bar.remove_task(task)
+    recorder.close()
     if outcomes:
         table, notes = results_table(outcomes)
         console.print(table)
@@ -240,6 +256,113 @@ def run(
                 console.print(f"top-1 spread across evaluations: {spread:.2f} percentage points")
             (output / "comparison.json").write_text(json.dumps(check, indent=1) + "\n")
     raise typer.Exit(1 if failed else 0)
+
+
+class _Recorder:
+    """Records ``mlms run``'s documents in the results store. The result file is written
+    first, so a store that fails costs a warning on stderr, never the result or the run."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url  # None: --no-store; "": the default store
+        self.store: Any = None
+        self.broken = url is None
+
+    def record(self, name: str, document: dict[str, Any]) -> None:
+        if self.broken:
+            return
+        try:
+            if self.store is None:
+                from mlmodelscope.store import open_store
+
+                self.store = open_store(self.url or None)
+            inserted = self.store.record(document)
+        except ModuleNotFoundError as exc:
+            self.broken = True
+            self._warn(f"{exc}: install mlmodelscope[store], or pass --no-store")
+            return
+        except Exception as exc:  # any store failure: warn, keep the run going
+            self.broken = self.store is None  # could not even open it: stop trying
+            self._warn(f"{name}: not recorded in the results store: {exc}")
+            return
+        state = "recorded" if inserted else "already recorded"
+        console.print(f"  {state} in {self.store.url}", highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    @staticmethod
+    def _warn(text: str) -> None:
+        errors.print(f"[yellow]![/yellow] {escape(text)}", soft_wrap=True, highlight=False)
+
+
+@app.command()
+def runs(
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store: a SQLAlchemy URL or a SQLite file (default: runs.db in the "
+            "user's data directory).",
+        ),
+    ] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only this model name.")] = None,
+    framework: Annotated[
+        str | None, typer.Option("--framework", help="Only this framework.")
+    ] = None,
+    device: Annotated[str | None, typer.Option("--device", help="Only this device.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU product.")] = None,
+    evaluation: Annotated[
+        str | None, typer.Option("--evaluation", help="Only this evaluation name.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 20,
+) -> None:
+    """List the runs recorded in the results store, newest first."""
+    from rich.table import Table
+
+    from mlmodelscope.store import StoreError, open_store
+
+    try:
+        with open_store(store) as opened:
+            found = opened.list_runs(
+                model=model,
+                framework=framework,
+                device=device,
+                gpu=gpu,
+                evaluation=evaluation,
+                limit=limit,
+            )
+            where = opened.url
+    except StoreError as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    table = Table(title=f"runs in {where}", title_justify="left")
+    for column in ("run", "started (UTC)", "evaluation", "model", "framework", "device"):
+        table.add_column(column)
+    for column in ("batch", "p50 ms", "samples/s", "top-1"):
+        table.add_column(column, justify="right")
+    table.add_column("status")
+    for summary in found:
+        first = summary.results[0] if summary.results else None
+        verdict = {True: "VALID", False: "INVALID", None: ""}[summary.valid]
+        table.add_row(
+            summary.run_id[:8],
+            summary.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            summary.evaluation or "",
+            summary.model_name or "",
+            " ".join(filter(None, (summary.framework, summary.framework_version))),
+            summary.gpu_product or summary.device or "",
+            ", ".join(str(r.batch_size) for r in summary.results),
+            "" if first is None or first.latency_ms.p50 is None else f"{first.latency_ms.p50:.3f}",
+            "" if first is None or first.throughput is None else f"{first.throughput:.0f}",
+            "" if summary.top1 is None else f"{summary.top1:.2%}",
+            f"{summary.status} {verdict}".strip(),
+        )
+    console.print(table)
+    if not found:
+        filtered = any((model, framework, device, gpu, evaluation))
+        console.print("no recorded run matches these filters" if filtered else "no runs recorded")
 
 
 def _bar_reporter(bar: Any, task: Any, name: str) -> Any:
@@ -282,6 +405,72 @@ def trace(
         typer.echo(json.dumps({"trace_id": trace_id, "passes": groups}, indent=1))
         return
     render(console, trace_id, groups)
+
+
+@app.command()
+def compare(
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="Result documents (JSON files), folders of them, or run ids in the store. "
+            "The first run is the reference."
+        ),
+    ],
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to look run ids up in: a SQLAlchemy URL or a SQLite file "
+            "(default: the store `mlms run` records in).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Compare runs side by side: headline numbers against the first run, and the
+    differences in their HW/SW stack and spec."""
+    import json
+
+    from mlmodelscope.report.compare import CompareError, load_runs
+    from mlmodelscope.report.compare import compare as compare_runs
+    from mlmodelscope.report.render import render as render_comparison
+
+    results_store = None
+    try:
+        run_ids = [source for source in sources if not Path(source).exists()]
+        if run_ids:
+            results_store = _compare_store(store, run_ids)
+        loaded = load_runs(sources, results_store)
+        if len(loaded) < 2:
+            raise CompareError(f"{' '.join(sources)}: one run; compare needs at least two")
+        comparison = compare_runs(loaded)
+    except CompareError as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    finally:
+        if results_store is not None:
+            results_store.close()
+    if as_json:
+        typer.echo(json.dumps(comparison.to_json_dict(), indent=1))
+        return
+    render_comparison(console, comparison)
+
+
+def _compare_store(url: str | None, run_ids: list[str]) -> Any:
+    """The results store to look ``run_ids`` up in (sources that are no file or folder)."""
+    from mlmodelscope.report.compare import CompareError
+
+    try:
+        from mlmodelscope.store import StoreError, open_store
+    except ImportError as exc:
+        raise CompareError(
+            f"{', '.join(run_ids)}: no such file or folder, and run ids need the results "
+            f"store ({exc}): install mlmodelscope[store]"
+        ) from None
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        raise CompareError(f"{', '.join(run_ids)}: no such file or folder; {exc}") from None
 
 
 def _mount_subcommands() -> None:

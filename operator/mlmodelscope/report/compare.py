@@ -1,0 +1,299 @@
+"""`mlms compare`: several runs side by side, with what differs in their HW/SW stack and spec.
+
+Runs come from result documents (the JSON files `mlms run` writes, or a folder of them) or from
+the results store (by run UUID). Every document is validated with the contract's
+:class:`~mlmodelscope.contract.result.ResultDocument` first, so a file that is not a result
+document fails with its name rather than with a ``KeyError`` somewhere below.
+
+The first run is the reference: each row carries its relative difference from the reference's
+row of the same scenario and batch size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from mlmodelscope.contract.result import ResultDocument
+
+NOT_RESULTS = ("comparison.json",)
+"""Files `mlms run` writes next to the result documents that are not result documents."""
+NOT_RESULT_SUFFIXES = (".trace.json",)
+
+
+class CompareError(ValueError):
+    """A source that cannot be compared: the message names it."""
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One validated result document and where it came from (a path or ``store:<run id>``)."""
+
+    source: str
+    document: ResultDocument
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def result_files(folder: Path) -> list[Path]:
+    """The result documents of a folder: every ``*.json`` but span lists and comparisons,
+    by name."""
+    return sorted(
+        path
+        for path in folder.glob("*.json")
+        if path.is_file()
+        and path.name not in NOT_RESULTS
+        and not path.name.endswith(NOT_RESULT_SUFFIXES)
+    )
+
+
+def parse_result(data: Any, source: str) -> LoadedRun:
+    """Validate ``data`` as a result document; :class:`CompareError` naming ``source``
+    otherwise."""
+    if not isinstance(data, dict) or data.get("kind") != "EvaluationResult":
+        kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
+        raise CompareError(
+            f"{source}: not an mlmodelscope result document "
+            f"(kind: {kind!r}, expected 'EvaluationResult')"
+        )
+    try:
+        document = ResultDocument.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in error['loc']) or '(document)'}: {error['msg']}"
+            for error in exc.errors()[:5]
+        )
+        raise CompareError(f"{source}: not a valid result document: {problems}") from None
+    return LoadedRun(source=source, document=document)
+
+
+def load_result(path: Path) -> LoadedRun:
+    """Read and validate one result document file."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise CompareError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CompareError(f"{path}: not JSON: {exc}") from None
+    return parse_result(data, str(path))
+
+
+class RunStore(Protocol):
+    """What compare needs of the results store: one stored result document by run UUID."""
+
+    def get(self, run_id: str) -> dict[str, Any] | None: ...
+
+
+def load_runs(sources: Sequence[str], store: RunStore | None = None) -> list[LoadedRun]:
+    """Each source in order: a result document file, a folder of them, or a run UUID looked
+    up in ``store``."""
+    runs: list[LoadedRun] = []
+    for source in sources:
+        path = Path(source)
+        if path.is_dir():
+            files = result_files(path)
+            if not files:
+                raise CompareError(f"{source}: no result documents (*.json) in this folder")
+            runs.extend(load_result(file) for file in files)
+        elif path.exists():
+            runs.append(load_result(path))
+        elif store is None:
+            raise CompareError(
+                f"{source}: no such file or folder (a run id needs a results store: "
+                "--store URL or $MLMS_STORE_URL)"
+            )
+        else:
+            data = store.get(source)
+            if data is None:
+                raise CompareError(f"{source}: no such file, folder or run in the results store")
+            runs.append(parse_result(data, f"store:{source}"))
+    return runs
+
+
+# ------------------------------------------------------------------------------ comparing
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One compared run."""
+
+    label: str
+    """The evaluation's name, made unique among the compared runs."""
+    source: str
+    run_id: str | None
+    evaluation: str | None
+    status: str
+    framework: str
+    """Framework, version and device, e.g. ``onnxruntime 1.31.1 cpu``."""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """The headline numbers of one run and batch size, and their relative difference from
+    the reference run's row of the same scenario and batch size (``None`` when it has none,
+    or for the reference itself)."""
+
+    run: str
+    scenario: str
+    batch_size: int
+    p50_ms: float | None
+    p99_ms: float | None
+    throughput: float | None
+    top1: float | None
+    valid: bool | None
+    invalid_reasons: list[str] = field(default_factory=list)
+    p50_rel: float | None = None
+    p99_rel: float | None = None
+    throughput_rel: float | None = None
+    top1_rel: float | None = None
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A dotted key whose values differ across the runs: one value per run, in run order
+    (``None`` where a run lacks the key)."""
+
+    key: str
+    values: list[Any]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    reference: str
+    """The label of the first run, which the relative differences are against."""
+    runs: list[RunInfo]
+    rows: list[Row]
+    stack: list[Difference]
+    """HW/SW stack keys (``stack.*``, ``image``, ``agent_version``) that differ."""
+    spec: list[Difference]
+    """Spec keys (``spec.*``, camelCase) that differ."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def relative(value: float | None, reference: float | None) -> float | None:
+    """``value / reference - 1`` (0.05: 5 % more); ``None`` when either is missing or the
+    reference is 0."""
+    if value is None or reference is None or reference == 0:
+        return None
+    return value / reference - 1
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as dotted keys (``cpu.model``); lists of dicts by index
+    (``preprocessing[0].scale.factor``); other lists (``batchSizes``) stay one value."""
+    flat: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        if not value and prefix:
+            flat[prefix] = {}
+        for key, item in value.items():
+            flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    elif isinstance(value, list) and any(isinstance(v, Mapping | list) for v in value):
+        for index, item in enumerate(value):
+            flat.update(flatten(item, f"{prefix}[{index}]"))
+    else:
+        flat[prefix] = value
+    return flat
+
+
+def differences(flats: Sequence[Mapping[str, Any]]) -> list[Difference]:
+    """The keys whose values are not the same in every one of ``flats`` (a key missing from
+    some counts as different), in first-seen order."""
+    keys: dict[str, None] = {}
+    for flat in flats:
+        keys.update(dict.fromkeys(flat))
+    missing = object()
+    found = []
+    for key in keys:
+        values = [flat.get(key, missing) for flat in flats]
+        if any(v != values[0] for v in values[1:]):
+            found.append(Difference(key, [None if v is missing else v for v in values]))
+    return found
+
+
+def _labels(runs: Sequence[LoadedRun]) -> list[str]:
+    names = [run.document.evaluation.name or Path(run.source).stem for run in runs]
+    labels = []
+    for index, name in enumerate(names):
+        if names.count(name) > 1:
+            run_id = runs[index].document.run_id
+            name = f"{name}@{run_id[:8]}" if run_id else f"{name}#{index + 1}"
+        labels.append(name)
+    # still equal (same run twice, or one run id prefix): number them
+    return [
+        f"{label}#{index + 1}" if labels.count(label) > 1 else label
+        for index, label in enumerate(labels)
+    ]
+
+
+def _info(run: LoadedRun, label: str) -> RunInfo:
+    doc = run.document
+    backend = doc.backend
+    framework = (
+        " ".join(f"{backend.framework} {backend.framework_version} {backend.device}".split())
+        if backend is not None
+        else str(doc.spec.get("framework", {}).get("name", "?"))
+    )
+    return RunInfo(
+        label=label,
+        source=run.source,
+        run_id=doc.run_id,
+        evaluation=doc.evaluation.name,
+        status=doc.status,
+        framework=framework,
+        error=None if doc.error is None else f"{doc.error.type}: {doc.error.message}",
+    )
+
+
+def _stack(doc: ResultDocument) -> dict[str, Any]:
+    flat = flatten(doc.stack.to_json_dict() if doc.stack is not None else {}, "stack")
+    flat["image"] = doc.image
+    flat["agent_version"] = doc.agent_version
+    return flat
+
+
+def compare(runs: Sequence[LoadedRun]) -> Comparison:
+    """Compare ``runs``; the first is the reference."""
+    if not runs:
+        raise CompareError("nothing to compare")
+    labels = _labels(runs)
+    reference_rows = {(row.scenario, row.batch_size): row for row in runs[0].document.results or []}
+    rows: list[Row] = []
+    for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        for result in run.document.results or []:
+            ref = None if index == 0 else reference_rows.get((result.scenario, result.batch_size))
+            latency = result.latency_ms
+            rows.append(
+                Row(
+                    run=label,
+                    scenario=result.scenario,
+                    batch_size=result.batch_size,
+                    p50_ms=latency.p50,
+                    p99_ms=latency.p99,
+                    throughput=result.throughput,
+                    top1=result.top1,
+                    valid=result.valid,
+                    invalid_reasons=list(result.invalid_reasons),
+                    p50_rel=None if ref is None else relative(latency.p50, ref.latency_ms.p50),
+                    p99_rel=None if ref is None else relative(latency.p99, ref.latency_ms.p99),
+                    throughput_rel=None
+                    if ref is None
+                    else relative(result.throughput, ref.throughput),
+                    top1_rel=None if ref is None else relative(result.top1, ref.top1),
+                )
+            )
+    return Comparison(
+        reference=labels[0],
+        runs=[_info(run, label) for run, label in zip(runs, labels, strict=True)],
+        rows=rows,
+        stack=differences([_stack(run.document) for run in runs]),
+        spec=differences([flatten(run.document.spec, "spec") for run in runs]),
+    )

@@ -1,0 +1,139 @@
+"""A :class:`~mlmodelscope.report.compare.Comparison` as Rich tables (what `mlms compare`
+prints without ``--json``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mlmodelscope.report.compare import Comparison, Difference
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def _delta(value: float | None, higher_is_better: bool) -> str:
+    """``+5.2%`` coloured by whether it is better (green) or worse (red) than the reference."""
+    if value is None:
+        return ""
+    text = f"{100 * value:+.1f}%"
+    if abs(value) < 0.0005:
+        return text
+    better = (value > 0) == higher_is_better
+    return f"[{'green' if better else 'red'}]{text}[/]"
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "[dim]-[/dim]"
+    if isinstance(value, str):
+        return escape(value)
+    return escape(json.dumps(value))
+
+
+def runs_table(comparison: Comparison) -> Table:
+    table = Table(title="runs compared", title_justify="left", pad_edge=False)
+    for column in ("run", "framework", "status", "run id", "source"):
+        table.add_column(column, overflow="fold")
+    for run in comparison.runs:
+        status = run.status if run.error is None else f"{run.status}: {run.error}"
+        table.add_row(
+            escape(run.label),
+            escape(run.framework),
+            escape(status),
+            run.run_id or "-",
+            escape(run.source),
+        )
+    return table
+
+
+def results_table(comparison: Comparison) -> tuple[Table, list[str]]:
+    """One row per run and batch size, with the relative difference from the reference's row
+    of the same scenario and batch size; plus footnotes saying why rows are INVALID."""
+    table = Table(
+        title=f"mlmodelscope comparison (Δ against {escape(comparison.reference)})",
+        title_justify="left",
+        caption="Δ: value / reference - 1, against the reference's row of the same scenario "
+        "and batch size",
+        caption_justify="left",
+        pad_edge=False,
+    )
+    for column, justify in (
+        ("run", "left"),
+        ("scenario", "left"),
+        ("batch", "right"),
+        ("p50 ms", "right"),
+        ("Δ p50", "right"),
+        ("p99 ms", "right"),
+        ("Δ p99", "right"),
+        ("samples/s", "right"),
+        ("Δ samples/s", "right"),
+        ("top-1", "right"),
+        ("Δ top-1", "right"),
+        ("verdict", "left"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    notes: list[str] = []
+    for row in comparison.rows:
+        if row.valid is None:
+            verdict = "-"
+        elif row.valid:
+            verdict = "[green]VALID[/green]"
+        else:
+            notes.append(
+                f"[{len(notes) + 1}] {row.run} batch {row.batch_size}: "
+                + "; ".join(row.invalid_reasons)
+            )
+            verdict = f"[yellow]INVALID[{len(notes)}][/yellow]"
+        table.add_row(
+            escape(row.run),
+            row.scenario,
+            str(row.batch_size),
+            _number(row.p50_ms, 3),
+            _delta(row.p50_rel, higher_is_better=False),
+            _number(row.p99_ms, 3),
+            _delta(row.p99_rel, higher_is_better=False),
+            _number(row.throughput, 0),
+            _delta(row.throughput_rel, higher_is_better=True),
+            _pct(row.top1),
+            _delta(row.top1_rel, higher_is_better=True),
+            verdict,
+        )
+    return table, notes
+
+
+def differences_table(title: str, comparison: Comparison, found: list[Difference]) -> Table:
+    """Key by run: only the keys whose values differ."""
+    table = Table(title=title, title_justify="left", pad_edge=False)
+    table.add_column("key", no_wrap=True)
+    for run in comparison.runs:
+        table.add_column(escape(run.label), overflow="fold")
+    for difference in found:
+        table.add_row(escape(difference.key), *(_value(v) for v in difference.values))
+    return table
+
+
+def render(console: Console, comparison: Comparison) -> None:
+    """Print the comparison: runs, headline numbers, then the stack and spec differences."""
+    console.print(runs_table(comparison))
+    table, notes = results_table(comparison)
+    console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, markup=False)
+    for title, found in (
+        ("HW/SW stack differences", comparison.stack),
+        ("spec differences", comparison.spec),
+    ):
+        if found:
+            console.print(differences_table(title, comparison, found))
+        else:
+            console.print(f"{title}: none")

@@ -1,0 +1,1 @@
+"""Alembic migrations of the results store, applied by :func:`mlmodelscope.store.open_store`."""

@@ -1,0 +1,71 @@
+"""The store's tables (SQLAlchemy Core): ``runs``, one row per run, and ``run_results``, one row
+per batch size. The migrations in ``migrations/versions`` create exactly these (a test compares
+them); change both together, in a new revision."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = sa.MetaData()
+
+Document = sa.JSON().with_variant(JSONB(), "postgresql")
+"""The full result document: JSON on SQLite, JSONB on PostgreSQL."""
+
+RunId = sa.Uuid(as_uuid=False)
+"""The agent's run UUID: native uuid on PostgreSQL, 32 hex characters on SQLite."""
+
+runs: Final = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", RunId, primary_key=True),
+    sa.Column("evaluation", sa.String(253), nullable=True),
+    sa.Column("namespace", sa.String(63), nullable=True),
+    sa.Column("generation", sa.Integer, nullable=True),
+    sa.Column("spec_sha256", sa.String(64), nullable=True),
+    sa.Column("model_name", sa.String(253), nullable=True),
+    sa.Column("model_sha256", sa.String(64), nullable=True),
+    sa.Column("framework", sa.String(64), nullable=True),
+    sa.Column("framework_version", sa.String(64), nullable=True),
+    sa.Column("device", sa.String(64), nullable=True),
+    sa.Column("gpu_product", sa.String(128), nullable=True),
+    sa.Column("scenario", sa.String(32), nullable=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("valid", sa.Boolean, nullable=True),
+    sa.Column("top1", sa.Float, nullable=True),
+    sa.Column("top5", sa.Float, nullable=True),
+    sa.Column("error_type", sa.String(128), nullable=True),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("document", Document, nullable=False),
+    sa.Index("ix_runs_model_name", "model_name"),
+    sa.Index("ix_runs_model_sha256", "model_sha256"),
+    sa.Index("ix_runs_framework", "framework", "framework_version"),
+    sa.Index("ix_runs_device", "device", "gpu_product"),
+    sa.Index("ix_runs_gpu_product", "gpu_product"),
+    sa.Index("ix_runs_evaluation", "evaluation", "namespace"),
+    sa.Index("ix_runs_started_at", "started_at"),
+)
+
+run_results: Final = sa.Table(
+    "run_results",
+    metadata,
+    sa.Column(
+        "run_id",
+        RunId,
+        sa.ForeignKey("runs.run_id", name="fk_run_results_run_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("batch_size", sa.Integer, primary_key=True),
+    sa.Column("scenario", sa.String(32), nullable=False),
+    sa.Column("p50_ms", sa.Float, nullable=True),
+    sa.Column("p90_ms", sa.Float, nullable=True),
+    sa.Column("p99_ms", sa.Float, nullable=True),
+    sa.Column("mean_ms", sa.Float, nullable=True),
+    sa.Column("throughput", sa.Float, nullable=True),
+    sa.Column("qps", sa.Float, nullable=True),
+    sa.Column("valid", sa.Boolean, nullable=True),
+)
