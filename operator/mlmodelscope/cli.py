@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from mlmodelscope import __version__
+
+if TYPE_CHECKING:
+    from mlmodelscope.report.compare import LoadedRun
 
 app = typer.Typer(
     name="mlms",
@@ -431,29 +434,81 @@ def compare(
     differences in their HW/SW stack and spec."""
     import json
 
-    from mlmodelscope.report.compare import CompareError, load_runs
+    from mlmodelscope.report.compare import CompareError
     from mlmodelscope.report.compare import compare as compare_runs
     from mlmodelscope.report.render import render as render_comparison
 
-    results_store = None
     try:
-        run_ids = [source for source in sources if not Path(source).exists()]
-        if run_ids:
-            results_store = _compare_store(store, run_ids)
-        loaded = load_runs(sources, results_store)
+        loaded = _load_compared(sources, store)
         if len(loaded) < 2:
             raise CompareError(f"{' '.join(sources)}: one run; compare needs at least two")
         comparison = compare_runs(loaded)
     except CompareError as exc:
         fail(str(exc))
         raise typer.Exit(1) from None
-    finally:
-        if results_store is not None:
-            results_store.close()
     if as_json:
         typer.echo(json.dumps(comparison.to_json_dict(), indent=1))
         return
     render_comparison(console, comparison)
+
+
+@app.command()
+def report(
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="Result documents (JSON files), folders of them, or run ids in the store. "
+            "The first run is the reference."
+        ),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option("--output", "-o", help="The HTML file to write.", dir_okay=False),
+    ] = Path("report.html"),
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to look run ids up in: a SQLAlchemy URL or a SQLite file "
+            "(default: the store `mlms run` records in).",
+        ),
+    ] = None,
+) -> None:
+    """Write a self-contained HTML report of runs: the comparison, the HW/SW stack and spec
+    differences, and plots (latency CDF, throughput against batch size, accuracy against
+    latency)."""
+    from mlmodelscope.report.compare import CompareError
+    from mlmodelscope.report.html import render_html
+
+    try:
+        loaded = _load_compared(sources, store)
+        page = render_html(loaded)
+    except CompareError as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{output}: cannot write it: {exc.strerror or exc}")
+        raise typer.Exit(1) from None
+    console.print(f"wrote {escape(str(output))} ({len(loaded)} runs)", highlight=False)
+
+
+def _load_compared(sources: list[str], store: str | None) -> list[LoadedRun]:
+    """The runs of ``sources`` (files, folders, run ids), opening the results store only when
+    some source is no file or folder; :class:`CompareError` names a source that fails."""
+    from mlmodelscope.report.compare import load_runs
+
+    results_store = None
+    try:
+        run_ids = [source for source in sources if not Path(source).exists()]
+        if run_ids:
+            results_store = _compare_store(store, run_ids)
+        return load_runs(sources, results_store)
+    finally:
+        if results_store is not None:
+            results_store.close()
 
 
 def _compare_store(url: str | None, run_ids: list[str]) -> Any:

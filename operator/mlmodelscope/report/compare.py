@@ -149,6 +149,8 @@ class Row:
     top1: float | None
     valid: bool | None
     invalid_reasons: list[str] = field(default_factory=list)
+    p90_ms: float | None = None
+    mean_ms: float | None = None
     p50_rel: float | None = None
     p99_rel: float | None = None
     throughput_rel: float | None = None
@@ -282,6 +284,8 @@ def compare(runs: Sequence[LoadedRun]) -> Comparison:
                     top1=result.top1,
                     valid=result.valid,
                     invalid_reasons=list(result.invalid_reasons),
+                    p90_ms=latency.p90,
+                    mean_ms=latency.mean,
                     p50_rel=None if ref is None else relative(latency.p50, ref.latency_ms.p50),
                     p99_rel=None if ref is None else relative(latency.p99, ref.latency_ms.p99),
                     throughput_rel=None
