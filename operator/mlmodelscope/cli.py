@@ -410,24 +410,29 @@ def trace(
     render(console, trace_id, groups)
 
 
+ComparedSources = Annotated[
+    list[str],
+    typer.Argument(
+        help="Result documents (JSON files), folders of them, or run ids in the store. "
+        "The first run is the reference."
+    ),
+]
+"""The runs `mlms compare` and `mlms report` take."""
+LookupStore = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="MLMS_STORE_URL",
+        help="Results store to look run ids up in: a SQLAlchemy URL or a SQLite file "
+        "(default: the store `mlms run` records in).",
+    ),
+]
+
+
 @app.command()
 def compare(
-    sources: Annotated[
-        list[str],
-        typer.Argument(
-            help="Result documents (JSON files), folders of them, or run ids in the store. "
-            "The first run is the reference."
-        ),
-    ],
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            envvar="MLMS_STORE_URL",
-            help="Results store to look run ids up in: a SQLAlchemy URL or a SQLite file "
-            "(default: the store `mlms run` records in).",
-        ),
-    ] = None,
+    sources: ComparedSources,
+    store: LookupStore = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Compare runs side by side: headline numbers against the first run, and the
@@ -454,26 +459,12 @@ def compare(
 
 @app.command()
 def report(
-    sources: Annotated[
-        list[str],
-        typer.Argument(
-            help="Result documents (JSON files), folders of them, or run ids in the store. "
-            "The first run is the reference."
-        ),
-    ],
+    sources: ComparedSources,
     output: Annotated[
         Path,
         typer.Option("--output", "-o", help="The HTML file to write.", dir_okay=False),
     ] = Path("report.html"),
-    store: Annotated[
-        str | None,
-        typer.Option(
-            "--store",
-            envvar="MLMS_STORE_URL",
-            help="Results store to look run ids up in: a SQLAlchemy URL or a SQLite file "
-            "(default: the store `mlms run` records in).",
-        ),
-    ] = None,
+    store: LookupStore = None,
 ) -> None:
     """Write a self-contained HTML report of runs: the comparison, the HW/SW stack and spec
     differences, and plots (latency CDF, throughput against batch size, accuracy against

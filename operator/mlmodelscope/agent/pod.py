@@ -56,6 +56,8 @@ ESSENTIAL_KEYS: Final = frozenset(
 )  # fmt: skip
 """What a shrunken result document keeps when even its measurements do not fit."""
 PUBLISH_ATTEMPTS: Final = 4
+SUMMARY_CONFIGMAP_LIMIT: Final = 64 * 1024
+"""The summary in the ConfigMap may say more than the termination message can."""
 
 log = logging.getLogger(__name__)
 
@@ -107,20 +109,27 @@ def _stack_summary(document: Mapping[str, Any]) -> dict[str, str]:
     return summarize_stack(stack, **extra)
 
 
-def compact_summary(
-    document: Mapping[str, Any], limit: int = TERMINATION_LIMIT
-) -> EvaluationSummary:
-    """The operator's view of a result document, in at most ``limit`` bytes of JSON."""
+def summarize(document: Mapping[str, Any]) -> EvaluationSummary:
+    """The operator's view of a result document, before any size limit. The document is
+    checked against the contract once, here; a violation becomes a Failed summary, since a bug
+    here must not cost the user the outcome."""
     try:
         parsed = ResultDocument.model_validate(document)
-    except ValidationError as exc:  # a bug here must not cost the user the outcome
+    except ValidationError as exc:
         log.error("result document does not match the contract: %s", exc)
         return EvaluationSummary(
             run_id=document.get("run_id"),
             status="Failed",
             error=ResultError(type="ContractError", message=str(exc)),
-        ).fit(limit)
-    return EvaluationSummary.of(parsed, _stack_summary(document)).fit(limit)
+        )
+    return EvaluationSummary.of(parsed, _stack_summary(document))
+
+
+def compact_summary(
+    document: Mapping[str, Any], limit: int = TERMINATION_LIMIT
+) -> EvaluationSummary:
+    """:func:`summarize`, in at most ``limit`` bytes of JSON."""
+    return summarize(document).fit(limit)
 
 
 def failure_document(
@@ -159,12 +168,15 @@ def write_termination_message(summary: EvaluationSummary, path: Path) -> None:
         log.warning("cannot write the termination message to %s: %s", path, exc)
 
 
-def configmap_patch(document: Mapping[str, Any]) -> dict[str, Any]:
-    """The merge patch that publishes a result document into the results ConfigMap."""
-    summary = compact_summary(document, limit=64 * 1024).to_wire()
-    budget = CONFIGMAP_LIMIT - CONFIGMAP_HEADROOM - len(summary.encode())
+def configmap_patch(
+    document: Mapping[str, Any], summary: EvaluationSummary | None = None
+) -> dict[str, Any]:
+    """The merge patch that publishes a result document (and its summary, made by
+    :func:`summarize` when not given) into the results ConfigMap."""
+    summary_text = (summary or summarize(document)).fit(SUMMARY_CONFIGMAP_LIMIT).to_wire()
+    budget = CONFIGMAP_LIMIT - CONFIGMAP_HEADROOM - len(summary_text.encode())
     result = json.dumps(strip_document(document, budget), separators=(",", ":"), allow_nan=False)
-    return {"data": {RESULT_KEY: result, SUMMARY_KEY: summary}}
+    return {"data": {RESULT_KEY: result, SUMMARY_KEY: summary_text}}
 
 
 def _pod_namespace() -> str | None:
@@ -198,13 +210,14 @@ def publish_configmap(
     namespace: str | None,
     patcher: Patcher | None = None,
     attempts: int = PUBLISH_ATTEMPTS,
+    summary: EvaluationSummary | None = None,
 ) -> bool:
     """Patch the results ConfigMap, retrying transient errors; False (logged) if it failed,
     in which case the operator falls back to the termination message."""
     if not namespace:
         log.warning("no namespace known (MLMS_NAMESPACE unset): results ConfigMap not written")
         return False
-    body = configmap_patch(document)
+    body = configmap_patch(document, summary)
     delay = 0.5
     for attempt in range(1, attempts + 1):
         try:
@@ -280,9 +293,10 @@ def run_agent(
     message_file = Path(container_path(termination_log))
     log.info("agent: spec %s, output %s", spec_file, output_file)
     document = run_evaluation(spec_file, output_file, hooks)
-    write_termination_message(compact_summary(document), message_file)
+    summary = summarize(document)
+    write_termination_message(summary.fit(TERMINATION_LIMIT), message_file)
     if results_configmap:
-        publish_configmap(document, results_configmap, _pod_namespace(), patcher)
+        publish_configmap(document, results_configmap, _pod_namespace(), patcher, summary=summary)
     code = _exit_code(document)
     log.info("agent: %s (exit %d)", document.get("status"), code)
     return code

@@ -2,7 +2,8 @@
 
 ``result`` (the result document, its rows and the compact summary as pydantic models),
 ``wire`` (ConfigMap keys, exit codes, size limits, mount points), ``kube`` (one Kubernetes
-client for both sides) and ``paths`` (the one hook that maps container paths for the dev
-cluster's exec pods). It depends on ``mlmodelscope.spec`` and nothing else of this package:
-the agent and the controller each depend on it, never on each other.
+client for both sides), ``otel`` (the OpenTelemetry variables both honour) and ``paths``
+(the one hook that maps container paths for the dev cluster's exec pods). It depends on
+``mlmodelscope.spec`` and nothing else of this package: the agent and the controller each
+depend on it, never on each other.
 """

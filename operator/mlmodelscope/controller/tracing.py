@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mlmodelscope import __version__
+from mlmodelscope.contract.otel import TELEMETRY_EXTRA_HINT, export_disabled
 from mlmodelscope.controller import names
 from mlmodelscope.spec.document import KIND
 
 SERVICE_NAME: Final = "mlmodelscope-operator"
 INSTRUMENTATION: Final = "mlmodelscope.operator"
-TELEMETRY_HINT: Final = "pip install 'mlmodelscope[telemetry]'"
 ATTR: Final = "mlmodelscope."
 """Prefix of every attribute this project adds."""
 
@@ -151,10 +151,6 @@ def _id_generator() -> Any:
     return ChosenIds()
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def resource_attributes(environ: Mapping[str, str]) -> dict[str, str]:
     """service.name (``OTEL_SERVICE_NAME`` or mlmodelscope-operator) and version, and the pod
     the chart's downward API names (``POD_NAMESPACE``, ``POD_ID``)."""
@@ -188,9 +184,7 @@ class OperatorTracer:
         none is configured or the standard variables turn tracing off. Raises
         :class:`TracingMissingError` when OpenTelemetry is not installed."""
         env = os.environ if environ is None else environ
-        if not endpoint or _truthy(env.get("OTEL_SDK_DISABLED")):
-            return None
-        if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+        if not endpoint or export_disabled(env):
             return None
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -198,7 +192,7 @@ class OperatorTracer:
         except ImportError as exc:
             raise TracingMissingError(
                 f"MLMS_OPERATOR_OTLP_ENDPOINT is set ({endpoint}) but OpenTelemetry is not "
-                f"installed; install it with: {TELEMETRY_HINT} ({exc})"
+                f"installed; install it with: {TELEMETRY_EXTRA_HINT} ({exc})"
             ) from exc
         url = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
         exporter = OTLPSpanExporter(endpoint=url or f"{endpoint.rstrip('/')}/v1/traces")

@@ -69,24 +69,38 @@ def wait_until(
     raise TimeoutError(f"{what} not ready after {timeout_s:.0f}s" + (f": {last}" if last else ""))
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGTERM the server if the test process dies without tearing down (a crash)."""
+def death_signal(sig: int) -> Callable[[], None]:
+    """A preexec_fn: Linux sends ``sig`` to the server if the test process dies without
+    tearing down (a crash). libc is loaded here, in the parent, so the child only makes one
+    system call, which is safe before exec and after a change of user."""
     import ctypes
     import ctypes.util
 
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: prctl(1, sig)  # PR_SET_PDEATHSIG
 
 
 class Server:
     """One started process: stopped by PID, log kept in ``workdir``."""
 
     def __init__(
-        self, name: str, cmd: Sequence[str], workdir: Path, env: dict[str, str] | None = None
+        self,
+        name: str,
+        cmd: Sequence[str],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        *,
+        user: str | None = None,
+        stop_signal: int = signal.SIGTERM,
     ) -> None:
+        """Start ``cmd`` in ``workdir``, as ``user`` when given (and we may switch to it);
+        ``stop_signal`` ends it at :meth:`stop` and when the test process dies."""
         self.name = name
         self.workdir = workdir
+        self.stop_signal = stop_signal
         self.log_path = workdir / f"{name}.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -96,7 +110,10 @@ class Server:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env={**os.environ, **(env or {})},
-            preexec_fn=_die_with_parent,  # sets one signal: safe before exec
+            user=user,
+            group=user,
+            extra_groups=[] if user else None,
+            preexec_fn=death_signal(stop_signal),
         )
         self.pid = self.process.pid
 
@@ -113,10 +130,10 @@ class Server:
             )
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """SIGTERM, wait, then SIGKILL: by PID, never by name."""
+        """The stop signal (SIGTERM unless told), wait, then SIGKILL: by PID, never by name."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(self.pid, self.stop_signal)
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:

@@ -3,6 +3,3 @@ own metrics and traces live in :mod:`mlmodelscope.controller` (``metrics``, ``tr
 servers the tests run against in :mod:`mlmodelscope.devtools`. Every module imports its
 third-party packages lazily or is imported lazily, so ``mlms run`` works without the
 ``telemetry`` extra."""
-
-TELEMETRY_EXTRA_HINT = "pip install 'mlmodelscope[telemetry]'"
-"""What to install when a telemetry feature is configured but its packages are missing."""

@@ -220,7 +220,7 @@ class AgentMetrics:
         try:
             import prometheus_client  # noqa: F401
         except ImportError as exc:
-            from mlmodelscope.telemetry import TELEMETRY_EXTRA_HINT
+            from mlmodelscope.contract.otel import TELEMETRY_EXTRA_HINT
             from mlmodelscope.telemetry.tracing import TelemetryMissingError
 
             raise TelemetryMissingError(

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlmodelscope.agent.profilers import LIBRARY_KINDS, ProfiledRun
-from mlmodelscope.telemetry import TELEMETRY_EXTRA_HINT
+from mlmodelscope.contract.otel import TELEMETRY_EXTRA_HINT, export_disabled, sdk_disabled
 
 SERVICE_NAME = "mlmodelscope-agent"
 INSTRUMENTATION = "mlmodelscope.agent"
@@ -39,16 +39,10 @@ class TelemetryMissingError(RuntimeError):
     """Telemetry is configured but its packages are not installed."""
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def otlp_endpoint(environ: Mapping[str, str] | None = None) -> str | None:
     """The configured OTLP traces endpoint, or None when export is not configured / off."""
     env = os.environ if environ is None else environ
-    if _truthy(env.get("OTEL_SDK_DISABLED")):
-        return None
-    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none":
+    if export_disabled(env):
         return None
     for var in _ENDPOINT_VARS:
         value = env.get(var, "").strip()
@@ -105,7 +99,7 @@ class EvaluationTracer:
         configured). Raises :class:`TelemetryMissingError` when export is configured but the
         SDK or exporter is not installed."""
         env = os.environ if environ is None else environ
-        if _truthy(env.get("OTEL_SDK_DISABLED")):
+        if sdk_disabled(env):
             return None
         endpoint = otlp_endpoint(env)
         try:
