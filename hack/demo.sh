@@ -4,6 +4,6 @@
 # three frameworks, printing one comparison table.
 source "$(dirname "$0")/lib.sh"
 
-stage "python environment" ensure_venv "torch,tensorflow,onnxruntime,datasets,models"
+stage "python environment" ensure_venv "torch,tensorflow,onnxruntime,datasets,models,store"
 stage "example models" "$PY" -m mlmodelscope.agent.digits --link examples/models/build
 stage "mlms run" "$VENV/bin/mlms" run examples/digits-compare.yaml --output results/digits-compare

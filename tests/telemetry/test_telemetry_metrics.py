@@ -5,6 +5,7 @@ tests/controller/test_operator_metrics.py)."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from metric_text import value
+from metric_text import samples_of, value
 from mlmodelscope.devtools import jaeger as tools
 from mlmodelscope.devtools.telemetry_servers import jaeger_config
 from mlmodelscope.telemetry.agent_metrics import AgentMetrics, quantile_label, result_registry
@@ -205,3 +206,43 @@ def test_agent_samples_gpus_around_the_measurement_only(monkeypatch: pytest.Monk
     document: dict[str, Any] = {}
     telemetry.finish(document, None)
     assert document["gpu_metrics"]["devices"][1]["name"] == "NVIDIA T4"
+
+
+def test_every_metric_the_docs_name_is_exposed() -> None:
+    """Each `mlmodelscope_*` name in docs/observability.md is a sample family that the
+    operator's /metrics or the agent's pushes really render (the operator after a reconcile,
+    a Job and a result; the agent mid-run and after a run with a GPU and tracing)."""
+    from prometheus_client import generate_latest
+
+    from mlmodelscope.controller.metrics import OperatorMetrics
+    from mlmodelscope.telemetry.agent_metrics import progress_registry
+
+    operator = OperatorMetrics()
+    operator.observe_reconcile("created", 0.01)
+    operator.job_created("ns")
+    operator.result_collected("ns")
+    row = {"batchSize": 1, "scenario": "SingleStream", "latencyMs": {"p50": 1.0, "mean": 1.0},
+           "throughput": 1.0, "qps": 1.0, "top1": 0.9, "valid": True}  # fmt: skip
+    operator.observe(
+        {
+            "metadata": {"name": "e", "namespace": "ns"},
+            "spec": {"model": {"name": "m"}, "framework": {"name": "onnxruntime"}},
+            "status": {
+                "phase": "Succeeded",
+                "results": [row],
+                "completionTime": "2026-11-22T08:00:00Z",
+            },
+        }
+    )
+    rendered = [
+        operator.render().decode(),
+        generate_latest(progress_registry("measure", 1, 2, time.time())).decode(),
+        generate_latest(result_registry(DOCUMENT, time.time())).decode(),
+    ]
+    exposed = {name for text in rendered for name, _ in samples_of(text)}
+    doc = (Path(__file__).parents[2] / "docs" / "observability.md").read_text()
+    named = set(re.findall(r"`(mlmodelscope_[a-z_]*[a-z])", doc))
+    assert named, "the docs name no metric"
+    suffixes = ("", "_total", "_count", "_sum", "_bucket")
+    missing = sorted(n for n in named if not any(n + s in exposed for s in suffixes))
+    assert not missing, f"docs/observability.md names metrics nothing exposes: {missing}"
