@@ -8,8 +8,8 @@ source "$(dirname "$0")/lib.sh"
 # network-bound: start the builds first, in the background, and collect them after the installs.
 # They need only the standard library, so the system Python runs them before the venv exists.
 stage "go builds started (control plane, jaeger, helm)" start_go_builds
-stage "debian packages (prometheus, pushgateway, postgresql)" ensure_debs \
-  prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres'
+stage "debian packages (prometheus, pushgateway, postgresql, chromium)" ensure_debs \
+  prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium
 stage "python environment" ensure_venv "all,dev"
 stage "example models (cached)" "$PY" -m mlmodelscope.agent.digits
 stage "go builds finished" wait_go_builds

@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
-# The operator (`mlms operator`): Kopf, the Kubernetes client and telemetry; no framework.
+# The operator (`mlms operator`): Kopf, the Kubernetes client, telemetry and the results store
+# (SQLAlchemy, Alembic, psycopg: MLMS_OPERATOR_STORE_URL); no framework. The same image runs the
+# results service (`mlms serve`: FastAPI, uvicorn), which the chart deploys when server.enabled.
 #
 #   docker build -f images/operator.Dockerfile \
 #     --build-arg MLMS_IMAGE=ghcr.io/mlmodelscope/operator:0.1.0 \
@@ -21,7 +23,10 @@ COPY operator/mlmodelscope/__init__.py operator/mlmodelscope/__main__.py \
 COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
 COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
 COPY operator/mlmodelscope/controller/ operator/mlmodelscope/controller/
-RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt ".[operator,telemetry]" \
+COPY operator/mlmodelscope/store/ operator/mlmodelscope/store/
+COPY operator/mlmodelscope/report/ operator/mlmodelscope/report/
+COPY operator/mlmodelscope/server/ operator/mlmodelscope/server/
+RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt ".[operator,telemetry,serve]" \
     && /opt/venv/bin/pip check \
     && /opt/venv/bin/mlms version
 
@@ -42,7 +47,7 @@ LABEL org.opencontainers.image.title="mlmodelscope-operator" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      io.mlmodelscope.extras="operator,telemetry"
+      io.mlmodelscope.extras="operator,telemetry,serve"
 RUN groupadd --system --gid 65532 mlms \
     && useradd --system --uid 65532 --gid 65532 --no-create-home \
          --home-dir /var/cache/mlmodelscope --shell /usr/sbin/nologin mlms \

@@ -21,11 +21,12 @@ ALLOWED: dict[str, set[str]] = {
     "contract": {"spec"},
     "agent": {"spec", "contract"},
     "telemetry": {"spec", "contract", "agent"},
-    "controller": {"spec", "contract"},
+    "controller": {"spec", "contract", "store"},  # records finished runs (lazily: `store` extra)
     "devcluster": {"spec", "contract", "agent"},  # builds the example models it serves
     "devtools": {"spec", "contract", "agent", "telemetry", "devcluster"},
     "report": {"spec", "contract", "store"},
     "store": {"spec", "contract"},
+    "server": {"spec", "contract", "store", "report"},
 }
 """Which other packages each package may import (the root ``mlmodelscope`` is always fine)."""
 

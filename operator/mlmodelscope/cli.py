@@ -427,12 +427,22 @@ LookupStore = Annotated[
         "(default: the store `mlms run` records in).",
     ),
 ]
+LookupServer = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar="MLMS_SERVER",
+        help="Look run ids up on this `mlms serve` (http://host:8080) instead of the local "
+        "store; its token from $MLMS_TOKEN.",
+    ),
+]
 
 
 @app.command()
 def compare(
     sources: ComparedSources,
     store: LookupStore = None,
+    server: LookupServer = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Compare runs side by side: headline numbers against the first run, and the
@@ -444,7 +454,7 @@ def compare(
     from mlmodelscope.report.render import render as render_comparison
 
     try:
-        loaded = _load_compared(sources, store)
+        loaded = _load_compared(sources, store, server)
         if len(loaded) < 2:
             raise CompareError(f"{' '.join(sources)}: one run; compare needs at least two")
         comparison = compare_runs(loaded)
@@ -465,6 +475,7 @@ def report(
         typer.Option("--output", "-o", help="The HTML file to write.", dir_okay=False),
     ] = Path("report.html"),
     store: LookupStore = None,
+    server: LookupServer = None,
 ) -> None:
     """Write a self-contained HTML report of runs: the comparison, the HW/SW stack and spec
     differences, and plots (latency CDF, throughput against batch size, accuracy against
@@ -473,7 +484,7 @@ def report(
     from mlmodelscope.report.html import render_html
 
     try:
-        loaded = _load_compared(sources, store)
+        loaded = _load_compared(sources, store, server)
         page = render_html(loaded)
     except CompareError as exc:
         fail(str(exc))
@@ -486,14 +497,25 @@ def report(
     console.print(f"wrote {escape(str(output))} ({len(loaded)} runs)", highlight=False)
 
 
-def _load_compared(sources: list[str], store: str | None) -> list[LoadedRun]:
-    """The runs of ``sources`` (files, folders, run ids), opening the results store only when
-    some source is no file or folder; :class:`CompareError` names a source that fails."""
-    from mlmodelscope.report.compare import load_runs
+def _load_compared(
+    sources: list[str], store: str | None, server: str | None = None
+) -> list[LoadedRun]:
+    """The runs of ``sources`` (files, folders, run ids), opening the results store (or, with
+    ``server``, a remote `mlms serve`) only when some source is no file or folder;
+    :class:`CompareError` names a source that fails."""
+    from mlmodelscope.report.compare import CompareError, load_runs
 
     results_store = None
     try:
         run_ids = [source for source in sources if not Path(source).exists()]
+        if run_ids and server:
+            from mlmodelscope.server.client import TOKEN_ENV, RemoteError, RemoteRuns
+
+            try:
+                results_store = RemoteRuns(server, os.environ.get(TOKEN_ENV))
+                return load_runs(sources, results_store)
+            except RemoteError as exc:
+                raise CompareError(f"{', '.join(run_ids)}: {exc}") from None
         if run_ids:
             results_store = _compare_store(store, run_ids)
         return load_runs(sources, results_store)
@@ -517,6 +539,126 @@ def _compare_store(url: str | None, run_ids: list[str]) -> Any:
         return open_store(url)
     except StoreError as exc:
         raise CompareError(f"{', '.join(run_ids)}: no such file or folder; {exc}") from None
+
+
+SERVE_READ_TOKEN_ENV = "MLMS_SERVE_READ_TOKEN"
+SERVE_WRITE_TOKEN_ENV = "MLMS_SERVE_WRITE_TOKEN"
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str,
+        typer.Option("--host", help="Address to listen on; any but loopback needs a read token."),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port.")] = 8080,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to serve: a SQLAlchemy URL or a SQLite file (default: the "
+            "store `mlms run` records in).",
+        ),
+    ] = None,
+    read_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--read-token-file",
+            dir_okay=False,
+            help=f"File holding the bearer token for reads (else ${SERVE_READ_TOKEN_ENV}); "
+            "without one, reads are open, which only a loopback --host allows.",
+        ),
+    ] = None,
+    write_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-token-file",
+            dir_okay=False,
+            help=f"File holding the bearer token for POST /api/v1/runs (else "
+            f"${SERVE_WRITE_TOKEN_ENV}); without one, writes are refused.",
+        ),
+    ] = None,
+    jaeger_url: Annotated[
+        str | None,
+        typer.Option("--jaeger-url", help="Jaeger UI to link traces to, e.g. http://jaeger:16686."),
+    ] = None,
+) -> None:
+    """Serve the results store over HTTP: the JSON API (/api/v1, OpenAPI at /openapi.json)
+    and the web dashboard (/)."""
+    try:
+        import uvicorn
+
+        from mlmodelscope.server.app import ServeSettings, create_app
+        from mlmodelscope.store import StoreError, open_store
+    except ModuleNotFoundError as exc:
+        fail(
+            f"`mlms serve` needs {exc.name}, which is not installed; install it with: "
+            "pip install 'mlmodelscope[serve]'"
+        )
+        raise typer.Exit(2) from None
+    problems: list[str] = []
+    read_token = _serve_token(read_token_file, SERVE_READ_TOKEN_ENV, problems)
+    write_token = _serve_token(write_token_file, SERVE_WRITE_TOKEN_ENV, problems)
+    if read_token is not None and read_token == write_token:
+        problems.append("the read token and the write token must differ")
+    if read_token is None and not _is_loopback(host):
+        problems.append(
+            f"--host {host} is not a loopback address and no read token is set: anyone who "
+            f"reaches it could read every run; give one with --read-token-file FILE (or "
+            f"${SERVE_READ_TOKEN_ENV}), or listen on --host 127.0.0.1"
+        )
+    if jaeger_url is not None and not jaeger_url.startswith(("http://", "https://")):
+        problems.append(f"--jaeger-url {jaeger_url}: not an http(s) URL")
+    for problem in problems:
+        fail(problem)
+    if problems:
+        raise typer.Exit(2)
+    try:
+        opened = open_store(store)
+    except StoreError as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    settings = ServeSettings(
+        store_url=opened.url, read_token=read_token, write_token=write_token, jaeger_url=jaeger_url
+    )
+    reads = "bearer token" if read_token else "open (loopback only)"
+    writes = "bearer token" if write_token else "disabled"
+    errors.print(
+        f"serving {opened.url}: reads {reads}, writes {writes}", highlight=False, soft_wrap=True
+    )
+    try:
+        uvicorn.run(create_app(settings, opened), host=host, port=port)
+    finally:
+        opened.close()
+
+
+def _serve_token(path: Path | None, env: str, problems: list[str]) -> str | None:
+    """The token in ``path`` (surrounding whitespace stripped), else in ``$env``, else None;
+    an unreadable or empty file is a problem."""
+    if path is None:
+        return os.environ.get(env) or None
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{path}: cannot read the token: {getattr(exc, 'strerror', None) or exc}")
+        return None
+    if not token:
+        problems.append(f"{path}: the token file is empty")
+        return None
+    return token
+
+
+def _is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback IP address (127.0.0.0/8, ::1)."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _mount_subcommands() -> None:

@@ -164,7 +164,15 @@ def _value_keys(text: str) -> list[tuple[int, str, bool]]:
     return keys
 
 
-FREE_FORM = ("operator.resources.", "podSecurityContext.", "securityContext.")
+FREE_FORM = (
+    "operator.resources.",
+    "podSecurityContext.",
+    "securityContext.",
+    "postgresql.resources.",
+    "postgresql.podSecurityContext.",
+    "postgresql.securityContext.",
+    "server.resources.",
+)
 """Values that are Kubernetes objects given as defaults: their parent's comment covers them."""
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from chart_helpers import CHART
+from chart_helpers import CHART, render
 
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
@@ -356,3 +356,31 @@ def test_cluster_wide_release_grants_the_cluster_role_and_no_more(
     finally:
         uninstall(cluster, helm, name, namespace)
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_store_and_server_objects_pass_the_api_server_and_restricted(release: Release) -> None:
+    """The bundled PostgreSQL, the store Secrets and the results server, applied with
+    --dry-run=server in the release's `restricted` namespace: the API server validates them and
+    Pod Security admission warns about any pod template it would refuse."""
+    sets = [
+        "postgresql.enabled=true",
+        "server.enabled=true",
+        "server.auth.existingSecret=results-tokens",
+        f"fullnameOverride={release.fullname}-dry",
+    ]
+    wanted = {"Secret", "Service", "StatefulSet", "Deployment"}
+    objects = [
+        m
+        for m in render(release.helm, sets=sets)
+        if m["kind"] in wanted
+        and ("-server" in m["metadata"]["name"] or m["kind"] != "Deployment")
+        and not m["metadata"]["name"].endswith("-metrics")
+    ]
+    assert {m["kind"] for m in objects} == wanted
+    for manifest in objects:
+        manifest["metadata"]["namespace"] = release.namespace
+    body = yaml.safe_dump_all(objects)
+    args = ("apply", "--dry-run=server", "-n", release.namespace, "-f", "-")
+    proc = release.cluster.kubectl(*args, input=body, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "PodSecurity" not in proc.stderr, proc.stderr

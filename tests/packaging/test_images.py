@@ -236,7 +236,7 @@ def test_agent_installs_the_project_with_the_build_arg_extras_and_constraints() 
 
 def test_operator_installs_the_operator_extra_with_constraints() -> None:
     run = _pip_install(IMAGES / "operator.Dockerfile")
-    assert '".[operator,telemetry]"' in run and "-c constraints.txt" in run
+    assert '".[operator,telemetry,serve]"' in run and "-c constraints.txt" in run
     final = final_stage(IMAGES / "operator.Dockerfile")
     assert ("CMD", '["operator"]') in final
 
@@ -431,8 +431,10 @@ def test_operator_image_files_import_the_operator(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     assert _where_imported(site, work) == str(site / "mlmodelscope" / "__init__.py")
-    imported = image_python(site, "-c", "import mlmodelscope.controller.main", cwd=work)
+    imported = image_python(
+        site, "-c", "import mlmodelscope.controller.main, mlmodelscope.server.app", cwd=work
+    )
     assert imported.returncode == 0, imported.stderr
-    for args in (["operator", "--help"], ["version"]):
+    for args in (["operator", "--help"], ["serve", "--help"], ["version"]):
         proc = image_python(site, "-m", "mlmodelscope", *args, cwd=work)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -53,7 +53,7 @@ def test_crd_identity() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
         "Phase", "Model", "Framework", "Device", "Scenario", "p50(ms)", "Throughput",
-        "Accuracy", "Age",
+        "Accuracy", "Recorded", "Age",
     ]  # fmt: skip
 
 

@@ -36,7 +36,16 @@ def test_migrations_from_an_empty_database_to_head(store_url: str) -> None:
         inspector = sa.inspect(engine)
         assert {"runs", "run_results", "alembic_version"} <= set(inspector.get_table_names())
         indexes = {i["name"] for i in inspector.get_indexes("runs")}
-        assert {"ix_runs_model_name", "ix_runs_framework", "ix_runs_started_at"} <= indexes
+        assert {
+            "ix_runs_model_name_started_at",
+            "ix_runs_framework_started_at",
+            "ix_runs_status_started_at",
+            "ix_runs_evaluation_started_at",
+            "ix_runs_gpu_product_started_at",
+            "ix_runs_started_at",
+        } <= indexes
+        replaced = {"ix_runs_model_name", "ix_runs_evaluation", "ix_runs_gpu_product"}
+        assert not replaced & indexes  # replaced in 0002
         with engine.connect() as conn:
             assert MigrationContext.configure(conn).get_current_revision() == head()
             # the migrations build exactly the tables the code uses (no drift)
@@ -45,13 +54,15 @@ def test_migrations_from_an_empty_database_to_head(store_url: str) -> None:
         migrate(engine)  # at head already: nothing to do, no error
         if engine.dialect.name == "postgresql":
             with engine.connect() as conn:
-                kind = conn.execute(
-                    sa.text(
-                        "select data_type from information_schema.columns "
-                        "where table_name = 'runs' and column_name = 'document'"
-                    )
-                ).scalar_one()
-            assert kind == "jsonb"
+                kinds: dict[str, str] = dict(
+                    conn.execute(
+                        sa.text(
+                            "select column_name, data_type from information_schema.columns "
+                            "where table_name = 'runs' and column_name in ('document', 'labels')"
+                        )
+                    ).all()
+                )
+            assert kinds == {"document": "jsonb", "labels": "jsonb"}
     finally:
         engine.dispose()
 

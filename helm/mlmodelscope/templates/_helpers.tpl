@@ -87,10 +87,11 @@ app.kubernetes.io/component: operator
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["create", "get", "list", "watch", "delete"]
-# The spec and results ConfigMaps of each evaluation.
+# The spec and results ConfigMaps of each evaluation; `list` finds the results still waiting
+# to be recorded in the results store (ConfigMaps labelled as pending a record).
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "get", "patch", "delete"]
+  verbs: ["create", "get", "list", "patch", "delete"]
 # Evaluation pods, read only: why a pod is Pending (unschedulable) or how it ended.
 - apiGroups: [""]
   resources: ["pods"]
@@ -102,4 +103,49 @@ app.kubernetes.io/component: operator
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- end }}
+
+{{/* Selector labels of the results server (mlms serve). */}}
+{{- define "mlmodelscope.serverSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "mlmodelscope.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{/* Selector labels of the bundled PostgreSQL. */}}
+{{- define "mlmodelscope.postgresqlSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "mlmodelscope.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: postgresql
+{{- end }}
+
+{{/* The bundled PostgreSQL's Service (its host name in the release namespace). */}}
+{{- define "mlmodelscope.postgresqlName" -}}
+{{- printf "%s-postgresql" (include "mlmodelscope.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* "true" when a results store is configured; fails on conflicting store values. */}}
+{{- define "mlmodelscope.storeEnabled" -}}
+{{- $given := 0 }}
+{{- if .Values.store.url }}{{ $given = add1 $given }}{{ end }}
+{{- if .Values.store.existingSecret }}{{ $given = add1 $given }}{{ end }}
+{{- if .Values.postgresql.enabled }}{{ $given = add1 $given }}{{ end }}
+{{- if gt $given 1 }}
+{{- fail "set only one of store.url, store.existingSecret and postgresql.enabled: they all say where the results store is" }}
+{{- end }}
+{{- if gt $given 0 }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the store's database URL. */}}
+{{- define "mlmodelscope.storeSecretName" -}}
+{{- if .Values.store.existingSecret }}
+{{- .Values.store.existingSecret }}
+{{- else }}
+{{- printf "%s-store" (include "mlmodelscope.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/* The key of the database URL in that Secret. */}}
+{{- define "mlmodelscope.storeSecretKey" -}}
+{{- if .Values.store.existingSecret }}{{ .Values.store.secretKey }}{{ else }}url{{ end }}
 {{- end }}

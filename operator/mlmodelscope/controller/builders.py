@@ -9,6 +9,7 @@ written) and gets model credentials only through ``envFrom`` of the referenced S
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Final
 
 import yaml
@@ -333,3 +334,37 @@ def build_job(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
             ]
         }
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def build_event(
+    evaluation: Mapping[str, Any],
+    type_: str,
+    reason: str,
+    message: str,
+    timestamp: str,
+    instance: str,
+) -> dict[str, Any]:
+    """A core/v1 Event about the evaluation, shaped as Kopf posts them (for code that runs
+    outside Kopf's handlers: the record retry thread)."""
+    meta = evaluation.get("metadata") or {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": "mlmodelscope-", "namespace": meta.get("namespace")},
+        "involvedObject": {
+            "apiVersion": evaluation.get("apiVersion", f"{API_GROUP}/{API_VERSION}"),
+            "kind": evaluation.get("kind", KIND),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": {"component": names.MANAGED_BY},
+        "reportingComponent": names.MANAGED_BY,
+        "reportingInstance": instance,
+        "firstTimestamp": timestamp,
+        "lastTimestamp": timestamp,
+        "count": 1,
+    }

@@ -1,4 +1,5 @@
-"""What every handler shares: settings, the API client, locks, and how events are posted.
+"""What every handler shares: settings, the API client, the results store, locks, and how
+events are posted.
 
 Status is written by read-modify-write of the freshest object (never a handler's possibly
 stale body) under a per-evaluation lock, because the evaluation's own handlers and the Job
@@ -11,11 +12,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlmodelscope.contract.kube import Kube, evaluation_path
 from mlmodelscope.controller import status
 from mlmodelscope.controller.settings import OperatorSettings
+
+if TYPE_CHECKING:
+    from mlmodelscope.controller.recording import Recorder
 
 log = logging.getLogger("mlmodelscope.controller")
 
@@ -36,6 +40,8 @@ class Context:
     kube: Kube
     post_event: EventPoster = log_event
     clock: Callable[[], str] = status.now
+    recorder: Recorder | None = None
+    """The results store finished runs are recorded in (None: MLMS_OPERATOR_STORE_URL unset)."""
     admission_lock: threading.Lock = field(default_factory=threading.Lock)
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)

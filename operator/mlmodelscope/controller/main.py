@@ -5,7 +5,9 @@ Each decorator says what it reacts to and how errors are classified; what happen
 its thread pool. They are registered into a registry built per operator instance and bound to
 its :class:`Context`, so tests can run one in-process. There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
-deletions; queued evaluations are admitted when a Job ends instead. Every handler is
+deletions; queued evaluations are admitted when a Job ends instead, and results the store
+could not take are retried by a plain thread (:class:`.recording.RecordRetrier`) that the
+startup and cleanup handlers start and stop. Every handler is
 registered through one wrapper, ``Instruments.handler`` (:mod:`.instrument`), which measures
 it and records its span; the handlers themselves know nothing of metrics or traces.
 """
@@ -13,7 +15,9 @@ it and records its span; the handlers themselves know nothing of metrics or trac
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Final, cast
 
 import kopf
@@ -21,8 +25,8 @@ import urllib3
 
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
-from mlmodelscope.controller import names, status
-from mlmodelscope.controller.context import Context
+from mlmodelscope.controller import builders, names, recording, status
+from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
     handle_delete,
     handle_evaluation,
@@ -46,6 +50,24 @@ def kopf_event(evaluation: Mapping[str, Any], event: status.Event) -> None:
     """Post a transition as a Kubernetes Event on the evaluation (through Kopf's poster)."""
     body = kopf.Body(cast(kopf.RawBody, dict(evaluation)))
     kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def api_event_poster(kube: Kube) -> EventPoster:
+    """Post a transition as an Event straight through the API: for the record retry thread,
+    which runs outside Kopf's per-object tasks (``kopf.event`` needs their event queue)."""
+    instance = os.environ.get("HOSTNAME", "local")
+
+    def post(evaluation: Mapping[str, Any], event: status.Event) -> None:
+        meta = evaluation.get("metadata") or {}
+        body = builders.build_event(
+            evaluation, event.type, event.reason, event.message, status.now(), instance
+        )
+        try:
+            kube.create(f"/api/v1/namespaces/{meta.get('namespace')}/events", body)
+        except (KubeError, OSError, urllib3.exceptions.HTTPError) as exc:
+            log.warning("posting event %s on %s failed: %s", event.reason, meta.get("name"), exc)
+
+    return post
 
 
 def _classified(
@@ -94,10 +116,16 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     on one evaluation run a span in its trace)."""
     registry = kopf.OperatorRegistry()
     measured = instruments or Instruments()
+    retrier = recording.RecordRetrier(replace(ctx, post_event=api_event_poster(ctx.kube)))
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         handle_startup.configure(settings)
+        retrier.start()
+
+    @kopf.on.cleanup(registry=registry)
+    def stop_retrying(**_: Any) -> None:
+        retrier.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -168,8 +196,11 @@ def run_operator(
             f"no Kubernetes API credentials ({exc}); set KUBECONFIG, or run in a pod with a "
             "service account"
         ) from exc
-    ctx = Context(settings=settings, kube=kube, post_event=kopf_event)
+    recorder = recording.Recorder.from_settings(settings)  # the `store` extra, or an error
     instruments = Instruments.start(settings)
+    if recorder is not None:
+        recorder.metrics = instruments.metrics
+    ctx = Context(settings=settings, kube=kube, post_event=kopf_event, recorder=recorder)
     registry = build_registry(ctx, instruments)
     alone = standalone or settings.peering is None
     log.info(
@@ -191,3 +222,5 @@ def run_operator(
         )
     finally:
         instruments.stop()
+        if recorder is not None:
+            recorder.close()

@@ -8,6 +8,12 @@ All names carry the ``mlmodelscope_`` prefix and base units; label sets stay bou
 * ``mlmodelscope_operator_jobs_created_total{namespace}``: evaluation Jobs created.
 * ``mlmodelscope_operator_results_collected_total{namespace}``: finished runs whose results
   the operator read back into ``.status.results``.
+* ``mlmodelscope_operator_records_total{outcome}``: finished runs the operator tried to record in
+  the results store (``MLMS_OPERATOR_STORE_URL``), by :data:`RECORD_OUTCOMES`: ``recorded``
+  (a new row), ``already_recorded`` (the run was there: a retried write), ``store_error`` (kept
+  for a retry), ``not_recordable`` (no full result document, or one the store rejects).
+* ``mlmodelscope_operator_records_pending``: results waiting for the store (outbox ConfigMaps
+  seen by the last retry pass).
 * ``mlmodelscope_evaluations{namespace,phase}``: evaluations in each phase, every phase present
   (0 when empty) for each namespace that has evaluations.
 * ``mlmodelscope_operator_queue_depth``: evaluations waiting for a slot (phase Queued).
@@ -39,6 +45,7 @@ log = logging.getLogger(__name__)
 PHASES: Final = tuple(phase.value for phase in Phase)
 """Always exported (0 when empty), so a phase that empties reads 0, not 'no data'."""
 OUTCOMES: Final = ("success", "temporary_error", "permanent_error", "error")
+RECORD_OUTCOMES: Final = ("recorded", "already_recorded", "store_error", "not_recordable")
 RESULT_LABELS: Final = (
     "namespace",
     "evaluation",
@@ -224,7 +231,7 @@ class OperatorMetrics:
 
     def __init__(self, registry: Any = None, *, process_metrics: bool = False) -> None:
         try:
-            from prometheus_client import CollectorRegistry, Counter, Histogram
+            from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
         except ImportError as exc:
             raise RuntimeError(
                 f"the operator's metrics need prometheus-client; install it with: "
@@ -258,6 +265,19 @@ class OperatorMetrics:
             ["namespace"],
             registry=self.registry,
         )
+        self.records = Counter(
+            "mlmodelscope_operator_records",
+            "Finished runs the operator tried to record in the results store, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in RECORD_OUTCOMES:
+            self.records.labels(outcome)
+        self.records_pending = Gauge(
+            "mlmodelscope_operator_records_pending",
+            "Results waiting for the results store (outbox ConfigMaps at the last retry pass).",
+            registry=self.registry,
+        )
         self.registry.register(_EvaluationCollector(self))
 
     # ------------------------------------------------------------------------- updates
@@ -273,6 +293,13 @@ class OperatorMetrics:
 
     def result_collected(self, namespace: str) -> None:
         self.results_collected.labels(namespace).inc()
+
+    def record_attempted(self, outcome: str) -> None:
+        """One write to the results store; ``outcome`` is one of :data:`RECORD_OUTCOMES`."""
+        self.records.labels(outcome if outcome in RECORD_OUTCOMES else "store_error").inc()
+
+    def pending_records(self, count: int) -> None:
+        self.records_pending.set(count)
 
     def observe(self, body: Mapping[str, Any]) -> None:
         """An evaluation as the watch delivered it: its phase and results replace the last."""

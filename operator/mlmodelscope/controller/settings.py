@@ -23,6 +23,7 @@ PullPolicy = Literal["Always", "IfNotPresent", "Never"]
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NAMESPACE_PATTERN = re.compile(r"^!?[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$")
+_STORE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "sqlite")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 T = TypeVar("T")
@@ -80,6 +81,12 @@ class OperatorSettings:
     """UID of the agent container (the images' non-root user)."""
     metrics_port: int = 9090
     """Port of the operator's Prometheus endpoint (/metrics, all interfaces); 0 = off."""
+    store_url: str | None = field(default=None, repr=False)
+    """Results store (SQLAlchemy URL, e.g. ``postgresql://user:pw@db:5432/results``) in which
+    every finished run is recorded; None = record nothing. Never logged: it may hold a
+    password (the store shows its URL with the password hidden)."""
+    record_retry_seconds: float = 30.0
+    """How often results the store could not take are tried again."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
@@ -119,6 +126,8 @@ class OperatorSettings:
             job_ttl_seconds=reader.optional_count("JOB_TTL_SECONDS", 86400),
             run_as_user=reader.count("RUN_AS_USER", 65532, minimum=1),
             metrics_port=reader.port("METRICS_PORT", 9090),
+            store_url=reader.store_url("STORE_URL"),
+            record_retry_seconds=reader.seconds("RECORD_RETRY_SECONDS", 30.0),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -140,6 +149,8 @@ KNOWN_VARIABLES: Final = (
     "JOB_TTL_SECONDS",
     "RUN_AS_USER",
     "METRICS_PORT",
+    "STORE_URL",
+    "RECORD_RETRY_SECONDS",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""
@@ -224,6 +235,30 @@ class _Reader:
             return raw
 
         return self._parse(name, None, parse, "an http:// or https:// URL")
+
+    def seconds(self, name: str, default: float) -> float:
+        def parse(raw: str) -> float:
+            value = float(raw)
+            if not 0 < value < float("inf"):
+                raise ValueError
+            return value
+
+        return self._parse(name, default, parse, "a number of seconds > 0")
+
+    def store_url(self, name: str) -> str | None:
+        """A database URL; a bad one is reported without its text (it may hold a password)."""
+        raw = self.text(name)
+        if raw is None:
+            return None
+        scheme = raw.split("://", 1)[0] if "://" in raw else ""
+        if scheme not in _STORE_SCHEMES or not raw.split("://", 1)[1]:
+            shown = f"scheme {scheme!r}" if scheme else "no scheme"
+            self.problems.append(
+                f"{PREFIX}{name}: expected a database URL, postgresql://user:password@host:5432/db"
+                f" or sqlite:///path/runs.db (got {shown})"
+            )
+            return None
+        return raw
 
     def namespaces(self, name: str) -> tuple[str, ...]:
         def parse(raw: str) -> tuple[str, ...]:

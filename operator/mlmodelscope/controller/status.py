@@ -4,6 +4,10 @@ Each function returns a :class:`StatusChange`: a JSON merge patch for ``.status`
 Kubernetes Event that announces the transition (None when nothing changed, so a repeated
 watch event or a retried handler neither rewrites status nor repeats events).
 
+``status.record`` (whether the run is in the results store, :mod:`.recording`) has its own
+transitions at the end: Recorded, Pending, NotRecorded, each only while the status still
+describes that run.
+
 Phases: Pending (Job created) -> Queued (held back by a concurrency limit) -> Running ->
 Succeeded | Failed. Conditions follow metav1.Condition; ``Succeeded`` and ``Failed`` appear
 only when a run ends and are removed when a new generation starts, so
@@ -18,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from mlmodelscope.controller.results import Outcome
-from mlmodelscope.spec.status import Phase, RunRecord, Summary
+from mlmodelscope.spec.status import Phase, RecordState, RunRecord, Summary
 
 MESSAGE_LIMIT: Final = 4096
 HISTORY_LIMIT: Final = 10
@@ -49,6 +53,9 @@ class Reason:
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     EVALUATION_FAILED = "EvaluationFailed"
     JOB_DELETED = "JobDeleted"
+    RECORDED = "Recorded"
+    RECORD_PENDING = "RecordPending"
+    NOT_RECORDED = "NotRecorded"
 
 
 RUN_CONDITIONS: Final = (
@@ -195,6 +202,7 @@ def _begin_run(
         "startTime": None,
         "completionTime": None,
         "jobName": None,
+        "record": None,
     }
     record = _history_record(status)
     if record is not None:
@@ -479,3 +487,85 @@ def failed(
         ),
     }
     return StatusChange(patch, Event("Warning", reason, _clip(message)))
+
+
+# ------------------------------------------------------------------------ the results store
+
+
+def _names_run(status: Mapping[str, Any], generation: int, run_id: str | None) -> bool:
+    """The status still describes the finished run ``run_id`` of ``generation``."""
+    return is_terminal(status, generation) and status.get("runId") == run_id
+
+
+def _record_of(status: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any]:
+    """``status.record`` when it is about ``run_id`` (else empty)."""
+    record = status.get("record") or {}
+    return record if record.get("runId") == run_id else {}
+
+
+def recorded(
+    status: Mapping[str, Any], generation: int, run_id: str, timestamp: str
+) -> StatusChange:
+    """Recorded: the store holds the run (newly, or it already did). Announced by an Event only
+    when it had been Pending: the common case says nothing beyond Succeeded."""
+    old = _record_of(status, run_id)
+    if not _names_run(status, generation, run_id) or old.get("state") == RecordState.RECORDED:
+        return NO_CHANGE
+    attempts = int(old.get("attempts") or 0) + 1
+    patch = {
+        "record": {
+            "state": RecordState.RECORDED.value,
+            "runId": run_id,
+            "recordedAt": timestamp,
+            "attempts": attempts,
+            "message": "",
+        }
+    }
+    event = None
+    if old.get("state") == RecordState.PENDING:
+        message = f"run {run_id} recorded in the results store after {attempts} attempts"
+        event = Event("Normal", Reason.RECORDED, message)
+    return StatusChange(patch, event)
+
+
+def record_pending(
+    status: Mapping[str, Any], generation: int, run_id: str, message: str
+) -> StatusChange:
+    """Pending: the store failed (``message`` says how); the result waits to be retried. A
+    Warning Event when it becomes Pending, not on every retry."""
+    old = _record_of(status, run_id)
+    if not _names_run(status, generation, run_id) or old.get("state") == RecordState.RECORDED:
+        return NO_CHANGE
+    patch = {
+        "record": {
+            "state": RecordState.PENDING.value,
+            "runId": run_id,
+            "recordedAt": None,
+            "attempts": int(old.get("attempts") or 0) + 1,
+            "message": _clip(message),
+        }
+    }
+    was_pending = old.get("state") == RecordState.PENDING
+    event = None if was_pending else Event("Warning", Reason.RECORD_PENDING, _clip(message))
+    return StatusChange(patch, event)
+
+
+def not_recorded(
+    status: Mapping[str, Any], generation: int, run_id: str | None, message: str
+) -> StatusChange:
+    """NotRecorded: there is nothing the store can take (no full result document for this run,
+    or the store rejects it); ``message`` says which."""
+    old = _record_of(status, run_id)
+    if not _names_run(status, generation, run_id) or old.get("state") in (
+        RecordState.RECORDED,
+        RecordState.NOT_RECORDED,
+    ):
+        return NO_CHANGE
+    record = {
+        "state": RecordState.NOT_RECORDED.value,
+        "runId": run_id,
+        "recordedAt": None,
+        "attempts": int(old.get("attempts") or 0),
+        "message": _clip(message),
+    }
+    return StatusChange({"record": record}, Event("Warning", Reason.NOT_RECORDED, _clip(message)))

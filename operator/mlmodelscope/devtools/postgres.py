@@ -6,7 +6,9 @@ in the same folder, trust authentication, fsync off: test data only). PostgreSQL
 as root, so under root both run as the ``postgres`` system user the package creates, owning the
 folder. The server is a :class:`~mlmodelscope.devtools.telemetry_servers.Server`, stopped by
 PID at teardown (SIGINT: fast shutdown, then SIGKILL).
-``postgresql.create_database()`` gives each test its own empty database.
+``postgresql.create_database()`` gives each test its own empty database. ``stop()`` then
+``start()`` takes the same server down and brings it back (same data folder and port), for
+tests of a database that goes away.
 
 Works without pytest too (``PostgreSQL(workdir, find_bin_dir())``, then ``stop()``).
 """
@@ -82,11 +84,32 @@ class PostgreSQL(Server):
         cmd = [str(bin_dir / "postgres"), "-D", str(data)]
         for key, value in settings.items():
             cmd += ["-c", f"{key}={value}"]
-        # SIGINT is PostgreSQL's fast shutdown: it disconnects clients instead of waiting.
-        super().__init__("postgres", cmd, workdir, user=self.user, stop_signal=signal.SIGINT)
+        self.workdir = workdir
+        self._cmd = cmd
+        self._ready_cmd = [
+            str(bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)
+        ]  # fmt: skip
+        self._starts = 0
         self.url = self.url_for("postgres")
-        ready = [str(bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)]
-        wait_until(lambda: self._ready(ready), START_TIMEOUT_S, "postgresql")
+        self.start()
+
+    def start(self) -> None:
+        """Start the server (again, after :meth:`stop`: same data folder, same port) and wait
+        until it accepts connections. The log of an earlier start is kept as
+        ``postgres.<n>.log``."""
+        if self._starts and self.process.poll() is None:
+            return
+        if self._starts:
+            self.log_path.rename(self.workdir / f"postgres.{self._starts}.log")
+        self._starts += 1
+        # SIGINT is PostgreSQL's fast shutdown: it disconnects clients instead of waiting.
+        Server.__init__(
+            self, "postgres", self._cmd, self.workdir, user=self.user, stop_signal=signal.SIGINT
+        )
+        wait_until(lambda: self._ready(self._ready_cmd), START_TIMEOUT_S, "postgresql")
+
+    def is_running(self) -> bool:
+        return self.process.poll() is None
 
     def url_for(self, database: str) -> str:
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{database}"

@@ -208,13 +208,14 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def differences(flats: Sequence[Mapping[str, Any]]) -> list[Difference]:
     """The keys whose values are not the same in every one of ``flats`` (a key missing from
-    some counts as different), in first-seen order."""
+    some counts as different), sorted by key: the same order whether a document came from a
+    file or from PostgreSQL's JSONB, which keeps object keys in its own order."""
     keys: dict[str, None] = {}
     for flat in flats:
         keys.update(dict.fromkeys(flat))
     missing = object()
     found = []
-    for key in keys:
+    for key in sorted(keys):
         values = [flat.get(key, missing) for flat in flats]
         if any(v != values[0] for v in values[1:]):
             found.append(Difference(key, [None if v is missing else v for v in values]))

@@ -48,6 +48,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.summary.top1",
         "description": "Top-1 accuracy of the accuracy pass",
     },
+    {
+        "name": "Recorded",
+        "type": "string",
+        "jsonPath": ".status.record.state",
+        "description": "Whether the run is in the results store: Recorded, Pending, NotRecorded",
+        "priority": 1,
+    },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

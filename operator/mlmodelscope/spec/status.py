@@ -22,6 +22,12 @@ class Phase(StrEnum):
     FAILED = "Failed"
 
 
+class RecordState(StrEnum):
+    RECORDED = "Recorded"
+    PENDING = "Pending"
+    NOT_RECORDED = "NotRecorded"
+
+
 class Condition(SpecModel):
     """A metav1.Condition: the latest observation of one aspect of the evaluation."""
 
@@ -108,6 +114,24 @@ class RunRecord(SpecModel):
     """Its headline numbers."""
 
 
+class RecordStatus(SpecModel):
+    """Whether the run is in the operator's results store (present only when the operator has
+    one: ``MLMS_OPERATOR_STORE_URL``)."""
+
+    state: RecordState
+    """Recorded (in the store), Pending (the store failed; the result waits in ConfigMap
+    mlmodelscope-unrecorded-<runId> and is retried) or NotRecorded (there is no full result
+    document to record, or the store rejected it; the message says why)."""
+    run_id: str | None = None
+    """The run UUID the record is about."""
+    recorded_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When the store took it (or found it already there)."""
+    attempts: int = 0
+    """Writes to the store tried so far."""
+    message: Annotated[str, Field(max_length=4096)] = ""
+    """The last store error, or why the run is not recorded."""
+
+
 class EvaluationStatus(SpecModel):
     """Observed state of a ModelEvaluation, written by the operator."""
 
@@ -139,3 +163,5 @@ class EvaluationStatus(SpecModel):
     """Latest human-readable message."""
     history: Annotated[list[RunRecord], Field(max_length=10)] = []
     """Earlier runs of this evaluation (older generations), newest first."""
+    record: RecordStatus | None = None
+    """Whether this run is recorded in the results store (absent without a store)."""

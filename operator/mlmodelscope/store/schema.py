@@ -14,6 +14,9 @@ metadata = sa.MetaData()
 Document = sa.JSON().with_variant(JSONB(), "postgresql")
 """The full result document: JSON on SQLite, JSONB on PostgreSQL."""
 
+Labels = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""Tags of a run (e.g. a sweep name), a JSON object; None is SQL NULL, not JSON null."""
+
 RunId = sa.Uuid(as_uuid=False)
 """The agent's run UUID: native uuid on PostgreSQL, 32 hex characters on SQLite."""
 
@@ -40,13 +43,20 @@ runs: Final = sa.Table(
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("trace_id", sa.String(32), nullable=True),
+    sa.Column("labels", Labels, nullable=True),
+    # Last: on SQLite, columns stored after a large document are slow to read (revision 0002).
     sa.Column("document", Document, nullable=False),
-    sa.Index("ix_runs_model_name", "model_name"),
+    # Listings filter by one column and read newest first: (filter, started_at) answers them
+    # from one index range, without sorting every match (revision 0002).
+    sa.Index("ix_runs_model_name_started_at", "model_name", "started_at"),
+    sa.Index("ix_runs_framework_started_at", "framework", "started_at"),
+    sa.Index("ix_runs_status_started_at", "status", "started_at"),
+    sa.Index("ix_runs_evaluation_started_at", "evaluation", "namespace", "started_at"),
+    sa.Index("ix_runs_gpu_product_started_at", "gpu_product", "started_at"),
     sa.Index("ix_runs_model_sha256", "model_sha256"),
     sa.Index("ix_runs_framework", "framework", "framework_version"),
     sa.Index("ix_runs_device", "device", "gpu_product"),
-    sa.Index("ix_runs_gpu_product", "gpu_product"),
-    sa.Index("ix_runs_evaluation", "evaluation", "namespace"),
     sa.Index("ix_runs_started_at", "started_at"),
 )
 

@@ -81,6 +81,10 @@ class RunSummary:
     top1: float | None
     top5: float | None
     error_type: str | None
+    trace_id: str | None
+    """The run's OpenTelemetry trace id (look it up in Jaeger; `mlms trace` breaks it down)."""
+    labels: dict[str, Any] | None
+    """Tags such as a sweep name: the document's ``evaluation.labels``."""
     started_at: datetime
     finished_at: datetime
     recorded_at: datetime
@@ -194,8 +198,8 @@ class Store:
                     .order_by(run_results.c.run_id, run_results.c.batch_size)
                 ).mappings()
                 for r in rows:
-                    by_run[r["run_id"]].append(_batch_result(r, by_id[r["run_id"]]))
-        return [_summary(r, tuple(by_run[r["run_id"]])) for r in found]
+                    by_run[r["run_id"]].append(batch_result(r, by_id[r["run_id"]]))
+        return [run_summary(r, tuple(by_run[r["run_id"]])) for r in found]
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which has ``on_conflict_do_nothing``."""
@@ -268,6 +272,7 @@ def _run_row(doc: ResultDocument, run_id: str, document: dict[str, Any]) -> dict
         verdicts = [r.valid for r in doc.results if r.valid is not None]
         valid = all(verdicts) if verdicts else None
     framework = (doc.spec.get("framework") or {}).get("name")
+    labels = getattr(doc.evaluation, "labels", None)  # an extra key of the contract's model
     return {
         "run_id": run_id,
         "evaluation": doc.evaluation.name,
@@ -290,6 +295,8 @@ def _run_row(doc: ResultDocument, run_id: str, document: dict[str, Any]) -> dict
         "finished_at": _timestamp(doc.finished_at),
         "recorded_at": datetime.now(UTC),
         "document": document,
+        "trace_id": doc.trace_id,
+        "labels": labels if isinstance(labels, dict) else None,
     }
 
 
@@ -308,7 +315,7 @@ def _result_row(run_id: str, row: BatchResult) -> dict[str, Any]:
     }
 
 
-def _batch_result(row: sa.RowMapping, run: sa.RowMapping) -> BatchResult:
+def batch_result(row: sa.RowMapping, run: sa.RowMapping) -> BatchResult:
     return BatchResult(
         batch_size=row["batch_size"],
         scenario=row["scenario"],
@@ -323,13 +330,13 @@ def _batch_result(row: sa.RowMapping, run: sa.RowMapping) -> BatchResult:
     )
 
 
-def _utc(value: datetime) -> datetime:
+def as_utc(value: datetime) -> datetime:
     """SQLite returns naive datetimes; every stored time is UTC."""
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _summary(row: sa.RowMapping, results: tuple[BatchResult, ...]) -> RunSummary:
+def run_summary(row: sa.RowMapping, results: tuple[BatchResult, ...]) -> RunSummary:
     fields = {k: row[k] for k in RunSummary.__dataclass_fields__ if k != "results"}
     for key in ("started_at", "finished_at", "recorded_at"):
-        fields[key] = _utc(fields[key])
+        fields[key] = as_utc(fields[key])
     return RunSummary(**fields, results=results)

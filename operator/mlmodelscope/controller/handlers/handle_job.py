@@ -4,6 +4,9 @@ Level-based on the Job's own status: ready pods mean Running; the Complete condi
 read the agent's results (ConfigMap first, then the pod's termination message) and end
 Succeeded, or Failed/ResultsMissing when there are none; the Failed condition ends Failed with
 the Job's reason and the agent's own error message. Jobs of an older generation are ignored.
+With a results store configured, a run that ended is then recorded there
+(:mod:`~mlmodelscope.controller.recording`); a finished run whose ``status.record`` is still
+missing (the operator stopped in between) is recorded at the Job's next event.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from typing import Any
 import urllib3
 
 from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path, pod_path
-from mlmodelscope.controller import instrument, names, queue, results, simulated, status
+from mlmodelscope.controller import (
+    instrument,
+    names,
+    queue,
+    recording,
+    results,
+    simulated,
+    status,
+)
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers.handle_evaluation import admit_queued
 from mlmodelscope.controller.status import Reason
@@ -37,6 +48,14 @@ def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
         if cond.get("type") == kind and cond.get("status") == "True":
             return dict(cond)
     return None
+
+
+def _ended(job: Mapping[str, Any]) -> bool:
+    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
+
+
+def _run_id(outcome: results.Outcome | None) -> str | None:
+    return outcome.run_id if outcome is not None else None
 
 
 def owner_of(job: Mapping[str, Any]) -> tuple[str, str, int] | None:
@@ -98,6 +117,11 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
         return "other generation"
     if current.get("phase") not in ("Pending", "Running"):
+        if ctx.recorder is not None and not current.get("record") and _ended(job):
+            found = recording.record_finished(
+                ctx, namespace, name, generation, current.get("runId")
+            )
+            log.info("%s/%s: finished run found unrecorded: %s", namespace, name, found)
         return "already final"
     now = ctx.clock
     if deleted:
@@ -116,6 +140,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
                 namespace, name, lambda st: status.succeeded(st, generation, job_name, done, now())
             )
             instrument.results_collected(namespace)
+            recording.record_finished(ctx, namespace, name, generation, done.run_id)
             return "succeeded"
         if outcome is not None and not outcome.succeeded:
             reason, message = Reason.EVALUATION_FAILED, outcome.error or "the agent reported Failed"
@@ -134,6 +159,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             name,
             lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
         )
+        recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
         return reason
     failed_condition = _condition(job, "Failed")
     if failed_condition is not None:
@@ -145,6 +171,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             name,
             lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
         )
+        recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
         return reason
     if int((job.get("status") or {}).get("ready") or 0) > 0:
         ctx.update_status(

@@ -1,0 +1,481 @@
+"""Recording every finished run in the results store (``MLMS_OPERATOR_STORE_URL``).
+
+When an evaluation's Job ends, the full result document the agent left in the results
+ConfigMap (key ``result.json``) is written into the store with ``Store.record``, idempotent by
+run UUID: a retried write never duplicates a run (it finds it there, which counts as
+recorded). ``status.record`` says how it went.
+
+A store that fails never costs a result. The results ConfigMap is owned by the evaluation
+(deleted with it) and emptied by its next generation, so the document is first copied into an
+*outbox* ConfigMap ``mlmodelscope-unrecorded-<run id>`` in the evaluation's namespace: no
+owner reference (it outlives the evaluation), label ``mlmodelscope.io/record=pending``. Then
+``status.record`` says Pending. A background thread lists the outbox ConfigMaps with that
+server-side label selector every ``MLMS_OPERATOR_RECORD_RETRY_SECONDS`` (and once at start),
+records each, deletes it, and, when the evaluation still shows that run, sets Recorded. A
+document the store rejects as not a result document is relabelled ``record=rejected`` and
+kept for a person to look at.
+
+The store is opened on first use, not at start, so an unreachable database never stops the
+operator; PostgreSQL connections time out after :data:`CONNECT_TIMEOUT_S` seconds and
+statements after :data:`STATEMENT_TIMEOUT_MS`, so a Job handler waits on the store briefly.
+The ``store`` extra is imported only when a store URL is set.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import fnmatch
+import json
+import logging
+import re
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from mlmodelscope import API_GROUP
+from mlmodelscope.contract.kube import configmap_path
+from mlmodelscope.contract.wire import RESULT_KEY
+from mlmodelscope.controller import names, status
+from mlmodelscope.controller.instrument import StartupError
+
+if TYPE_CHECKING:
+    from mlmodelscope.controller.context import Context
+    from mlmodelscope.controller.metrics import OperatorMetrics
+    from mlmodelscope.controller.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+
+OUTBOX_PREFIX: Final = "mlmodelscope-unrecorded-"
+LABEL_RECORD: Final = f"{API_GROUP}/record"
+PENDING: Final = "pending"
+REJECTED: Final = "rejected"
+OUTBOX_SELECTOR: Final = f"{LABEL_RECORD}={PENDING}"
+"""Server-side label selector of the outbox ConfigMaps still to record."""
+ANNOTATION_RUN_ID: Final = f"{API_GROUP}/run-id"
+ANNOTATION_ERROR: Final = f"{API_GROUP}/record-error"
+OUTBOX_COMPONENT: Final = "unrecorded-result"
+CONNECT_TIMEOUT_S: Final = 5
+STATEMENT_TIMEOUT_MS: Final = 30_000
+STORE_HINT: Final = "pip install 'mlmodelscope[store]'"
+_PLAIN_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class RunStore(Protocol):
+    """What recording needs of :class:`mlmodelscope.store.Store`."""
+
+    @property
+    def url(self) -> str: ...
+
+    def record(self, document: Mapping[str, Any]) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class StoreUnavailableError(Exception):
+    """The store could not take the document now (down, timed out); retry later."""
+
+
+class DocumentRejectedError(Exception):
+    """The store will never take this document (not a result document, no run id)."""
+
+
+def open_operator_store(url: str, connect_timeout: int = CONNECT_TIMEOUT_S) -> RunStore:
+    """Open (and migrate) the store at ``url`` like ``open_store``, with PostgreSQL's connect and
+    statement timeouts, and connections checked before use (a restarted database costs no
+    failed write). Raises ``StoreError``."""
+    import sqlalchemy as sa
+
+    from mlmodelscope.store import Store, StoreError, open_store
+    from mlmodelscope.store.store import migrate, normalize_url
+
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return open_store(url)
+    connect_args = {
+        "connect_timeout": connect_timeout,
+        "options": f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+    }
+    try:
+        engine = sa.create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
+        migrate(engine)
+    except (sa.exc.SQLAlchemyError, OSError) as exc:
+        shown = parsed.render_as_string(hide_password=True)
+        raise StoreError(f"cannot open the results store {shown}: {exc}") from exc
+    return Store(engine)
+
+
+class Recorder:
+    """The operator's handle on the results store: opened on first use (and again after a
+    failed open), shared by the Job handlers and the retry thread."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        opener: Callable[[str], RunStore] | None = None,
+        metrics: OperatorMetrics | None = None,
+    ) -> None:
+        try:
+            from mlmodelscope.store import NotRecordableError, StoreError
+        except ImportError as exc:
+            raise StartupError(
+                f"MLMS_OPERATOR_STORE_URL is set but the results store is not installed "
+                f"({exc}); install it with: {STORE_HINT}, or unset MLMS_OPERATOR_STORE_URL"
+            ) from exc
+        self._url = url
+        self._opener = opener or open_operator_store
+        self._store_error = StoreError
+        self._not_recordable = NotRecordableError
+        self.metrics = metrics
+        self._store: RunStore | None = None
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()
+
+    @classmethod
+    def from_settings(
+        cls, settings: OperatorSettings, metrics: OperatorMetrics | None = None
+    ) -> Recorder | None:
+        return cls(settings.store_url, metrics=metrics) if settings.store_url else None
+
+    @property
+    def url(self) -> str:
+        """The store's URL, password hidden."""
+        from mlmodelscope.store.store import normalize_url
+
+        return normalize_url(self._url).render_as_string(hide_password=True)
+
+    def record(self, document: Mapping[str, Any]) -> bool:
+        """Write ``document``; True when new, False when the run was already there. Raises
+        :class:`StoreUnavailableError` (retry later) or :class:`DocumentRejectedError` (never)."""
+        try:
+            with self._lock:
+                if self._store is None:
+                    self._store = self._opener(self._url)
+                store = self._store
+            new = store.record(document)
+        except self._not_recordable as exc:
+            self._count("not_recordable")
+            raise DocumentRejectedError(str(exc)) from exc
+        except self._store_error as exc:
+            self._count("store_error")
+            raise StoreUnavailableError(str(exc)) from exc
+        self._count("recorded" if new else "already_recorded")
+        return new
+
+    def not_recordable(self) -> None:
+        """A finished run with nothing to record (counted like a rejected document)."""
+        self._count("not_recordable")
+
+    @contextmanager
+    def claim(self, run_id: str) -> Iterator[bool]:
+        """True for the one caller recording ``run_id`` now; others get False and skip it
+        (a Job event and the retry pass may meet on the same run)."""
+        with self._lock:
+            mine = run_id not in self._in_flight
+            self._in_flight.add(run_id)
+        try:
+            yield mine
+        finally:
+            if mine:
+                with self._lock:
+                    self._in_flight.discard(run_id)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+    def _count(self, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.record_attempted(outcome)
+
+
+# ------------------------------------------------------------------------ documents and outbox
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A run's full result document, ready to record."""
+
+    run_id: str
+    document: dict[str, Any]
+    text: str
+
+
+def document_in(configmap: Mapping[str, Any] | None, generation: int) -> Finished | str:
+    """The result document the results ConfigMap holds for ``generation``, or why there is
+    none to record."""
+    text = ((configmap or {}).get("data") or {}).get(RESULT_KEY)
+    if not text:
+        return (
+            f"no result document for this run (ConfigMap key {RESULT_KEY} is empty; the agent "
+            "may lack the Role to write it, so only the termination message's summary exists)"
+        )
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        return f"{RESULT_KEY} in the results ConfigMap is not JSON: {exc}"
+    if not isinstance(document, dict):
+        return f"{RESULT_KEY} in the results ConfigMap is not a result document"
+    published = (document.get("evaluation") or {}).get("generation")
+    if published is not None and published != generation:
+        return f"the result document is for generation {published}, not {generation}"
+    run_id = document.get("run_id")
+    try:
+        run_id = str(uuid.UUID(str(run_id)))
+    except ValueError:
+        return f"the result document has no run UUID (run_id {run_id!r})"
+    return Finished(run_id, document, text)
+
+
+def outbox_name(run_id: str) -> str:
+    return f"{OUTBOX_PREFIX}{run_id}"
+
+
+def build_outbox(
+    namespace: str, evaluation: str, generation: int, finished: Finished, error: str
+) -> dict[str, Any]:
+    """The outbox ConfigMap that keeps an unrecorded result until the store takes it: no
+    ownerReference, so deleting the evaluation (or its next generation) cannot lose it."""
+    labels = names.labels(evaluation, generation)
+    labels[names.LABEL_COMPONENT] = OUTBOX_COMPONENT
+    labels[LABEL_RECORD] = PENDING
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": outbox_name(finished.run_id),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {
+                ANNOTATION_RUN_ID: finished.run_id,
+                ANNOTATION_ERROR: error[:1024],
+            },
+        },
+        "data": {RESULT_KEY: finished.text},
+    }
+
+
+# ----------------------------------------------------------------------- a Job has finished
+
+
+def record_finished(
+    ctx: Context, namespace: str, evaluation: str, generation: int, run_id: str | None
+) -> str:
+    """Record the run that just ended (``run_id`` from its summary, None when there is none)
+    and say so in ``status.record``; returns what it did (for logs)."""
+    recorder = ctx.recorder
+    if recorder is None:
+        return "no store"
+    configmap = ctx.kube.get_or_none(
+        configmap_path(namespace, names.results_configmap_name(evaluation))
+    )
+    found = document_in(configmap, generation)
+    if isinstance(found, str):
+        recorder.not_recordable()
+        ctx.update_status(
+            namespace,
+            evaluation,
+            lambda st: status.not_recorded(st, generation, run_id, f"not recorded: {found}"),
+        )
+        return "not recorded"
+    with recorder.claim(found.run_id) as mine:
+        if not mine:
+            return "being recorded"
+        return _record(ctx, recorder, namespace, evaluation, generation, found)
+
+
+def _record(
+    ctx: Context,
+    recorder: Recorder,
+    namespace: str,
+    evaluation: str,
+    generation: int,
+    found: Finished,
+) -> str:
+    run_id = found.run_id
+    try:
+        recorder.record(found.document)
+    except DocumentRejectedError as exc:
+        message = f"the results store rejects run {run_id}: {exc}"
+        ctx.update_status(
+            namespace, evaluation, lambda st: status.not_recorded(st, generation, run_id, message)
+        )
+        return "rejected"
+    except StoreUnavailableError as exc:
+        error = str(exc)
+        outbox = build_outbox(namespace, evaluation, generation, found, error)
+        ctx.kube.create_if_absent(configmap_path(namespace), outbox)
+        message = (
+            f"{error}; the result waits in ConfigMap {outbox_name(run_id)} and is retried every "
+            f"{ctx.settings.record_retry_seconds:g}s"
+        )
+        ctx.update_status(
+            namespace, evaluation, lambda st: status.record_pending(st, generation, run_id, message)
+        )
+        return "record pending"
+    now = ctx.clock()
+    ctx.update_status(
+        namespace, evaluation, lambda st: status.recorded(st, generation, run_id, now)
+    )
+    return "recorded"
+
+
+# ------------------------------------------------------------------------------ the retries
+
+
+def watched(namespace: str, patterns: tuple[str, ...]) -> bool:
+    """Whether ``MLMS_OPERATOR_NAMESPACES`` (names, globs, ``!exclusions``; empty = all)
+    covers ``namespace``."""
+    if not patterns:
+        return True
+    include = [p for p in patterns if not p.startswith("!")]
+    exclude = [p[1:] for p in patterns if p.startswith("!")]
+    included = not include or any(fnmatch.fnmatchcase(namespace, p) for p in include)
+    return included and not any(fnmatch.fnmatchcase(namespace, p) for p in exclude)
+
+
+def list_outboxes(ctx: Context) -> list[dict[str, Any]]:
+    """Outbox ConfigMaps still to record, in the watched namespaces: listed per namespace
+    when they are plain names (a namespaced install's RBAC suffices), else cluster-wide."""
+    patterns = ctx.settings.namespaces
+    if patterns and all(_PLAIN_NAMESPACE.match(p) for p in patterns):
+        found: list[dict[str, Any]] = []
+        for namespace in patterns:
+            found.extend(ctx.kube.list(configmap_path(namespace), OUTBOX_SELECTOR))
+        return found
+    everywhere = ctx.kube.list("/api/v1/configmaps", OUTBOX_SELECTOR)
+    return [c for c in everywhere if watched(str(c["metadata"].get("namespace")), patterns)]
+
+
+def retry_outbox(ctx: Context, configmap: Mapping[str, Any]) -> str:
+    """Try one outbox ConfigMap again; returns what it did."""
+    recorder = ctx.recorder
+    meta = configmap.get("metadata") or {}
+    namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+    labels = meta.get("labels") or {}
+    evaluation = str(labels.get(names.LABEL_EVALUATION) or "")
+    try:
+        generation = int(labels.get(names.LABEL_GENERATION, ""))
+    except ValueError:
+        generation = -1
+    text = (configmap.get("data") or {}).get(RESULT_KEY) or ""
+    try:
+        document = json.loads(text)
+        run_id = str(uuid.UUID(str(document["run_id"])))
+    except (ValueError, TypeError, KeyError) as exc:
+        return _reject(ctx, namespace, name, f"{RESULT_KEY} is not a result document: {exc}")
+    if recorder is None:
+        return "no store"
+    with recorder.claim(run_id) as mine:
+        if not mine:
+            return "being recorded"
+        try:
+            recorder.record(document)
+        except DocumentRejectedError as exc:
+            message = f"the results store rejects run {run_id}: {exc}"
+            if evaluation:
+                ctx.update_status(
+                    namespace,
+                    evaluation,
+                    lambda st: status.not_recorded(st, generation, run_id, message),
+                )
+            return _reject(ctx, namespace, name, message)
+        except StoreUnavailableError as exc:
+            message = (
+                f"{exc}; the result waits in ConfigMap {name} and is retried every "
+                f"{ctx.settings.record_retry_seconds:g}s"
+            )
+            if evaluation:
+                ctx.update_status(
+                    namespace,
+                    evaluation,
+                    lambda st: status.record_pending(st, generation, run_id, message),
+                )
+            return "still pending"
+        if evaluation:
+            now = ctx.clock()
+            ctx.update_status(
+                namespace, evaluation, lambda st: status.recorded(st, generation, run_id, now)
+            )
+        ctx.kube.delete(configmap_path(namespace, name))
+        log.info("recorded run %s from ConfigMap %s/%s", run_id, namespace, name)
+        return "recorded"
+
+
+def _reject(ctx: Context, namespace: str, name: str, message: str) -> str:
+    """Keep what the store will never take, but stop retrying it."""
+    log.warning("ConfigMap %s/%s cannot be recorded, kept as %s=%s: %s", namespace, name,
+                LABEL_RECORD, REJECTED, message)  # fmt: skip
+    patch = {
+        "metadata": {
+            "labels": {LABEL_RECORD: REJECTED},
+            "annotations": {ANNOTATION_ERROR: message[:1024]},
+        }
+    }
+    ctx.kube.merge_patch(configmap_path(namespace, name), patch)
+    return "rejected"
+
+
+def retry_pending(ctx: Context) -> int:
+    """One retry pass over every outbox ConfigMap; returns how many are still waiting."""
+    if ctx.recorder is None:
+        return 0
+    waiting = 0
+    outboxes = list_outboxes(ctx)
+    for configmap in outboxes:
+        meta = configmap["metadata"]
+        try:
+            outcome = retry_outbox(ctx, configmap)
+        except Exception as exc:  # one bad ConfigMap or API hiccup must not stop the pass
+            log.warning("retrying ConfigMap %s/%s: %r", meta.get("namespace"), meta["name"], exc)
+            outcome = "error"
+        if outcome not in ("recorded", "rejected"):
+            waiting += 1
+    if ctx.recorder.metrics is not None:
+        ctx.recorder.metrics.pending_records(waiting)
+    return waiting
+
+
+class RecordRetrier:
+    """A daemon thread: a retry pass at start, then every ``record_retry_seconds`` until
+    :meth:`stop` (not a Kopf timer, which would put a finalizer on every evaluation)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the thread, in a copy of the caller's context: called from Kopf's startup
+        handler, the thread can then post Events through Kopf as handlers do."""
+        if self.ctx.recorder is None or self._thread is not None:
+            return
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(
+            target=context.run, args=(self._loop,), name="mlmodelscope-record-retry", daemon=True
+        )
+        self._thread.start()
+        log.info(
+            "recording finished runs in %s (retries every %gs)",
+            self.ctx.recorder.url,
+            self.ctx.settings.record_retry_seconds,
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                retry_pending(self.ctx)
+            except Exception as exc:  # the API server is away: try again next time
+                log.warning("retrying unrecorded results failed: %s", exc)
+            self._stop.wait(self.ctx.settings.record_retry_seconds)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None

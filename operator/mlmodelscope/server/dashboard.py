@@ -1,0 +1,195 @@
+"""The web dashboard: server-rendered HTML pages over the same store as the API.
+
+- ``/``: the runs, newest first, filtered by a GET form; tick runs and compare them;
+- ``/compare?run=ID&run=ID...``: `mlms report`'s comparison (tables, SVG plots, stack and
+  spec differences); 400 for fewer than two runs, 404 naming an unknown one;
+- ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger.
+
+Reads need the server's read token (:mod:`mlmodelscope.server.auth`) when it has one. A
+browser cannot send an ``Authorization`` header with a link, so the dashboard also takes the
+token from its cookie (set by the 401 page's form, ``POST /login``, or by opening any page
+with ``?token=...``). Errors are HTML pages, not JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, Final
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials
+
+from mlmodelscope.report.compare import CompareError, LoadedRun, compare, parse_result
+from mlmodelscope.report.html import esc
+from mlmodelscope.server import auth
+from mlmodelscope.server.app import settings_of, store_of
+from mlmodelscope.server.pages import render
+
+COOKIE: Final = "mlms_token"
+"""The browser's copy of the read (or write) token."""
+LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+OPTIONS_FROM: Final = 1000
+"""The filter menus offer the values of this many newest runs."""
+MAX_COMPARED: Final = 50
+
+
+class HtmlErrors(APIRoute):
+    """Answers a route's HTTP and validation errors with an HTML page (status and headers
+    kept) instead of FastAPI's JSON."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def as_html(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except HTTPException as exc:
+                if exc.status_code == 401:
+                    body = login_page(request, str(exc.detail))
+                else:
+                    body = render.error_page(f"Error {exc.status_code}", str(exc.detail))
+                return HTMLResponse(body, exc.status_code, headers=exc.headers)
+            except RequestValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()
+                )
+                return HTMLResponse(render.error_page("Bad request", problems), 400)
+
+        return as_html
+
+
+def read_access(request: Request, credentials: auth.Credentials) -> None:
+    """:func:`~mlmodelscope.server.auth.require_read`, with the token also taken from
+    ``?token=`` or the dashboard's cookie when the request has no ``Authorization`` header.
+    A good token from ``?token=`` is kept in the cookie (see :func:`html`)."""
+    if credentials is None:
+        given = request.query_params.get("token")
+        if given:
+            request.state.token_to_keep = given
+        else:
+            given = request.cookies.get(COOKIE)
+        if given:
+            credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=given)
+    auth.require_read(request, auth.token_role(request, credentials))
+
+
+router = APIRouter(include_in_schema=False, route_class=HtmlErrors)
+READ: Final = [Depends(read_access)]
+"""Every page but ``/login`` reads."""
+
+
+def keep_token(request: Request, response: Response, token: str) -> None:
+    response.set_cookie(
+        COOKIE,
+        token,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+    )
+
+
+def html(request: Request, body: str, status_code: int = 200) -> HTMLResponse:
+    response = HTMLResponse(body, status_code)
+    token = getattr(request.state, "token_to_keep", None)
+    if token:
+        keep_token(request, response, token)
+    return response
+
+
+def login_page(request: Request, message: str) -> str:
+    """The 401 page: a form that posts the token to ``/login``, which keeps it in a cookie
+    and comes back here."""
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    form = (
+        '<form class="filters" method="post" action="/login">'
+        f'<input type="hidden" name="next" value="{esc(target)}">'
+        '<label>token<input type="password" name="token" autocomplete="current-password" '
+        'required></label><button type="submit">Open</button></form>'
+    )
+    return render.page("Token needed", f'<p class="error">{esc(message)}</p>{form}')
+
+
+@router.post("/login")
+async def post_login(request: Request) -> Response:
+    """Keep the posted token in the cookie and go back to ``next`` (a path on this server),
+    or show the form again when the token is not one of the server's."""
+    fields = parse_qs((await request.body()).decode(errors="replace"))
+    token = fields.get("token", [""])[0]
+    target = fields.get("next", ["/"])[0]
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        target = "/"
+    credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=token)
+    auth.require_read(request, auth.token_role(request, credentials))
+    response = RedirectResponse(target, 303)
+    keep_token(request, response, token)
+    return response
+
+
+def _given(value: str | None) -> str | None:
+    """An empty form field means "any"."""
+    return value or None
+
+
+@router.get("/", response_class=HTMLResponse, dependencies=READ)
+def runs_page(
+    request: Request,
+    model: str | None = None,
+    framework: str | None = None,
+    device: str | None = None,
+    gpu: str | None = None,
+    status: str | None = None,
+    evaluation: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = LIMIT,
+) -> HTMLResponse:
+    store = store_of(request)
+    chosen = {
+        "model": _given(model),
+        "framework": _given(framework),
+        "device": _given(device),
+        "gpu": _given(gpu),
+        "status": _given(status),
+        "evaluation": _given(evaluation),
+    }
+    runs = store.list_runs(**chosen, limit=limit)
+    options = render.filter_options(store.list_runs(limit=OPTIONS_FROM))
+    return html(request, render.runs_page(runs, chosen, options, limit))
+
+
+def _load(request: Request, run_id: str) -> LoadedRun:
+    document = store_of(request).get(run_id)
+    if document is None:
+        raise HTTPException(404, f"No run {run_id!r} in the results store.")
+    try:
+        return parse_result(document, f"store:{run_id}")
+    except CompareError as exc:
+        raise HTTPException(
+            500, f"The stored document of run {run_id} is unreadable: {exc}"
+        ) from None
+
+
+@router.get("/compare", response_class=HTMLResponse, dependencies=READ)
+def compare_page(
+    request: Request, run: Annotated[list[str] | None, Query()] = None
+) -> HTMLResponse:
+    run_ids = list(dict.fromkeys(r.strip() for r in run or [] if r.strip()))
+    if len(run_ids) < 2:
+        raise HTTPException(
+            400,
+            f"Comparing needs at least two different runs; got {len(run_ids)}. "
+            "Tick two or more runs on the runs page, then Compare.",
+        )
+    if len(run_ids) > MAX_COMPARED:
+        raise HTTPException(400, f"At most {MAX_COMPARED} runs at once; got {len(run_ids)}.")
+    runs = [_load(request, run_id) for run_id in run_ids]
+    return html(request, render.compare_page(runs, compare(runs)))
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse, dependencies=READ)
+def run_page(request: Request, run_id: str) -> HTMLResponse:
+    loaded = _load(request, run_id)
+    return html(request, render.run_page(loaded, settings_of(request).jaeger_url))

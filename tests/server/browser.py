@@ -1,0 +1,70 @@
+"""Real HTTP and a real browser for the dashboard tests: the app served by uvicorn on a free
+loopback port in a thread, and Debian's headless Chromium driven by Playwright (no browser
+download: Playwright is pointed at the system's executable)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+
+
+def chromium() -> str:
+    """The system Chromium ($MLMS_CHROMIUM, else Debian's); skips the test when there is
+    none."""
+    pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (dev extra)")
+    for candidate in (os.environ.get("MLMS_CHROMIUM"), *CHROMIUM_PATHS, shutil.which("chromium")):
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    pytest.skip(
+        "no Chromium for Playwright: install Debian's (apt-get install chromium) or set "
+        "$MLMS_CHROMIUM to a Chromium executable"
+    )
+
+
+@contextmanager
+def serve(app: FastAPI, ready_path: str = "/healthz") -> Iterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 (a socket bound here, so no other process can
+    take the port in between); yields the base URL once ``ready_path`` answers."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(base + ready_path, timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError(f"uvicorn did not answer {base}{ready_path} within 30 s")
+            time.sleep(0.05)
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    """Where the test's screenshots go: $MLMS_SCREENSHOT_DIR, else the test's tmp_path."""
+    folder = Path(os.environ.get("MLMS_SCREENSHOT_DIR") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

@@ -1,0 +1,68 @@
+"""Real result documents for the dashboard tests: the digits CNN evaluated by the agent in
+ONNX Runtime, PyTorch and TensorFlow (quick scenario settings, batch sizes 1 and 8), and one
+run that failed (a wrong model sha256). Made once per session, however many modules ask."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mlmodelscope.store import open_store
+
+QUICK = {
+    "batchSizes": [1, 8],
+    "warmup": 3,
+    "minQueryCount": 20,
+    "minDuration": "20ms",
+    "stability": {"maxWindows": 2},
+}
+FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
+FAILED = "digits-bad-hash"
+
+_made: dict[str, dict[str, Any]] = {}
+
+
+def evaluation_name(framework: str) -> str:
+    return f"digits-{framework}"
+
+
+def _run(folder: Path, framework: str, name: str, **sections: Any) -> dict[str, Any]:
+    """Evaluate one digits spec with the agent; the document it wrote, read back."""
+    from mlmodelscope.agent.digits import digits_evaluation, ensure_digits_models
+    from mlmodelscope.agent.runner import EvaluationError, evaluate
+    from mlmodelscope.spec import load_evaluations
+
+    spec = folder / f"{name}.yaml"
+    doc = digits_evaluation(ensure_digits_models(), framework, name, scenario=QUICK, **sections)
+    spec.write_text(yaml.safe_dump(doc))
+    [loaded] = load_evaluations(spec)
+    output = folder / f"{name}.json"
+    with contextlib.suppress(EvaluationError):  # the failed run writes its document too
+        evaluate(loaded, output=output)
+    data: dict[str, Any] = json.loads(output.read_text())
+    return data
+
+
+def real_documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """{evaluation name: document}, the three frameworks' runs first, then the failed one
+    (copies: tests may edit them)."""
+    if not _made:
+        folder = tmp_path_factory.mktemp("dashboard-runs")
+        for framework in FRAMEWORKS:
+            name = evaluation_name(framework)
+            _made[name] = _run(folder, framework, name)
+        _made[FAILED] = _run(folder, "onnxruntime", FAILED, model={"sha256": "1" * 64})
+    return copy.deepcopy(_made)
+
+
+def record(store_url: str, documents: list[dict[str, Any]]) -> None:
+    """Record ``documents`` in the store at ``store_url`` (created when new)."""
+    with open_store(store_url) as store:
+        for document in documents:
+            assert store.record(document)

@@ -1,0 +1,299 @@
+"""The JSON API of `mlms serve` over real result documents, on SQLite and PostgreSQL
+(in-process: TestClient). Every expected number is read from the documents the agent wrote."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from serve_fixtures import ClientFactory, bearer
+
+from mlmodelscope.report.compare import compare, parse_result
+from mlmodelscope.server.app import ServeSettings, create_app
+from mlmodelscope.store import Store
+
+pytestmark = pytest.mark.frameworks
+
+Docs = dict[str, dict[str, Any]]
+NEWEST_FIRST = ["srv-bad-hash", "srv-torch", "srv-ort-b", "srv-ort-a"]
+
+
+def rows(document: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The document's results by batch size."""
+    return {r["batch_size"]: r for r in document.get("results") or []}
+
+
+def test_list_runs_newest_first_with_their_batch_rows(
+    make_client: ClientFactory, docs: Docs
+) -> None:
+    page = make_client().get("/api/v1/runs").json()
+    assert page["total"] == 4 and page["offset"] == 0 and page["limit"] == 100
+    assert [item["evaluation"] for item in page["items"]] == NEWEST_FIRST
+    for item in page["items"]:
+        document = docs[item["evaluation"]]
+        assert item["run_id"] == document["run_id"]
+        assert item["status"] == document["status"]
+        assert item["model_name"] == document["spec"]["model"]["name"]
+        assert item["framework"] == document["spec"]["framework"]["name"]
+        assert item["scenario"] == "SingleStream"
+        expected = rows(document)
+        assert [r["batch_size"] for r in item["results"]] == sorted(expected)
+        for row in item["results"]:
+            wanted = expected[row["batch_size"]]
+            assert row["latency_ms"] == {
+                k: wanted["latency_ms"].get(k) for k in ("p50", "p90", "p99", "mean")
+            }
+            assert row["throughput"] == wanted["throughput"]
+            assert row["valid"] == wanted["valid"]
+        if document["status"] == "Succeeded":
+            assert item["top1"] == document["accuracy"]["top1"]
+            assert item["framework_version"] == document["backend"]["framework_version"]
+        else:
+            assert item["results"] == [] and item["error_type"] == document["error"]["type"]
+
+
+def test_list_runs_filters_and_pages(make_client: ClientFactory, docs: Docs) -> None:
+    client = make_client()
+
+    def names(**params: Any) -> list[str]:
+        response = client.get("/api/v1/runs", params=params)
+        assert response.status_code == 200, response.text
+        return [item["evaluation"] for item in response.json()["items"]]
+
+    assert names(framework="pytorch") == ["srv-torch"]
+    assert names(status="Failed") == ["srv-bad-hash"]
+    assert names(status="Succeeded", framework="onnxruntime") == ["srv-ort-b", "srv-ort-a"]
+    assert names(evaluation="srv-ort-a") == ["srv-ort-a"]
+    assert names(scenario="SingleStream") == NEWEST_FIRST
+    assert names(scenario="Offline") == []
+    assert names(model=docs["srv-ort-a"]["spec"]["model"]["name"]) == NEWEST_FIRST
+    assert names(device="cpu", framework="pytorch") == ["srv-torch"]
+    assert names(gpu="NVIDIA H100 80GB HBM3") == []
+    assert names(limit=2) == NEWEST_FIRST[:2]
+    assert names(limit=2, offset=2) == NEWEST_FIRST[2:]
+    assert names(offset=10) == []
+    page = client.get("/api/v1/runs", params={"limit": 1, "framework": "onnxruntime"}).json()
+    assert page["total"] == 3 and len(page["items"]) == 1
+    for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"model": "a\x00b"}):
+        response = client.get("/api/v1/runs", params=bad)
+        assert response.status_code == 422, (bad, response.text)
+
+
+def test_get_run_returns_the_document_as_recorded(make_client: ClientFactory, docs: Docs) -> None:
+    client = make_client()
+    for document in docs.values():
+        response = client.get(f"/api/v1/runs/{document['run_id']}")
+        assert response.status_code == 200
+        assert response.json() == document
+    unknown = str(uuid.uuid4())
+    response = client.get(f"/api/v1/runs/{unknown}")
+    assert response.status_code == 404
+    assert response.json() == {"detail": f"no run {unknown} in the results store"}
+    response = client.get("/api/v1/runs/not-a-uuid")
+    assert response.status_code == 404
+    assert "run ids are UUIDs" in response.json()["detail"]
+
+
+def test_post_records_once_and_refuses_what_is_no_document(
+    make_client: ClientFactory, docs: Docs, filled_store: Store
+) -> None:
+    client = make_client(write_token="w")
+    document = docs["srv-ort-a"]
+    document["run_id"] = str(uuid.uuid4())
+    document["evaluation"]["name"] = "srv-posted"
+    first = client.post("/api/v1/runs", json=document, headers=bearer("w"))
+    assert first.status_code == 201, first.text
+    assert first.json() == {
+        "run_id": document["run_id"],
+        "created": True,
+        "location": f"/api/v1/runs/{document['run_id']}",
+    }
+    again = client.post("/api/v1/runs", json=document, headers=bearer("w"))
+    assert again.status_code == 200 and again.json()["created"] is False
+    assert client.get(first.json()["location"]).json() == document
+    assert filled_store.get(document["run_id"]) == document
+
+    def refused(body: Any) -> str:
+        response = client.post(
+            "/api/v1/runs",
+            content=json.dumps(body),
+            headers={**bearer("w"), "Content-Type": "application/json"},
+        )
+        assert response.status_code == 422, response.text
+        return json.dumps(response.json()["detail"])
+
+    assert "kind" in refused({"kind": "Something"})
+    partial = {k: v for k, v in document.items() if k not in ("results", "accuracy")}
+    assert "a Succeeded document needs" in refused(partial)
+    no_id = {**docs["srv-bad-hash"], "run_id": None}
+    assert "without run_id" in refused(no_id)
+    assert "is not a UUID" in refused({**document, "run_id": "run-1"})
+    assert "not a finite number" in refused(
+        {**document, "run_id": str(uuid.uuid4()), "spec": {"note": float("nan")}}
+    )
+    assert "Input should be a valid dictionary" in refused([document])
+
+
+def test_post_a_value_the_database_refuses_is_422_not_500(
+    make_client: ClientFactory, docs: Docs, filled_store: Store
+) -> None:
+    """PostgreSQL refuses an evaluation name longer than its column (253); SQLite stores it."""
+    client = make_client(write_token="w")
+    document = docs["srv-torch"]
+    document["run_id"] = str(uuid.uuid4())
+    document["evaluation"]["name"] = "x" * 300
+    response = client.post("/api/v1/runs", json=document, headers=bearer("w"))
+    if filled_store.engine.dialect.name == "postgresql":
+        assert response.status_code == 422, response.text
+        assert "not recordable" in json.dumps(response.json()["detail"])
+        assert filled_store.get(document["run_id"]) is None
+    else:
+        assert response.status_code == 201, response.text
+
+
+def test_compare_is_mlms_compare_of_the_stored_documents(
+    make_client: ClientFactory, docs: Docs
+) -> None:
+    client = make_client()
+    names = ["srv-ort-a", "srv-torch", "srv-ort-b"]
+    ids = [docs[name]["run_id"] for name in names]
+    response = client.get("/api/v1/compare", params={"run": ids})
+    assert response.status_code == 200, response.text
+    expected = compare([parse_result(docs[n], f"store:{docs[n]['run_id']}") for n in names])
+    assert response.json() == json.loads(json.dumps(expected.to_json_dict()))
+    assert response.json()["reference"] == "srv-ort-a"
+    assert [row["run"] for row in response.json()["rows"]][:2] == ["srv-ort-a", "srv-ort-a"]
+
+    one = client.get("/api/v1/compare", params={"run": ids[:1]})
+    assert one.status_code == 422 and "at least two" in one.text
+    unknown = str(uuid.uuid4())
+    missing = client.get("/api/v1/compare", params={"run": [ids[0], unknown]})
+    assert missing.status_code == 404 and unknown in missing.json()["detail"]
+    assert client.get("/api/v1/compare").status_code == 422
+
+
+def test_leaderboard_keeps_the_best_succeeded_run_per_model_and_hardware(
+    make_client: ClientFactory, docs: Docs
+) -> None:
+    client = make_client()
+    ort = [docs["srv-ort-a"], docs["srv-ort-b"]]
+    board = client.get("/api/v1/leaderboard").json()
+    assert board["metric"] == "p50_ms" and board["batch_size"] == 1
+    by_framework = {entry["framework"]: entry for entry in board["entries"]}
+    assert set(by_framework) == {"onnxruntime", "pytorch"}  # the Failed run takes no part
+    best = min(ort, key=lambda d: rows(d)[1]["latency_ms"]["p50"])
+    entry = by_framework["onnxruntime"]
+    assert entry["run_id"] == best["run_id"] and entry["runs"] == 2
+    assert entry["value"] == entry["p50_ms"] == rows(best)[1]["latency_ms"]["p50"]
+    assert entry["throughput"] == rows(best)[1]["throughput"]
+    assert entry["top1"] == best["accuracy"]["top1"]
+    assert entry["device"] == "cpu" and entry["gpu_product"] is None
+    assert by_framework["pytorch"]["run_id"] == docs["srv-torch"]["run_id"]
+    assert by_framework["pytorch"]["runs"] == 1
+    values = [e["value"] for e in board["entries"]]
+    assert values == sorted(values)  # one model: best first
+
+    fastest = client.get("/api/v1/leaderboard", params={"metric": "throughput", "batch_size": 8})
+    entry = {e["framework"]: e for e in fastest.json()["entries"]}["onnxruntime"]
+    best = max(ort, key=lambda d: rows(d)[8]["throughput"])
+    assert entry["run_id"] == best["run_id"] and entry["value"] == rows(best)[8]["throughput"]
+    assert entry["batch_size"] == 8
+
+    only = client.get("/api/v1/leaderboard", params={"framework": "pytorch", "metric": "top1"})
+    assert [e["run_id"] for e in only.json()["entries"]] == [docs["srv-torch"]["run_id"]]
+    assert client.get("/api/v1/leaderboard", params={"batch_size": 3}).json()["entries"] == []
+    assert client.get("/api/v1/leaderboard", params={"metric": "nope"}).status_code == 422
+
+
+def test_history_of_a_model_oldest_first(make_client: ClientFactory, docs: Docs) -> None:
+    client = make_client()
+    model = docs["srv-ort-a"]["spec"]["model"]["name"]
+    history = client.get(f"/api/v1/models/{model}/history").json()
+    assert history["model"] == model and history["batch_size"] is None
+    assert [p["evaluation"] for p in history["points"]] == list(docs)
+    for point in history["points"]:
+        document = docs[point["evaluation"]]
+        if document["status"] == "Failed":
+            assert point["batch_size"] is None and point["p50_ms"] is None
+            continue
+        row = rows(document)[1]  # the smallest batch size
+        assert point["batch_size"] == 1
+        assert point["p50_ms"] == row["latency_ms"]["p50"]
+        assert point["p99_ms"] == row["latency_ms"]["p99"]
+        assert point["throughput"] == row["throughput"]
+        assert point["top1"] == document["accuracy"]["top1"]
+
+    at8 = client.get(
+        f"/api/v1/models/{model}/history",
+        params={"batch_size": 8, "framework": "onnxruntime", "status": "Succeeded"},
+    ).json()
+    assert [p["evaluation"] for p in at8["points"]] == ["srv-ort-a", "srv-ort-b"]
+    assert [p["throughput"] for p in at8["points"]] == [
+        rows(docs[n])[8]["throughput"] for n in ("srv-ort-a", "srv-ort-b")
+    ]
+    newest = client.get(f"/api/v1/models/{model}/history", params={"limit": 2}).json()
+    assert [p["evaluation"] for p in newest["points"]] == ["srv-torch", "srv-bad-hash"]
+    missing = client.get("/api/v1/models/no-such-model/history")
+    assert missing.status_code == 404 and "no-such-model" in missing.json()["detail"]
+    empty = client.get(f"/api/v1/models/{model}/history", params={"gpu": "none"})
+    assert empty.status_code == 200 and empty.json()["points"] == []
+
+
+def test_csv_export_one_row_per_run_and_batch_size(make_client: ClientFactory, docs: Docs) -> None:
+    response = make_client().get("/api/v1/runs.csv", params={"framework": "onnxruntime"})
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    table = list(csv.DictReader(io.StringIO(response.text)))
+    assert [(r["evaluation"], r["batch_size"]) for r in table] == [
+        ("srv-bad-hash", ""),
+        ("srv-ort-b", "1"),
+        ("srv-ort-b", "8"),
+        ("srv-ort-a", "1"),
+        ("srv-ort-a", "8"),
+    ]
+    for row in table[1:]:
+        wanted = rows(docs[row["evaluation"]])[int(row["batch_size"])]
+        assert float(row["p50_ms"]) == wanted["latency_ms"]["p50"]
+        assert float(row["p99_ms"]) == wanted["latency_ms"]["p99"]
+        assert float(row["throughput"]) == wanted["throughput"]
+        assert row["run_id"] == docs[row["evaluation"]]["run_id"]
+    assert table[0]["status"] == "Failed" and table[0]["p50_ms"] == ""
+    everything = make_client().get("/api/v1/runs.csv").text
+    assert len(list(csv.DictReader(io.StringIO(everything)))) == 7
+
+
+def test_probes(make_client: ClientFactory) -> None:
+    client = make_client(read_token="r")
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ok"}
+
+
+def test_readyz_is_503_when_the_store_does_not_answer(tmp_path: Any) -> None:
+    broken = Store(sa.create_engine(f"sqlite:///{tmp_path / 'no-such-folder' / 'runs.db'}"))
+    with TestClient(create_app(ServeSettings(), broken)) as client:
+        assert client.get("/healthz").status_code == 200
+        response = client.get("/readyz")
+        assert response.status_code == 503
+        assert "does not answer" in response.json()["detail"]
+
+
+def test_csv_export_quotes_cells_a_spreadsheet_would_run(
+    make_client: ClientFactory, filled_store: Store, docs: Docs
+) -> None:
+    """Evaluation names come from users: one starting with ``=`` must not become a formula."""
+    hostile = json.loads(json.dumps(docs["srv-ort-a"]))
+    hostile["run_id"] = str(uuid.uuid4())
+    hostile["evaluation"]["name"] = '=HYPERLINK("http://evil.example","x")'
+    assert filled_store.record(hostile)
+    response = make_client().get(
+        "/api/v1/runs.csv", params={"evaluation": '=HYPERLINK("http://evil.example","x")'}
+    )
+    table = list(csv.DictReader(io.StringIO(response.text)))
+    assert table and {r["evaluation"] for r in table} == {"'" + hostile["evaluation"]["name"]}
+    assert float(table[0]["p50_ms"]) == rows(hostile)[1]["latency_ms"]["p50"]
