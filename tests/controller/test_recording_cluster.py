@@ -9,9 +9,7 @@ digits evaluations really run on the exec node.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from mlmodelscope.contract.kube import Kube, configmap_path, evaluation_path
 from mlmodelscope.controller import recording
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
-from mlmodelscope.devtools.postgres import APT_HINT, PostgreSQL, find_bin_dir
+from mlmodelscope.devtools.postgres import PostgreSQL
 from mlmodelscope.spec.status import BatchResult
 from mlmodelscope.store import open_store
 
@@ -37,21 +35,6 @@ kube = cluster_tests.kube
 start_operator = cluster_tests.start_operator
 
 RETRY_SECONDS = 2
-
-
-@pytest.fixture
-def stoppable_postgresql() -> Iterator[PostgreSQL]:
-    """A PostgreSQL of this test alone (the session's is shared), so it can be stopped."""
-    bin_dir = find_bin_dir()
-    if bin_dir is None:
-        pytest.skip(f"PostgreSQL is not installed; install it with: {APT_HINT}")
-    workdir = Path(tempfile.mkdtemp(prefix="mlms-postgres-"))
-    server = PostgreSQL(workdir, bin_dir)
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def record_of(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
@@ -151,12 +134,12 @@ def test_a_run_that_ends_while_the_database_is_down_is_recorded_when_it_is_back(
     start_operator: Callable[..., OperatorProcess],
     agent_rbac: str,
     digits_onnx: Path,
-    stoppable_postgresql: PostgreSQL,
+    private_postgresql: PostgreSQL,
 ) -> None:
     """Two runs end with the database stopped: both wait in outbox ConfigMaps (status Pending);
     one evaluation is deleted meanwhile. Once the database is back, both are recorded within
     the retry interval, the outboxes are gone, and the remaining evaluation says Recorded."""
-    server = stoppable_postgresql
+    server = private_postgresql
     store_url = server.create_database()
     server.stop()
     op = start_operator(

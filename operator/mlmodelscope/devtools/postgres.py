@@ -15,6 +15,7 @@ Works without pytest too (``PostgreSQL(workdir, find_bin_dir())``, then ``stop()
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import re
@@ -143,10 +144,10 @@ class PostgreSQL(Server):
         return self.url_for(name)
 
 
-@pytest.fixture(scope="session")
-def postgresql() -> Iterator[PostgreSQL]:
-    """A running PostgreSQL (Debian package) on a free loopback port for the whole session;
-    ``postgresql.create_database()`` returns the URL of a fresh database."""
+@contextlib.contextmanager
+def running_postgresql() -> Iterator[PostgreSQL]:
+    """A started PostgreSQL in a fresh folder, stopped afterwards (its log kept); skips the
+    test when the Debian package is missing."""
     bin_dir = find_bin_dir()
     if bin_dir is None:
         pytest.skip(f"PostgreSQL is not installed; install it with: {APT_HINT}")
@@ -157,3 +158,19 @@ def postgresql() -> Iterator[PostgreSQL]:
     finally:
         server.stop()
         shutil.rmtree(workdir / "data", ignore_errors=True)  # keep the log
+
+
+@pytest.fixture(scope="session")
+def postgresql() -> Iterator[PostgreSQL]:
+    """A running PostgreSQL (Debian package) on a free loopback port for the whole session;
+    ``postgresql.create_database()`` returns the URL of a fresh database."""
+    with running_postgresql() as server:
+        yield server
+
+
+@pytest.fixture
+def private_postgresql() -> Iterator[PostgreSQL]:
+    """A PostgreSQL of one test alone (the session's is shared), so the test may stop and
+    start it."""
+    with running_postgresql() as server:
+        yield server

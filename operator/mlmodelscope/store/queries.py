@@ -14,9 +14,8 @@ from typing import Any, Final, Literal
 
 import sqlalchemy as sa
 
-from mlmodelscope.spec.status import BatchResult
 from mlmodelscope.store.schema import run_results, runs
-from mlmodelscope.store.store import RunSummary, Store, as_utc, batch_result, run_summary
+from mlmodelscope.store.store import RunSummary, Store, as_utc, summaries_of
 
 SUCCEEDED: Final = "Succeeded"
 Metric = Literal["p50_ms", "p99_ms", "throughput", "top1"]
@@ -80,25 +79,7 @@ def page_runs(
     query = where.apply(sa.select(*SUMMARY_COLUMNS))
     query = query.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
     with store.engine.connect() as conn:
-        found = conn.execute(query).mappings().all()
-        results = _results_of(conn, {r["run_id"]: r for r in found})
-    return [run_summary(r, tuple(results[r["run_id"]])) for r in found]
-
-
-def _results_of(
-    conn: sa.Connection, by_id: dict[str, sa.RowMapping]
-) -> dict[str, list[BatchResult]]:
-    """The batch-size rows of the runs in ``by_id``, ascending by batch size."""
-    by_run: dict[str, list[BatchResult]] = {run_id: [] for run_id in by_id}
-    if by_id:
-        rows = conn.execute(
-            sa.select(run_results)
-            .where(run_results.c.run_id.in_(list(by_id)))
-            .order_by(run_results.c.run_id, run_results.c.batch_size)
-        ).mappings()
-        for row in rows:
-            by_run[row["run_id"]].append(batch_result(row, by_id[row["run_id"]]))
-    return by_run
+        return summaries_of(conn, conn.execute(query).mappings().all())
 
 
 @dataclass(frozen=True)

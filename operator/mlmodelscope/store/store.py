@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -188,18 +188,7 @@ class Store:
                 query = query.where(column == value)
         query = query.order_by(runs.c.started_at.desc(), runs.c.run_id).limit(limit)
         with self.engine.connect() as conn:
-            found = conn.execute(query).mappings().all()
-            by_id = {r["run_id"]: r for r in found}
-            by_run: dict[str, list[BatchResult]] = {i: [] for i in by_id}
-            if by_id:
-                rows = conn.execute(
-                    sa.select(run_results)
-                    .where(run_results.c.run_id.in_(list(by_id)))
-                    .order_by(run_results.c.run_id, run_results.c.batch_size)
-                ).mappings()
-                for r in rows:
-                    by_run[r["run_id"]].append(batch_result(r, by_id[r["run_id"]]))
-        return [run_summary(r, tuple(by_run[r["run_id"]])) for r in found]
+            return summaries_of(conn, conn.execute(query).mappings().all())
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which has ``on_conflict_do_nothing``."""
@@ -313,6 +302,22 @@ def _result_row(run_id: str, row: BatchResult) -> dict[str, Any]:
         "qps": row.qps,
         "valid": row.valid,
     }
+
+
+def summaries_of(conn: sa.Connection, found: Sequence[sa.RowMapping]) -> list[RunSummary]:
+    """``found`` (``runs`` rows without the document) as RunSummaries, each with its batch-size
+    rows ascending (one more query for all of them)."""
+    by_id = {r["run_id"]: r for r in found}
+    by_run: dict[str, list[BatchResult]] = {run_id: [] for run_id in by_id}
+    if by_id:
+        rows = conn.execute(
+            sa.select(run_results)
+            .where(run_results.c.run_id.in_(list(by_id)))
+            .order_by(run_results.c.run_id, run_results.c.batch_size)
+        ).mappings()
+        for row in rows:
+            by_run[row["run_id"]].append(batch_result(row, by_id[row["run_id"]]))
+    return [run_summary(r, tuple(by_run[r["run_id"]])) for r in found]
 
 
 def batch_result(row: sa.RowMapping, run: sa.RowMapping) -> BatchResult:
