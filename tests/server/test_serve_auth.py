@@ -15,7 +15,7 @@ from serve_fixtures import ClientFactory, bearer
 from typer.testing import CliRunner
 
 from mlmodelscope.cli import app
-from mlmodelscope.server.auth import require_read
+from mlmodelscope.server.auth import COOKIE, require_read
 
 pytestmark = pytest.mark.frameworks
 
@@ -49,6 +49,21 @@ def test_reads_need_the_read_or_the_write_token(make_client: ClientFactory) -> N
         assert client.get(path, headers=bearer(WRITE)).status_code == 200
     for probe in ("/healthz", "/readyz"):
         assert client.get(probe).status_code == 200
+
+
+def test_the_dashboard_cookie_reads_the_api_but_never_writes(
+    make_client: ClientFactory, docs: dict[str, dict[str, Any]]
+) -> None:
+    """A browser logged in to the dashboard follows the run page's JSON link; a page elsewhere
+    cannot make that browser write, since writes take the Authorization header alone."""
+    client = make_client(read_token=READ, write_token=WRITE)
+    run_id = docs["srv-ort-a"]["run_id"]
+    client.cookies.set(COOKIE, "guess")
+    assert client.get(f"/api/v1/runs/{run_id}").status_code == 401
+    for token in (READ, WRITE):
+        client.cookies.set(COOKIE, token)
+        assert client.get(f"/api/v1/runs/{run_id}").json()["run_id"] == run_id
+    assert client.post("/api/v1/runs", json=new_document(docs)).status_code == 401
 
 
 def test_writes_need_the_write_token(

@@ -22,6 +22,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from mlmodelscope.server.app import settings_of
 
+COOKIE: Final = "mlms_token"
+"""The dashboard keeps the token a browser logged in with here (HttpOnly, SameSite=Lax). It
+counts for reads only (so the run page's link to its JSON works in that browser); writes take
+the Authorization header alone, so no page elsewhere can make a browser write."""
 ENABLE_WRITES: Final = (
     "writes are disabled on this server: start `mlms serve` with --write-token-file FILE "
     "or $MLMS_SERVE_WRITE_TOKEN to enable POST /api/v1/runs"
@@ -64,8 +68,15 @@ Role = Annotated[Literal["write", "read"] | None, Depends(token_role)]
 
 
 def require_read(request: Request, role: Role) -> None:
-    """Reads: the read token or the write token, or nothing when no read token is set."""
+    """Reads: the read token or the write token (header, or the dashboard's cookie), or nothing
+    when no read token is set."""
     if role is None and settings_of(request).read_token is not None:
+        cookie = request.cookies.get(COOKIE)
+        settings = settings_of(request)
+        if cookie and (
+            _matches(cookie, settings.read_token) or _matches(cookie, settings.write_token)
+        ):
+            return
         raise _unauthorized("this server needs a bearer token: Authorization: Bearer <token>")
 
 

@@ -29,7 +29,7 @@ from mlmodelscope.server import auth
 from mlmodelscope.server.app import settings_of, store_of
 from mlmodelscope.server.pages import render
 
-COOKIE: Final = "mlms_token"
+COOKIE: Final = auth.COOKIE
 """The browser's copy of the read (or write) token."""
 LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
