@@ -1,9 +1,12 @@
 -- Argo CD health check for mlmodelscope.io ModelEvaluation and EvaluationSweep.
--- Reads only .status.phase, .status.conditions (metav1.Condition), .status.observedGeneration
--- and .status.message/.summary, which both kinds share. Written for Lua 5.1 (gopher-lua).
+-- Reads .status.phase, .status.conditions (metav1.Condition), .status.observedGeneration and
+-- .status.message, which both kinds have, plus a ModelEvaluation's .status.summary and an
+-- EvaluationSweep's .status.progress and .status.failed. Written for Lua 5.1 (gopher-lua).
 --   Succeeded                  -> Healthy
 --   Pending / Queued / Running -> Progressing (also: no status yet, or status of an older generation)
 --   Failed                     -> Degraded
+--   Stopped (sweep)            -> Degraded (a child failed under failurePolicy Stop)
+--   Suspended (sweep)          -> Suspended (spec.suspend: true)
 local hs = {}
 
 local function condition(status, kind, value)
@@ -47,6 +50,46 @@ if generation ~= nil and status.observedGeneration ~= nil and status.observedGen
 end
 
 local phase = status.phase
+
+if obj.kind == "EvaluationSweep" then
+  -- The sweep's own words first (its progress, e.g. "7/12 Succeeded"), then why.
+  local progress = status.progress
+  if progress == nil or progress == "" then
+    progress = phase
+  end
+  local function with_detail(text, why)
+    if why ~= nil then
+      return text .. "; " .. why
+    end
+    return text
+  end
+  local failed = ""
+  if status.failed ~= nil and status.failed > 0 then
+    failed = ", " .. tostring(status.failed) .. " failed"
+  end
+  if phase == "Succeeded" then
+    hs.status = "Healthy"
+    hs.message = progress
+  elseif phase == "Failed" or phase == "Stopped" then
+    hs.status = "Degraded"
+    local head = phase
+    if progress ~= phase then
+      head = phase .. ": " .. progress
+    end
+    hs.message = with_detail(head .. failed, detail(status, phase))
+  elseif phase == "Suspended" then
+    hs.status = "Suspended"
+    hs.message = with_detail("Suspended at " .. progress, detail(status, "Suspended"))
+  elseif phase == "Pending" or phase == "Running" then
+    hs.status = "Progressing"
+    hs.message = progress .. failed
+  else
+    hs.status = "Unknown"
+    hs.message = "Unknown phase " .. tostring(phase)
+  end
+  return hs
+end
+
 if phase == "Succeeded" then
   hs.status = "Healthy"
   local parts = {}

@@ -47,6 +47,7 @@ def fail(text: str) -> None:
 
 
 REPO_CRDS = Path("crds")
+CHART_CRDS = Path("helm/mlmodelscope/crds")
 
 
 @app.command()
@@ -57,21 +58,30 @@ def version() -> None:
 
 @app.command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="ModelEvaluation YAML files.")],
+    files: Annotated[
+        list[Path], typer.Argument(help="YAML files of ModelEvaluations and EvaluationSweeps.")
+    ],
 ) -> None:
-    """Check ModelEvaluation files against the spec, naming every field at fault."""
-    from mlmodelscope.spec import SpecValidationError, load_evaluations
+    """Check ModelEvaluation and EvaluationSweep files against the spec, document by document,
+    naming every field at fault (for a sweep, also every child it would create)."""
+    from mlmodelscope.spec import SpecValidationError
+    from mlmodelscope.spec.resources import check_file
 
     failed = False
     for file in files:
         try:
-            loaded = load_evaluations(file)
+            checked = check_file(file)
         except SpecValidationError as exc:
             failed = True
             fail(str(exc))
             continue
-        for item in loaded:
-            console.print(f"[green]✓[/green] {item.source}", highlight=False)
+        for item in checked:
+            if item.error is not None:
+                failed = True
+                fail(str(item.error))
+                continue
+            note = f": {item.children} ModelEvaluations" if item.children else ""
+            console.print(f"[green]✓[/green] {item.source}{note}", highlight=False)
     raise typer.Exit(1 if failed else 0)
 
 
@@ -94,16 +104,20 @@ def crd(
         for text in render_crds().values():
             typer.echo(text, nl=False)
         return
+    folders = [output_dir]
+    if output_dir == REPO_CRDS and CHART_CRDS.is_dir():
+        folders.append(CHART_CRDS)  # the chart ships a copy; keep it in step
     if check:
-        stale = stale_crds(output_dir)
+        stale = [str(folder / name) for folder in folders for name in stale_crds(folder)]
         if schema.is_stale():
             stale.append(str(schema.SCHEMA_PATH))
         if stale:
             errors.print(f"out of date: {', '.join(stale)}; run `mlms crd`")
             raise typer.Exit(1)
-        console.print(f"CRDs in {output_dir} and {schema.SCHEMA_PATH.name} are up to date")
+        shown = " and ".join(str(folder) for folder in folders)
+        console.print(f"CRDs in {shown} and {schema.SCHEMA_PATH.name} are up to date")
         return
-    for path in [*write_crds(output_dir), schema.write()]:
+    for path in [*(p for folder in folders for p in write_crds(folder)), schema.write()]:
         console.print(f"wrote {path}")
 
 

@@ -103,11 +103,11 @@ def test_chart_crds_are_identical_copies_of_the_repository_crds() -> None:
     assert REPO_CRDS, "no CRDs in crds/"
     chart_crds = {p.name for p in (CHART / "crds").glob("*.yaml")}
     missing = {p.name for p in REPO_CRDS} - chart_crds
-    assert not missing, f"copy them: cp crds/*.yaml helm/mlmodelscope/crds/ ({sorted(missing)})"
+    assert not missing, f"run `mlms crd`, which writes both copies ({sorted(missing)})"
     for crd in REPO_CRDS:
         copy = CHART / "crds" / crd.name
         assert copy.read_bytes() == crd.read_bytes(), (
-            f"{copy} differs from {crd}: cp crds/*.yaml helm/mlmodelscope/crds/"
+            f"{copy} differs from {crd}: run `mlms crd`, which writes both copies"
         )
     extra = chart_crds - {p.name for p in REPO_CRDS} - CHART_ONLY_CRDS
     assert not extra, f"CRDs in the chart that crds/ does not have: {sorted(extra)}"

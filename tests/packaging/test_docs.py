@@ -20,6 +20,7 @@ from mlmodelscope.cli import app as mlms_app
 from mlmodelscope.spec import SpecValidationError
 from mlmodelscope.spec.document import parse_evaluation
 from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.spec.resources import parse_resource
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -76,19 +77,22 @@ def test_spec_doc_examples_validate(index: int) -> None:
     """Full documents validate as they are; fragments validate merged into a small spec."""
     block = yaml.safe_load(yaml_blocks(SPEC_MD)[index])
     if "apiVersion" in block:
-        document = block
-    else:
-        spec = {**BASE_SPEC, **block}
-        if "framework" in block and block["framework"]["name"] != "pytorch":
-            pytest.fail("fragments are checked against a PyTorch base spec")
-        if block.get("dataset", {}).get("type") == "synthetic":
-            spec["scenario"] = {"accuracy": False}
-        document = {
-            "apiVersion": "mlmodelscope.io/v1alpha1",
-            "kind": "ModelEvaluation",
-            "metadata": {"name": f"doc-example-{index}"},
-            "spec": spec,
-        }
+        try:
+            parse_resource(block, source=f"docs/spec.md yaml block {index}")  # either kind
+        except SpecValidationError as exc:
+            pytest.fail(str(exc))
+        return
+    spec = {**BASE_SPEC, **block}
+    if "framework" in block and block["framework"]["name"] != "pytorch":
+        pytest.fail("fragments are checked against a PyTorch base spec")
+    if block.get("dataset", {}).get("type") == "synthetic":
+        spec["scenario"] = {"accuracy": False}
+    document = {
+        "apiVersion": "mlmodelscope.io/v1alpha1",
+        "kind": "ModelEvaluation",
+        "metadata": {"name": f"doc-example-{index}"},
+        "spec": spec,
+    }
     try:
         parse_evaluation(document, source=f"docs/spec.md yaml block {index}")
     except SpecValidationError as exc:
@@ -252,8 +256,9 @@ def _resolves(tp: Any, parts: list[str]) -> bool:
 
 def test_every_documented_field_exists() -> None:
     """`spec.x.y` and `status.x` in the README and docs are fields of the ModelEvaluation
-    (its generated CRD), or of a kind listed in OTHER_KINDS."""
+    (its generated CRD) or of the EvaluationSweep, or of a kind listed in OTHER_KINDS."""
     from mlmodelscope.spec.status import EvaluationStatus
+    from mlmodelscope.spec.sweep import SweepSpec, SweepStatus
 
     missing = []
     for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
@@ -263,7 +268,11 @@ def test_every_documented_field_exists() -> None:
                 parts = path.split(".")
                 if parts[-1] in ("yaml", "json", "md", "py") or ".".join(parts[:2]) in OTHER_KINDS:
                     continue
-                root = EvaluationSpec if parts[0] == "spec" else EvaluationStatus
-                if not _resolves(root, parts[1:]):
+                roots = (
+                    (EvaluationSpec, SweepSpec)
+                    if parts[0] == "spec"
+                    else (EvaluationStatus, SweepStatus)
+                )
+                if not any(_resolves(root, parts[1:]) for root in roots):
                     missing.append(f"{doc.relative_to(ROOT)}:{number}: {path}")
     assert not missing, "fields the docs name that do not exist:\n" + "\n".join(missing)

@@ -136,10 +136,86 @@ def test_unknown_phase_is_unknown() -> None:
     assert health(with_status({"phase": "Exploded"}))["status"] == "Unknown"
 
 
-def test_sweep_with_the_same_status_shape() -> None:
-    sweep = with_status({"phase": "Running", "conditions": [condition("Running", "Evaluating")]})
-    sweep["kind"] = "EvaluationSweep"
-    assert health(sweep)["status"] == "Progressing"
+def sweep(status: dict[str, Any] | None, **meta: Any) -> dict[str, Any]:
+    obj = with_status(status, **meta)
+    obj["kind"] = "EvaluationSweep"
+    obj["spec"] = {"parallelism": 2}
+    return obj
+
+
+SWEEP_HEALTH = [
+    pytest.param(
+        {"phase": "Succeeded", "progress": "12/12 Succeeded", "succeeded": 12, "failed": 0},
+        {"status": "Healthy", "message": "12/12 Succeeded"},
+        id="succeeded",
+    ),
+    pytest.param(
+        {"phase": "Running", "progress": "7/12 Succeeded", "failed": 0, "active": 2},
+        {"status": "Progressing", "message": "7/12 Succeeded"},
+        id="running",
+    ),
+    pytest.param(
+        {"phase": "Running", "progress": "7/12 Succeeded", "failed": 1, "active": 2},
+        {"status": "Progressing", "message": "7/12 Succeeded, 1 failed"},
+        id="running with a failure under Continue",
+    ),
+    pytest.param(
+        {"phase": "Pending", "progress": "0/12 Succeeded"},
+        {"status": "Progressing", "message": "0/12 Succeeded"},
+        id="pending",
+    ),
+    pytest.param(
+        {"phase": "Suspended", "progress": "3/12 Succeeded",
+         "conditions": [condition("Suspended", "SuspendedBySpec", "spec.suspend is true")]},
+        {"status": "Suspended",
+         "message": "Suspended at 3/12 Succeeded; SuspendedBySpec: spec.suspend is true"},
+        id="suspended",
+    ),
+    pytest.param(
+        {"phase": "Failed", "progress": "10/12 Succeeded", "failed": 2,
+         "conditions": [condition("Failed", "ChildrenFailed", "2 of 12 children failed")]},
+        {"status": "Degraded",
+         "message": "Failed: 10/12 Succeeded, 2 failed; ChildrenFailed: 2 of 12 children failed"},
+        id="failed",
+    ),
+    pytest.param(
+        {"phase": "Stopped", "progress": "4/12 Succeeded", "failed": 1,
+         "message": "s-digits-pytorch-b8 failed; failurePolicy is Stop"},
+        {"status": "Degraded",
+         "message": "Stopped: 4/12 Succeeded, 1 failed; s-digits-pytorch-b8 failed; "
+         "failurePolicy is Stop"},
+        id="stopped",
+    ),
+    pytest.param(
+        {"phase": "Failed", "conditions": [condition("Failed", "InvalidSpec", "spec.matrix")]},
+        {"status": "Degraded", "message": "Failed; InvalidSpec: spec.matrix"},
+        id="invalid, before any progress",
+    ),
+    pytest.param(
+        {"phase": "Exploded"},
+        {"status": "Unknown", "message": "Unknown phase Exploded"},
+        id="unknown phase",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("status", "expected"), SWEEP_HEALTH)
+def test_sweep_health(status: dict[str, Any], expected: dict[str, Any]) -> None:
+    assert health(sweep(status)) == expected
+
+
+def test_sweep_phases_are_all_covered() -> None:
+    """Every phase the sweep status defines has a health other than Unknown."""
+    from mlmodelscope.spec import SweepPhase
+
+    for phase in SweepPhase:
+        assert health(sweep({"phase": phase.value}))["status"] != "Unknown", phase
+
+
+def test_sweep_without_status_or_of_an_older_generation_is_progressing() -> None:
+    assert health(sweep(None))["status"] == "Progressing"
+    older = health(sweep({"phase": "Succeeded", "observedGeneration": 1}, generation=2))
+    assert older["status"] == "Progressing"
 
 
 def test_applications_point_at_the_chart_and_an_evaluations_folder() -> None:

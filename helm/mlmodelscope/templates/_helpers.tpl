@@ -71,10 +71,11 @@ app.kubernetes.io/component: operator
 
 {{/* Rules the operator needs in every namespace it serves (Role or ClusterRole). */}}
 {{- define "mlmodelscope.operatorRules" -}}
-# Watch ModelEvaluations; patch them for Kopf's finalizer/progress annotations and status.
+# Watch ModelEvaluations; patch them for Kopf's finalizer/progress annotations and status;
+# create and delete the child ModelEvaluations of EvaluationSweeps.
 - apiGroups: ["mlmodelscope.io"]
   resources: ["modelevaluations"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
 - apiGroups: ["mlmodelscope.io"]
   resources: ["modelevaluations/status"]
   verbs: ["get", "patch"]
@@ -82,6 +83,17 @@ app.kubernetes.io/component: operator
 # OwnerReferencesPermissionEnforcement admission plugin is on, e.g. OpenShift).
 - apiGroups: ["mlmodelscope.io"]
   resources: ["modelevaluations/finalizers"]
+  verbs: ["update"]
+# Watch EvaluationSweeps; patch them for Kopf's progress annotations and their status.
+- apiGroups: ["mlmodelscope.io"]
+  resources: ["evaluationsweeps"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["mlmodelscope.io"]
+  resources: ["evaluationsweeps/status"]
+  verbs: ["get", "patch"]
+# Owner references with blockOwnerDeletion on a sweep's child ModelEvaluations.
+- apiGroups: ["mlmodelscope.io"]
+  resources: ["evaluationsweeps/finalizers"]
   verbs: ["update"]
 # The evaluation Job of each ModelEvaluation (owner references clean them up).
 - apiGroups: ["batch"]

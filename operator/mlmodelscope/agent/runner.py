@@ -190,6 +190,7 @@ def evaluate(
             "namespace": evaluation.metadata.namespace,
             "generation": evaluation.metadata.generation,
             "source": loaded.source,
+            **({"labels": dict(labels)} if (labels := evaluation.metadata.labels) else {}),
         },
         "agent_version": __version__,
         "started_at": _now(),

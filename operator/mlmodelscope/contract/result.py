@@ -64,6 +64,10 @@ class EvaluationRef(ContractModel):
     """The metadata.generation evaluated: the operator credits results only to it."""
     source: str | None = None
     """The spec file (local runs) or ConfigMap file it was read from."""
+    labels: dict[str, str] | None = None
+    """The ModelEvaluation's ``metadata.labels`` (absent when it has none), e.g.
+    ``mlmodelscope.io/sweep: <sweep>`` on a child of an EvaluationSweep: the store keeps them
+    with the run."""
 
 
 class ModelInfo(ContractModel):

@@ -76,6 +76,7 @@ def evaluation_document(evaluation: ModelEvaluation) -> dict[str, Any]:
             "namespace": meta.namespace,
             "uid": meta.uid,
             "generation": generation_of(evaluation),
+            **({"labels": dict(meta.labels)} if meta.labels else {}),
         },
         "spec": evaluation.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }

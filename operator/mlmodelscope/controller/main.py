@@ -7,7 +7,8 @@ its :class:`Context`, so tests can run one in-process. There are no timers or da
 would put a finalizer on every evaluation for them, and a stopped operator would then block
 deletions; queued evaluations are admitted when a Job ends instead, and results the store
 could not take are retried by a plain thread (:class:`.recording.RecordRetrier`) that the
-startup and cleanup handlers start and stop. Every handler is
+startup and cleanup handlers start and stop; EvaluationSweeps are resynced by another such
+thread (:class:`.handle_sweep.SweepResync`). Every handler is
 registered through one wrapper, ``Instruments.handler`` (:mod:`.instrument`), which measures
 it and records its span; the handlers themselves know nothing of metrics or traces.
 """
@@ -33,13 +34,16 @@ from mlmodelscope.controller.handlers import (
     handle_job,
     handle_pod,
     handle_startup,
+    handle_sweep,
 )
 from mlmodelscope.controller.instrument import Instruments, StartupError
 from mlmodelscope.controller.settings import DEFAULT_PEERING_NAME, OperatorSettings
 from mlmodelscope.controller.tracing import Run
 from mlmodelscope.spec.document import PLURAL
+from mlmodelscope.spec.sweep import LABEL_SWEEP, SWEEP_PLURAL
 
 RESOURCE: Final = (API_GROUP, API_VERSION, PLURAL)
+SWEEPS: Final = (API_GROUP, API_VERSION, SWEEP_PLURAL)
 TRANSIENT_DELAY: Final = 5.0
 MANAGED: Final = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
 
@@ -117,15 +121,18 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     registry = kopf.OperatorRegistry()
     measured = instruments or Instruments()
     retrier = recording.RecordRetrier(replace(ctx, post_event=api_event_poster(ctx.kube)))
+    resync = handle_sweep.SweepResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         handle_startup.configure(settings)
         retrier.start()
+        resync.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_retrying(**_: Any) -> None:
         retrier.stop()
+        resync.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -172,6 +179,43 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     def pod_scheduling(body: kopf.Body, **_: Any) -> None:
         outcome = handle_pod.pod_changed(body, ctx)
         log.debug("pod %s: %s", body["metadata"]["name"], outcome)
+
+    # EvaluationSweeps: every trigger runs the same level-based reconcile of the sweep
+    # (handle_sweep.reconcile): its spec created, changed or found at start, and every event of
+    # a child ModelEvaluation (those with the sweep label; the owner found through
+    # the child's ownerReference). An invalid sweep ends Failed/InvalidSpec, not retried.
+    @kopf.on.create(*SWEEPS, id="sweep-created", registry=registry, backoff=TRANSIENT_DELAY)
+    @measured.handler("sweep-created")
+    def sweep_created(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        _classified(lambda: handle_sweep.sweep_changed(body, ctx), logger)
+
+    @kopf.on.update(
+        *SWEEPS, id="sweep-changed", field="spec", registry=registry, backoff=TRANSIENT_DELAY
+    )
+    @measured.handler("sweep-changed")
+    def sweep_spec_changed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        _classified(lambda: handle_sweep.sweep_changed(body, ctx), logger)
+
+    @kopf.on.resume(*SWEEPS, id="sweep-resumed", registry=registry, backoff=TRANSIENT_DELAY)
+    @measured.handler("sweep-resumed")
+    def sweep_resumed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        _classified(lambda: handle_sweep.sweep_changed(body, ctx), logger)
+
+    @kopf.on.event(*SWEEPS, id="sweep-deleted", registry=registry, when=_deleted)
+    @measured.handler("sweep-deleted")
+    def sweep_deleted(body: kopf.Body, **_: Any) -> None:
+        handle_sweep.sweep_deleted(body, ctx)
+
+    child_of_a_sweep = {LABEL_SWEEP: kopf.PRESENT}
+
+    @kopf.on.event(*RESOURCE, id="sweep-child", labels=child_of_a_sweep, registry=registry)
+    @measured.handler("sweep-child")
+    def sweep_child_changed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+        try:
+            _classified(lambda: handle_sweep.child_changed(body, ctx), logger)
+        except (kopf.TemporaryError, kopf.PermanentError) as exc:
+            # Event handlers are not retried; the next child event or the resync heals it.
+            logger.warning("reconciling the sweep of %s: %s", body["metadata"]["name"], exc)
 
     return registry
 

@@ -1,4 +1,4 @@
-"""Generate the CustomResourceDefinition from the pydantic models (`mlms crd`).
+"""Generate the CustomResourceDefinitions from the pydantic models (`mlms crd`).
 
 The committed YAML in ``crds/`` is an output, never edited by hand: a test regenerates it and
 fails on any difference. The conversion makes pydantic's JSON Schema *structural* (OpenAPI v3
@@ -18,8 +18,17 @@ from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.spec.document import KIND, PLURAL
 from mlmodelscope.spec.evaluation import EvaluationSpec
 from mlmodelscope.spec.status import EvaluationStatus
+from mlmodelscope.spec.sweep import (
+    MAX_CHILDREN,
+    SWEEP_KIND,
+    SWEEP_PLURAL,
+    SWEEP_SHORT_NAME,
+    SweepSpec,
+    SweepStatus,
+)
 
 CRD_FILENAME = f"{API_GROUP}_{PLURAL}.yaml"
+SWEEP_CRD_FILENAME = f"{API_GROUP}_{SWEEP_PLURAL}.yaml"
 
 _DROP = {"title", "additionalProperties", "$defs", "discriminator"}
 _SCALAR_TYPES = {"string", "integer", "number", "boolean"}
@@ -53,6 +62,50 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "type": "string",
         "jsonPath": ".status.record.state",
         "description": "Whether the run is in the results store: Recorded, Pending, NotRecorded",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+SWEEP_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {
+        "name": "Progress",
+        "type": "string",
+        "jsonPath": ".status.progress",
+        "description": "Children succeeded out of all the matrix defines, e.g. 7/12 Succeeded",
+    },
+    {
+        "name": "Active",
+        "type": "integer",
+        "jsonPath": ".status.active",
+        "description": "Children created and not finished",
+    },
+    {
+        "name": "Failed",
+        "type": "integer",
+        "jsonPath": ".status.failed",
+        "description": "Children that failed",
+    },
+    {
+        "name": "Parallelism",
+        "type": "integer",
+        "jsonPath": ".spec.parallelism",
+        "description": "The most children running at once",
+    },
+    {
+        "name": "Suspended",
+        "type": "boolean",
+        "jsonPath": ".spec.suspend",
+        "description": "Whether creating further children is suspended",
+        "priority": 1,
+    },
+    {
+        "name": "Policy",
+        "type": "string",
+        "jsonPath": ".spec.failurePolicy",
+        "description": "What a failed child does to the rest: Continue or Stop",
         "priority": 1,
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -176,47 +229,73 @@ def _schema_of(model: type[Any], *, defaults: bool) -> dict[str, Any]:
     return structural(schema, schema.get("$defs", {}), defaults=defaults)
 
 
-def openapi_schema() -> dict[str, Any]:
-    """The openAPIV3Schema of ModelEvaluation."""
-    spec = _schema_of(EvaluationSpec, defaults=True)
-    status = _schema_of(EvaluationStatus, defaults=False)
-    spec["description"] = "What to evaluate: a model, framework, dataset, scenario and hardware."
-    status["description"] = "Observed state, written by the operator."
+def _object_schema(
+    description: str, spec: type[Any], spec_description: str, status: type[Any]
+) -> dict[str, Any]:
+    spec_schema = _schema_of(spec, defaults=True)
+    status_schema = _schema_of(status, defaults=False)
+    spec_schema["description"] = spec_description
+    status_schema["description"] = "Observed state, written by the operator."
     return {
         "type": "object",
-        "description": (
-            "A ModelEvaluation evaluates one model with one framework on one dataset under "
-            "an MLPerf scenario, and reports accuracy, latency, throughput and the HW/SW stack."
-        ),
+        "description": description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
             # The API server forbids anything but the type on metadata: it validates it itself.
             "metadata": {"type": "object"},
-            "spec": spec,
-            "status": status,
+            "spec": spec_schema,
+            "status": status_schema,
         },
     }
 
 
-def build_crd() -> dict[str, Any]:
-    """The ModelEvaluation CustomResourceDefinition as a dict."""
+def openapi_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of ModelEvaluation."""
+    return _object_schema(
+        "A ModelEvaluation evaluates one model with one framework on one dataset under "
+        "an MLPerf scenario, and reports accuracy, latency, throughput and the HW/SW stack.",
+        EvaluationSpec,
+        "What to evaluate: a model, framework, dataset, scenario and hardware.",
+        EvaluationStatus,
+    )
+
+
+def sweep_openapi_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of EvaluationSweep."""
+    return _object_schema(
+        "An EvaluationSweep runs a matrix of ModelEvaluations (models x frameworks x hardware "
+        f"x scenarios x batch sizes, at most {MAX_CHILDREN}) as its children, a few at a time, "
+        "and keeps a table of their results in its status. Deleting it deletes them.",
+        SweepSpec,
+        "The matrix, the settings every child shares, and how the children are run.",
+        SweepStatus,
+    )
+
+
+def _crd(
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    columns: list[dict[str, Any]],
+    schema: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{API_GROUP}",
+            "name": f"{plural}.{API_GROUP}",
             "labels": {"app.kubernetes.io/part-of": "mlmodelscope"},
         },
         "spec": {
             "group": API_GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": ["meval"],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
                 "categories": ["mlmodelscope"],
             },
             "scope": "Namespaced",
@@ -226,12 +305,24 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def build_crd() -> dict[str, Any]:
+    """The ModelEvaluation CustomResourceDefinition as a dict."""
+    return _crd(KIND, PLURAL, ["meval"], PRINTER_COLUMNS, openapi_schema())
+
+
+def build_sweep_crd() -> dict[str, Any]:
+    """The EvaluationSweep CustomResourceDefinition as a dict."""
+    return _crd(
+        SWEEP_KIND, SWEEP_PLURAL, [SWEEP_SHORT_NAME], SWEEP_PRINTER_COLUMNS, sweep_openapi_schema()
+    )
 
 
 HEADER = "# Generated by `mlms crd` from mlmodelscope.spec: do not edit by hand.\n"
@@ -239,8 +330,10 @@ HEADER = "# Generated by `mlms crd` from mlmodelscope.spec: do not edit by hand.
 
 def render_crds() -> dict[str, str]:
     """File name -> YAML text of every CRD the project defines."""
-    text = yaml.safe_dump(build_crd(), sort_keys=False, width=100, allow_unicode=True)
-    return {CRD_FILENAME: HEADER + text}
+    return {
+        name: HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
+        for name, crd in ((CRD_FILENAME, build_crd()), (SWEEP_CRD_FILENAME, build_sweep_crd()))
+    }
 
 
 def write_crds(directory: Path) -> list[Path]:

@@ -71,11 +71,12 @@ class Problem:
 class SpecValidationError(ValueError):
     """A document failed validation; ``problems`` names every field at fault."""
 
-    def __init__(self, source: str, problems: Sequence[Problem]) -> None:
+    def __init__(self, source: str, problems: Sequence[Problem], kind: str = KIND) -> None:
         self.source = source
         self.problems = list(problems)
+        self.kind = kind
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{source} is not a valid {KIND}:\n{lines}")
+        super().__init__(f"{source} is not a valid {kind}:\n{lines}")
 
 
 @dataclass(frozen=True)

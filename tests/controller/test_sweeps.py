@@ -1,0 +1,484 @@
+"""EvaluationSweep decisions with no cluster: which children to create, the aggregate status,
+ownership, and the reconcile against an in-memory API (idempotent creation, name conflicts,
+status patched only when it changes)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from mlmodelscope.contract.kube import KubeError, evaluation_path
+from mlmodelscope.controller import status as evaluation_status
+from mlmodelscope.controller import sweeps
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.handlers import handle_sweep
+from mlmodelscope.controller.handlers.handle_evaluation import InvalidSpecError
+from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.spec.sweep import LABEL_SWEEP, SweepChild, expand, parse_sweep
+
+NOW = "2026-11-22T08:00:00Z"
+UID = "5e7e1c4a-aaaa-bbbb-cccc-444455556666"
+MODEL = {
+    "name": "digits",
+    "uri": "file:///models/digits.onnx",
+    "format": "onnx",
+    "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
+    "outputs": [{"name": "logits", "shape": [-1, 10]}],
+}
+EXPORTS = [
+    {"format": "torchscript", "uri": "file:///models/digits.torchscript.pt"},
+    {"format": "savedmodel", "uri": "file:///models/digits_savedmodel"},
+]
+NAMES = [
+    f"grid-cnn-{framework}-b{batch}"
+    for framework in ("onnxruntime", "pytorch", "tensorflow")
+    for batch in (1, 8)
+]
+
+
+def sweep_body(**spec: Any) -> dict[str, Any]:
+    """A stored-looking sweep: digits x 3 frameworks x 2 batch sizes, parallelism 2."""
+    base: dict[str, Any] = {
+        "matrix": {
+            "models": [{"name": "cnn", "model": MODEL, "exports": EXPORTS}],
+            "frameworks": ["onnxruntime", "pytorch", "tensorflow"],
+            "batchSizes": [1, 8],
+        },
+        "template": {
+            "preprocessing": [
+                {"scale": {"factor": 0.0625}},
+                {"layout": {"from": "HWC", "to": "CHW"}},
+            ],
+            "dataset": {"type": "digits"},
+        },
+        "parallelism": 2,
+    }
+    base.update(spec)
+    return {
+        "apiVersion": "mlmodelscope.io/v1alpha1",
+        "kind": "EvaluationSweep",
+        "metadata": {"name": "grid", "namespace": "team-a", "uid": UID, "generation": 1},
+        "spec": base,
+    }
+
+
+def expanded(body: Mapping[str, Any]) -> list[SweepChild]:
+    return expand(handle_sweep.parse_body(body))
+
+
+def child(
+    body: Mapping[str, Any], name: str, phase: str | None = None, **status: Any
+) -> dict[str, Any]:
+    """The stored child ``name`` of ``body``, with a status in ``phase`` (None: not seen)."""
+    [entry] = [c for c in expanded(body) if c.name == name]
+    obj = sweeps.build_child(body, entry)
+    obj["metadata"]["generation"] = 1
+    obj["metadata"]["uid"] = f"uid-{name}"
+    if phase is not None:
+        obj["status"] = {"observedGeneration": 1, "phase": phase, **status}
+    return obj
+
+
+def decide(
+    body: Mapping[str, Any],
+    owned: list[dict[str, Any]],
+    current: Mapping[str, Any] | None = None,
+    conflicts: tuple[str, ...] = (),
+) -> sweeps.Plan:
+    sweep = handle_sweep.parse_body(body)
+    by_name = {c["metadata"]["name"]: c for c in owned}
+    return sweeps.plan(sweep, expand(sweep), by_name, current or {}, NOW, conflicts)
+
+
+def created(plan: sweeps.Plan) -> list[str]:
+    return [c.name for c in plan.create]
+
+
+SUCCEEDED_STATUS: dict[str, Any] = {
+    "summary": {"batchSize": 1, "p50Ms": 0.2, "throughput": 500.0, "top1": 0.977778},
+    "results": [
+        {
+            "batchSize": 1,
+            "scenario": "SingleStream",
+            "latencyMs": {"p50": 0.2, "p99": 0.9},
+            "throughput": 500.0,
+            "top1": 0.977778,
+        }
+    ],
+    "runId": "0f5e1c4a-1111-2222-3333-444455556666",
+    "message": "evaluation succeeded",
+}
+
+
+# ---------------------------------------------------------------------------- ownership
+
+
+def test_children_are_owned_by_the_sweep_labelled_and_in_its_namespace() -> None:
+    body = sweep_body()
+    entries = expanded(body)
+    assert [c.name for c in entries] == NAMES
+    obj = sweeps.build_child(body, entries[0])
+    meta = obj["metadata"]
+    assert meta["name"] == "grid-cnn-onnxruntime-b1" and meta["namespace"] == "team-a"
+    assert meta["labels"][LABEL_SWEEP] == "grid"
+    assert meta["ownerReferences"] == [
+        {
+            "apiVersion": "mlmodelscope.io/v1alpha1",
+            "kind": "EvaluationSweep",
+            "name": "grid",
+            "uid": UID,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert obj["kind"] == "ModelEvaluation" and obj["spec"]["framework"]["name"] == "onnxruntime"
+    assert entries[0].document["metadata"].get("namespace") is None  # expand's is not touched
+    assert sweeps.owner_of(obj) == ("team-a", "grid", UID)
+
+
+def test_a_child_belongs_only_with_the_label_and_the_owners_uid() -> None:
+    body = sweep_body()
+    mine = child(body, NAMES[0])
+    unlabelled = copy.deepcopy(mine)
+    del unlabelled["metadata"]["labels"][LABEL_SWEEP]
+    unowned = copy.deepcopy(mine)
+    unowned["metadata"]["ownerReferences"] = []
+    earlier = copy.deepcopy(mine)  # a child of a deleted sweep of the same name
+    earlier["metadata"]["ownerReferences"][0]["uid"] = "another-uid"
+    owned = sweeps.owned_children(body, [mine, unlabelled, unowned, earlier])
+    assert list(owned) == [NAMES[0]] and owned[NAMES[0]] is mine
+    assert sweeps.owner_of(unlabelled) is None and sweeps.owner_of(unowned) is None
+
+
+def test_build_child_needs_a_stored_sweep() -> None:
+    body = sweep_body()
+    del body["metadata"]["uid"]
+    with pytest.raises(ValueError, match="uid"):
+        sweeps.build_child(body, expanded(sweep_body())[0])
+
+
+# ---------------------------------------------------------------------------- decisions
+
+
+def test_a_new_sweep_creates_parallelism_children_in_matrix_order() -> None:
+    plan = decide(sweep_body(), [])
+    assert created(plan) == NAMES[:2]
+    st = plan.status
+    assert st.phase == "Running" and (st.total, st.created, st.active) == (6, 2, 2)
+    assert st.progress == "0/6 Succeeded"
+    assert [r.name for r in st.children] == NAMES
+    assert [r.phase for r in st.children] == ["Pending", "Pending", None, None, None, None]
+    row = st.children[2]
+    assert (row.model, row.framework, row.device, row.scenario, row.batch_size) == (
+        "cnn",
+        "pytorch",
+        "cpu",
+        "SingleStream",
+        1,
+    )
+    assert st.observed_generation == 1
+
+
+def test_no_more_than_parallelism_children_are_active() -> None:
+    body = sweep_body()
+    running = [child(body, NAMES[0], "Running"), child(body, NAMES[1])]
+    assert created(decide(body, running)) == []
+    one_done = [child(body, NAMES[0], "Succeeded", **SUCCEEDED_STATUS), child(body, NAMES[1])]
+    assert created(decide(body, one_done)) == [NAMES[2]]
+    both_done = [child(body, n, "Succeeded", **SUCCEEDED_STATUS) for n in NAMES[:2]]
+    assert created(decide(body, both_done)) == NAMES[2:4]
+    wide = decide(sweep_body(parallelism=10), [])
+    assert created(wide) == NAMES and wide.status.active == 6
+
+
+def test_an_owned_child_outside_the_matrix_still_holds_a_slot() -> None:
+    body = sweep_body(parallelism=1)
+    stray = child(body, NAMES[0], "Running")
+    stray["metadata"]["name"] = "grid-cnn-onnxruntime-b4"  # the matrix had batch size 4 once
+    plan = decide(body, [stray])
+    assert created(plan) == [] and plan.status.active == 1 and plan.status.created == 0
+
+
+def test_a_child_not_yet_seen_by_its_operator_is_pending_and_active() -> None:
+    body = sweep_body(parallelism=1)
+    stale = child(body, NAMES[0], "Succeeded", **SUCCEEDED_STATUS)
+    stale["metadata"]["generation"] = 2  # edited; its operator has not caught up
+    plan = decide(body, [stale])
+    assert created(plan) == []
+    row = plan.status.children[0]
+    assert row.phase == "Pending" and row.p50_ms is None
+
+
+def test_the_aggregate_holds_each_childs_numbers_and_ends_succeeded() -> None:
+    body = sweep_body()
+    done = [child(body, n, "Succeeded", **SUCCEEDED_STATUS) for n in NAMES]
+    plan = decide(body, done)
+    st = plan.status
+    assert created(plan) == []
+    assert st.phase == "Succeeded" and st.progress == "6/6 Succeeded"
+    assert (st.succeeded, st.failed, st.active, st.created) == (6, 0, 0, 6)
+    row = st.children[0]
+    assert (row.p50_ms, row.p99_ms, row.throughput, row.top1) == (0.2, 0.9, 500.0, 0.977778)
+    assert row.run_id == SUCCEEDED_STATUS["runId"] and row.batch_size == 1
+    conds = {c.type: c for c in st.conditions}
+    assert conds["Succeeded"].status == "True" and conds["Failed"].status == "False"
+    assert conds["Valid"].status == "True" and "Suspended" not in conds
+    assert all(c.observed_generation == 1 for c in st.conditions)
+
+
+def test_suspend_creates_nothing_and_resuming_creates_again() -> None:
+    suspended = sweep_body(suspend=True)
+    plan = decide(suspended, [])
+    assert created(plan) == [] and plan.status.phase == "Suspended"
+    conds = {c.type: c for c in plan.status.conditions}
+    assert conds["Suspended"].status == "True"
+    current = sweeps.to_json(plan.status)
+    change = sweeps.change({}, plan.status)
+    assert change.event is not None and change.event.reason == "Suspended"
+
+    resumed = decide(sweep_body(), [], current)
+    assert created(resumed) == NAMES[:2] and resumed.status.phase == "Running"
+    conds = {c.type: c for c in resumed.status.conditions}
+    assert (conds["Suspended"].status, conds["Suspended"].reason) == ("False", "Resumed")
+    event = sweeps.change(current, resumed.status).event
+    assert event is not None and (event.type, event.reason) == ("Normal", "Resumed")
+
+
+def test_suspending_lets_running_children_finish() -> None:
+    body = sweep_body(suspend=True)
+    plan = decide(body, [child(body, NAMES[0], "Running")])
+    assert created(plan) == [] and plan.status.phase == "Suspended"
+    assert plan.status.active == 1
+
+
+def test_failure_policy_stop_creates_nothing_after_a_failure() -> None:
+    body = sweep_body(failurePolicy="Stop")
+    failing = [
+        child(body, NAMES[0], "Failed", message="spec.model.sha256: digest mismatch"),
+        child(body, NAMES[1], "Running"),
+    ]
+    plan = decide(body, failing)
+    st = plan.status
+    assert created(plan) == [] and st.phase == "Stopped"
+    assert (st.failed, st.active, st.created) == (1, 1, 2)
+    assert NAMES[0] in st.message and "Stop" in st.message
+    assert st.children[0].message == "spec.model.sha256: digest mismatch"
+    assert "Failed" not in {c.type for c in st.conditions}  # a child still runs
+    event = sweeps.change({"phase": "Running"}, st).event
+    assert event is not None and (event.type, event.reason) == ("Warning", "Stopped")
+
+    finished = [failing[0], child(body, NAMES[1], "Succeeded", **SUCCEEDED_STATUS)]
+    st = decide(body, finished).status
+    assert st.phase == "Stopped" and st.active == 0
+    conds = {c.type: c for c in st.conditions}
+    assert (conds["Failed"].status, conds["Failed"].reason) == ("True", "FailurePolicyStop")
+
+
+def test_failure_policy_continue_runs_everything_and_ends_failed() -> None:
+    body = sweep_body()
+    failing = [child(body, NAMES[0], "Failed", message="boom"), child(body, NAMES[1], "Running")]
+    assert created(decide(body, failing)) == [NAMES[2]]
+    done = [child(body, NAMES[0], "Failed", message="boom")] + [
+        child(body, n, "Succeeded", **SUCCEEDED_STATUS) for n in NAMES[1:]
+    ]
+    st = decide(body, done).status
+    assert st.phase == "Failed" and (st.succeeded, st.failed, st.total) == (5, 1, 6)
+    assert st.progress == "5/6 Succeeded" and NAMES[0] in st.message
+    conds = {c.type: c for c in st.conditions}
+    assert (conds["Failed"].status, conds["Failed"].reason) == ("True", "ChildrenFailed")
+    event = sweeps.change({"phase": "Running"}, st).event
+    assert event is not None and (event.type, event.reason) == ("Warning", "ChildrenFailed")
+
+
+def test_an_ended_child_that_was_deleted_is_not_run_again() -> None:
+    body = sweep_body(parallelism=1)
+    first = decide(body, [child(body, NAMES[0], "Succeeded", **SUCCEEDED_STATUS)])
+    assert created(first) == [NAMES[1]]
+    current = sweeps.to_json(first.status)
+    again = decide(body, [], current)  # someone deleted the finished child
+    assert created(again) == [NAMES[1]]
+    assert again.status.children[0].phase == "Succeeded" and again.status.succeeded == 1
+
+
+def test_a_name_taken_by_someone_elses_evaluation_fails_that_row() -> None:
+    plan = decide(sweep_body(parallelism=1), [], conflicts=(NAMES[0],))
+    assert created(plan) == [NAMES[1]]
+    row = plan.status.children[0]
+    assert row.phase == "Failed" and "does not belong to this sweep" in row.message
+
+
+def test_invalid_sweep_status_is_failed_invalid_spec() -> None:
+    st = sweeps.invalid(3, "spec.matrix.models[0]: bad", {}, NOW)
+    assert st.phase == "Failed" and st.observed_generation == 3
+    conds = {c.type: c for c in st.conditions}
+    assert conds["Valid"].status == "False" and conds["Failed"].reason == "InvalidSpec"
+    event = sweeps.change({}, st).event
+    assert event is not None and (event.type, event.reason) == ("Warning", "InvalidSpec")
+
+
+def test_an_unchanged_status_is_not_patched_and_posts_nothing() -> None:
+    body = sweep_body()
+    plan = decide(body, [child(body, NAMES[0], "Running"), child(body, NAMES[1])])
+    current = sweeps.to_json(plan.status)
+    later = decide(body, [child(body, NAMES[0], "Running"), child(body, NAMES[1])], current)
+    change = sweeps.change(current, later.status)
+    assert not change.patch and change.event is None
+    conds = {c["type"]: c for c in current["conditions"]}
+    assert conds["Valid"]["lastTransitionTime"] == NOW
+
+
+def test_a_patch_removes_fields_the_new_status_no_longer_has() -> None:
+    old = {"phase": "Running", "somethingOld": 1}
+    patch = sweeps.change(old, sweeps.invalid(1, "bad", {}, NOW)).patch
+    assert patch["somethingOld"] is None and patch["phase"] == "Failed"
+
+
+# ------------------------------------------------------------------ reconcile, in memory
+
+
+class FakeKube:
+    """Just enough of :class:`~mlmodelscope.contract.kube.Kube` for the sweep handler."""
+
+    def __init__(self, sweep: dict[str, Any]) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.sweep_path = sweeps.sweep_path("team-a", "grid")
+        self.objects[self.sweep_path] = sweep
+        self.creates: list[str] = []
+        self.patches: list[dict[str, Any]] = []
+        self.fail_next_create_after_storing = False
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        found = self.objects.get(path)
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        key, _, value = (label_selector or "").partition("=")
+        return [
+            copy.deepcopy(obj)
+            for p, obj in self.objects.items()
+            if p.startswith(path + "/")
+            and (not key or (obj["metadata"].get("labels") or {}).get(key) == value)
+        ]
+
+    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        target = f"{path}/{body['metadata']['name']}"
+        if target in self.objects:
+            raise KubeError(409, "POST", path, '{"reason": "AlreadyExists"}')
+        stored = copy.deepcopy(dict(body))
+        stored["metadata"].update(generation=1, uid=f"uid-{body['metadata']['name']}")
+        self.objects[target] = stored
+        self.creates.append(body["metadata"]["name"])
+        if self.fail_next_create_after_storing:  # the answer is lost: a retry finds it
+            self.fail_next_create_after_storing = False
+            raise OSError("connection reset")
+        return copy.deepcopy(stored)
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        assert path == self.sweep_path + "/status"
+        self.patches.append(copy.deepcopy(dict(body)))
+        sweep = self.objects[self.sweep_path]
+        merged = dict(sweep.get("status") or {})
+        for key, value in body["status"].items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        sweep["status"] = merged
+        return copy.deepcopy(sweep)
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.objects[self.sweep_path].get("status") or {})
+
+    def set_child_phase(self, name: str, phase: str, **status: Any) -> None:
+        obj = self.objects[evaluation_path("team-a", name)]
+        obj["status"] = {"observedGeneration": 1, "phase": phase, **status}
+
+
+def context(kube: FakeKube, events: list[tuple[str, str]]) -> Context:
+    def post(obj: Mapping[str, Any], event: evaluation_status.Event) -> None:
+        events.append((event.reason, event.message))
+
+    return Context(
+        settings=OperatorSettings.from_env({}),
+        kube=kube,  # type: ignore[arg-type]
+        post_event=post,
+        clock=lambda: NOW,
+    )
+
+
+def test_reconcile_creates_children_runs_them_through_and_patches_only_changes() -> None:
+    kube = FakeKube(sweep_body())
+    events: list[tuple[str, str]] = []
+    ctx = context(kube, events)
+    outcome = handle_sweep.reconcile(ctx, "team-a", "grid")
+    assert kube.creates == NAMES[:2], outcome
+    assert [r for r, _ in events] == ["ChildCreated", "ChildCreated"]
+    assert kube.status()["active"] == 2 and len(kube.patches) == 1
+    handle_sweep.reconcile(ctx, "team-a", "grid")  # nothing changed: no write, no event
+    assert len(kube.patches) == 1 and len(events) == 2 and kube.creates == NAMES[:2]
+
+    for index, name in enumerate(NAMES):
+        kube.set_child_phase(name, "Succeeded", **SUCCEEDED_STATUS)
+        handle_sweep.child_changed(kube.objects[evaluation_path("team-a", name)], ctx)
+        assert len(kube.creates) == min(len(NAMES), index + 3)
+    st = kube.status()
+    assert st["phase"] == "Succeeded" and st["progress"] == "6/6 Succeeded"
+    assert kube.creates == NAMES
+    assert events[-1][0] == "Succeeded"
+
+
+def test_reconcile_is_idempotent_when_a_create_answer_was_lost() -> None:
+    kube = FakeKube(sweep_body(parallelism=1))
+    ctx = context(kube, [])
+    kube.fail_next_create_after_storing = True
+    with pytest.raises(OSError):
+        handle_sweep.reconcile(ctx, "team-a", "grid")
+    handle_sweep.reconcile(ctx, "team-a", "grid")  # the retry lists the child: no second one
+    assert kube.creates == [NAMES[0]]
+    assert kube.status()["active"] == 1
+
+
+def test_reconcile_reports_a_name_conflict_once() -> None:
+    kube = FakeKube(sweep_body(parallelism=1))
+    foreign = {"metadata": {"name": NAMES[0], "namespace": "team-a", "labels": {}}}
+    kube.objects[evaluation_path("team-a", NAMES[0])] = foreign
+    events: list[tuple[str, str]] = []
+    ctx = context(kube, events)
+    handle_sweep.reconcile(ctx, "team-a", "grid")
+    handle_sweep.reconcile(ctx, "team-a", "grid")
+    assert kube.creates == [NAMES[1]]
+    assert [r for r, _ in events].count("NameConflict") == 1
+    assert kube.status()["children"][0]["phase"] == "Failed"
+
+
+def test_reconcile_of_an_invalid_sweep_writes_failed_and_raises() -> None:
+    body = sweep_body()
+    body["spec"]["matrix"]["frameworks"] = ["onnxruntime", "pytorch"]
+    body["spec"]["matrix"]["models"][0]["exports"] = []  # pytorch cannot load ONNX
+    kube = FakeKube(body)
+    events: list[tuple[str, str]] = []
+    with pytest.raises(InvalidSpecError, match=r"spec\.matrix\.models\[0\]"):
+        handle_sweep.reconcile(context(kube, events), "team-a", "grid")
+    st = kube.status()
+    assert st["phase"] == "Failed" and "pytorch" in st["message"]
+    assert kube.creates == [] and [r for r, _ in events] == ["InvalidSpec"]
+
+
+def test_reconcile_ignores_a_child_of_an_earlier_sweep_of_the_same_name() -> None:
+    kube = FakeKube(sweep_body())
+    ctx = context(kube, [])
+    orphan = child(sweep_body(), NAMES[0], "Running")
+    orphan["metadata"]["ownerReferences"][0]["uid"] = "an-older-sweep"
+    assert handle_sweep.child_changed(orphan, ctx) == "another sweep of that name"
+    assert kube.creates == []
+
+
+def test_parse_body_ignores_server_fields() -> None:
+    body = sweep_body()
+    body["metadata"].update(resourceVersion="7", managedFields=[{}], finalizers=[])
+    body["status"] = {"phase": "Running"}
+    assert handle_sweep.parse_body(body).metadata.name == "grid"
+    assert parse_sweep({**sweep_body(), "metadata": {"name": "grid"}}).spec.parallelism == 2

@@ -1,0 +1,559 @@
+"""EvaluationSweep: validation, and the expansion into child ModelEvaluations (order, names,
+labels, defaults, overrides), including the hostile sweeps admission must refuse."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mlmodelscope.cli import app
+from mlmodelscope.spec import (
+    LABEL_SWEEP,
+    MAX_CHILDREN,
+    EvaluationSpec,
+    ScenarioType,
+    SpecValidationError,
+    SweepStatus,
+    expand,
+    parse_evaluation,
+    parse_sweep,
+    sweep_problems,
+)
+from mlmodelscope.spec.resources import check_file
+from mlmodelscope.spec.sweep import (
+    LABEL_BATCH_SIZE,
+    LABEL_DEVICE,
+    LABEL_FRAMEWORK,
+    LABEL_GPU_PRODUCT,
+    LABEL_MODEL,
+    LABEL_SCENARIO,
+    MAX_CHILD_NAME,
+    SweepTemplate,
+)
+
+ROOT = Path(__file__).parents[2]
+EXAMPLE_FILES = sorted((ROOT / "examples").rglob("*.yaml"))
+RESOURCE_EXAMPLES = [
+    p for p in EXAMPLE_FILES if p.parent.name != "gitops" and "kind: " in p.read_text()
+]
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+MODEL: dict[str, Any] = {
+    "name": "digits-cnn",
+    "uri": "file:///models/digits.onnx",
+    "format": "onnx",
+    "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
+}
+EXPORTS = [
+    {"format": "torchscript", "uri": "file:///models/digits.torchscript.pt"},
+    {"format": "savedmodel", "uri": "file:///models/digits_savedmodel"},
+]
+SWEEP: dict[str, Any] = {
+    "apiVersion": "mlmodelscope.io/v1alpha1",
+    "kind": "EvaluationSweep",
+    "metadata": {"name": "s"},
+    "spec": {
+        "matrix": {
+            "models": [{"name": "digits", "model": MODEL, "exports": EXPORTS}],
+            "frameworks": ["onnxruntime"],
+        },
+        "template": {"dataset": {"type": "digits"}},
+    },
+}
+
+
+def sweep(**matrix: Any) -> dict[str, Any]:
+    """SWEEP with matrix axes replaced (None deletes one)."""
+    document = copy.deepcopy(SWEEP)
+    for key, value in matrix.items():
+        if value is None:
+            document["spec"]["matrix"].pop(key, None)
+        else:
+            document["spec"]["matrix"][key] = value
+    return document
+
+
+def with_spec(document: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    document = copy.deepcopy(document)
+    document["spec"].update(spec)
+    return document
+
+
+def problems(document: dict[str, Any]) -> list[str]:
+    with pytest.raises(SpecValidationError) as info:
+        parse_sweep(document)
+    assert info.value.kind == "EvaluationSweep"
+    return [str(p) for p in info.value.problems]
+
+
+# ------------------------------------------------------------------------------- expansion
+
+
+def full_matrix() -> dict[str, Any]:
+    second = {"name": "other", "model": {**MODEL, "name": "other"}, "exports": EXPORTS}
+    document = sweep(
+        models=[SWEEP["spec"]["matrix"]["models"][0], second],
+        frameworks=["onnxruntime", "pytorch"],
+        hardware=[{"device": "cpu"}, {"device": "gpu", "gpuProduct": "NVIDIA-A100-SXM4-80GB"}],
+        scenarios=["SingleStream", "Offline"],
+        batchSizes=[1, 8],
+    )
+    document["metadata"]["name"] = "full"
+    return document
+
+
+def test_expansion_order_names_and_labels() -> None:
+    children = expand(parse_sweep(full_matrix()))
+    assert len(children) == 2 * 2 * 2 * 2 * 2
+    assert [c.name for c in children[:5]] == [
+        "full-digits-onnxruntime-cpu-singlestream-b1",
+        "full-digits-onnxruntime-cpu-singlestream-b8",
+        "full-digits-onnxruntime-cpu-offline-b1",
+        "full-digits-onnxruntime-cpu-offline-b8",
+        "full-digits-onnxruntime-gpu-a100-sxm4-80gb-singlestream-b1",
+    ]
+    assert children[-1].name == "full-other-pytorch-gpu-a100-sxm4-80gb-offline-b8"
+    assert len({c.name for c in children}) == len(children)
+    gpu = children[4]
+    assert gpu.axes == {
+        "model": "digits",
+        "framework": "onnxruntime",
+        "device": "gpu",
+        "gpuProduct": "NVIDIA-A100-SXM4-80GB",
+        "scenario": "SingleStream",
+        "batchSize": "1",
+    }
+    assert gpu.document["metadata"] == {
+        "name": gpu.name,
+        "labels": {
+            LABEL_SWEEP: "full",
+            LABEL_MODEL: "digits",
+            LABEL_FRAMEWORK: "onnxruntime",
+            LABEL_DEVICE: "gpu",
+            LABEL_SCENARIO: "SingleStream",
+            LABEL_GPU_PRODUCT: "NVIDIA-A100-SXM4-80GB",
+            LABEL_BATCH_SIZE: "1",
+        },
+    }
+    spec = gpu.document["spec"]
+    assert spec["hardware"] == {"device": "gpu", "gpuProduct": "NVIDIA-A100-SXM4-80GB"}
+    assert spec["scenario"] == {"type": "SingleStream", "batchSizes": [1]}
+    for child in children:
+        evaluation = parse_evaluation(child.document)  # a complete, valid ModelEvaluation
+        assert "namespace" not in child.document["metadata"]
+        assert "ownerReferences" not in child.document["metadata"]
+        assert evaluation.spec.framework.name.value == child.axes["framework"]
+
+
+def test_expansion_is_deterministic() -> None:
+    first = [(c.name, c.document) for c in expand(parse_sweep(full_matrix()))]
+    assert first == [(c.name, c.document) for c in expand(parse_sweep(full_matrix()))]
+
+
+def test_defaults_come_from_the_template() -> None:
+    document = with_spec(
+        sweep(frameworks=["onnxruntime", "tensorflow"]),
+        template={
+            "dataset": {"type": "digits"},
+            "scenario": {"type": "Offline", "batchSizes": [1, 32]},
+            "hardware": {"device": "cpu", "resources": {"limits": {"cpu": "2"}}},
+        },
+    )
+    children = expand(parse_sweep(document))
+    assert [c.name for c in children] == ["s-digits-onnxruntime", "s-digits-tensorflow"]
+    for child in children:
+        spec = parse_evaluation(child.document).spec
+        assert spec.scenario.batch_sizes == [1, 32]  # one child measures all of them
+        assert spec.scenario.type == "Offline"
+        assert spec.hardware.resources.limits.cpu == "2"
+        assert "batchSize" not in child.axes
+        assert LABEL_BATCH_SIZE not in child.document["metadata"]["labels"]
+    assert children[0].axes == {
+        "model": "digits", "framework": "onnxruntime", "device": "cpu", "scenario": "Offline",
+    }  # fmt: skip
+
+
+def test_each_framework_gets_the_format_it_loads() -> None:
+    children = expand(parse_sweep(sweep(frameworks=["onnxruntime", "pytorch", "tensorflow"])))
+    formats = {c.axes["framework"]: c.document["spec"]["model"] for c in children}
+    assert formats["onnxruntime"]["uri"].endswith("digits.onnx")
+    assert formats["pytorch"]["format"] == "torchscript"
+    assert formats["pytorch"]["uri"].endswith(".torchscript.pt")
+    assert formats["tensorflow"]["format"] == "savedmodel"
+    assert formats["tensorflow"]["inputs"] == formats["onnxruntime"]["inputs"]
+
+
+def test_a_model_without_a_loadable_format_names_the_entry() -> None:
+    document = sweep(
+        models=[{"name": "digits", "model": MODEL}], frameworks=["onnxruntime", "pytorch"]
+    )
+    [problem] = problems(document)
+    assert problem.startswith("spec.matrix.models[0]: framework 'pytorch'")
+    assert "exports" in problem
+
+
+def test_model_processing_replaces_the_template() -> None:
+    document = with_spec(
+        sweep(
+            models=[
+                {"name": "plain", "model": MODEL},
+                {"name": "scaled", "model": MODEL, "preprocessing": [{"scale": {"factor": 2}}]},
+                {"name": "none", "model": MODEL, "preprocessing": []},
+            ]
+        ),
+        template={
+            "dataset": {"type": "digits"},
+            "preprocessing": [{"scale": {"factor": 0.0625}}],
+            "postprocessing": [{"softmax": {}}],
+        },
+    )
+    specs = [parse_evaluation(c.document).spec for c in expand(parse_sweep(document))]
+    assert [[s.scale.factor for s in spec.preprocessing if s.scale] for spec in specs] == [
+        [0.0625],
+        [2.0],
+        [],
+    ]
+    assert all(spec.postprocessing[0].softmax is not None for spec in specs)
+
+
+def test_hardware_axis_overrides_device_and_product() -> None:
+    document = with_spec(
+        sweep(hardware=[{"device": "cpu"}, {"device": "gpu"}]),
+        template={
+            "dataset": {"type": "digits"},
+            "hardware": {"gpus": 2, "gpuProduct": "Tesla-T4", "runtimeClassName": "nvidia"},
+        },
+    )
+    cpu, gpu = (parse_evaluation(c.document).spec.hardware for c in expand(parse_sweep(document)))
+    assert (cpu.device, cpu.gpus, cpu.gpu_product) == ("cpu", 0, None)
+    assert (gpu.device, gpu.gpus, gpu.gpu_product) == ("gpu", 2, None)
+    assert cpu.runtime_class_name == gpu.runtime_class_name == "nvidia"
+
+
+def test_scenarios_axis_gives_target_qps_to_server_children_only() -> None:
+    document = with_spec(
+        sweep(scenarios=["Offline", "Server"]),
+        template={"dataset": {"type": "digits"}, "scenario": {"targetQPS": "auto"}},
+    )
+    offline, server = (parse_evaluation(c.document).spec for c in expand(parse_sweep(document)))
+    assert offline.scenario.target_qps is None
+    assert server.scenario.target_qps == "auto"
+
+
+def test_a_server_child_without_target_qps_is_a_problem() -> None:
+    [problem] = problems(sweep(scenarios=["Offline", "Server"]))
+    assert problem.startswith("spec.template.scenario.targetQPS: required when type is Server")
+    assert "(in child s-digits-onnxruntime-server)" in problem
+
+
+def test_gpus_in_the_template_on_cpu_names_the_template() -> None:
+    document = with_spec(sweep(), template={"dataset": {"type": "digits"}, "hardware": {"gpus": 1}})
+    assert problems(document) == [
+        "spec.template.hardware.gpus: gpus > 0 needs device: gpu (in child s-digits-onnxruntime)"
+    ]
+
+
+def test_gpu_product_on_a_cpu_target_names_the_axis_entry() -> None:
+    document = sweep(hardware=[{"device": "gpu"}, {"device": "cpu", "gpuProduct": "Tesla-T4"}])
+    assert problems(document) == [
+        "spec.matrix.hardware[1].gpuProduct: gpuProduct needs device: gpu"
+    ]
+
+
+def test_execution_provider_problems_reach_the_template() -> None:
+    document = with_spec(
+        sweep(),
+        template={"dataset": {"type": "synthetic"}},  # synthetic needs a shape
+    )
+    assert problems(document) == [
+        "spec.template.dataset.shape: required when type is synthetic: the shape of one sample, "
+        "e.g. [3, 224, 224]"
+    ]
+
+
+# ------------------------------------------------------------------------------------ names
+
+
+def test_long_names_are_shortened_stably_and_stay_unique() -> None:
+    document = sweep(
+        models=[
+            {"name": "m" * 40, "model": MODEL, "exports": EXPORTS},
+            {"name": "m" * 39 + "n", "model": MODEL, "exports": EXPORTS},
+        ],
+        frameworks=["onnxruntime", "tensorflow"],
+        batchSizes=[1, 1024],
+    )
+    document["metadata"]["name"] = "a-very-long-sweep-name-" + "x" * 40
+    names = [c.name for c in expand(parse_sweep(document))]
+    assert len(set(names)) == len(names) == 8
+    for name in names:
+        assert len(name) <= MAX_CHILD_NAME and DNS_LABEL.match(name), name
+    assert names == [c.name for c in expand(parse_sweep(document))]
+    short = sweep(frameworks=["tensorflow"], batchSizes=[4])
+    short["metadata"]["name"] = "n" * 63
+    [name] = [c.name for c in expand(parse_sweep(short))]
+    assert name.endswith("-digits-tensorflow-b4"[: len(name)]) or len(name) == MAX_CHILD_NAME
+    assert len(name) <= MAX_CHILD_NAME and DNS_LABEL.match(name)
+
+
+def test_a_sweep_name_with_dots_still_gives_dns_labels() -> None:
+    document = sweep()
+    document["metadata"]["name"] = "team.a_sweep"
+    [child] = expand(parse_sweep(document))
+    assert child.name == "team-a-sweep-digits-onnxruntime"
+    assert child.document["metadata"]["labels"][LABEL_SWEEP] == "team.a_sweep"
+
+
+# ---------------------------------------------------------------------------- hostile sweeps
+
+HOSTILE: list[Any] = [
+    pytest.param(
+        sweep(models=[]), "spec.matrix.models: an empty axis creates no ModelEvaluations",
+        id="empty models",
+    ),
+    pytest.param(
+        sweep(frameworks=[]), "spec.matrix.frameworks: an empty axis", id="empty frameworks"
+    ),
+    pytest.param(sweep(hardware=[]), "spec.matrix.hardware: an empty axis", id="empty hardware"),
+    pytest.param(
+        sweep(scenarios=[]), "spec.matrix.scenarios: an empty axis", id="empty scenarios"
+    ),
+    pytest.param(
+        sweep(batchSizes=[]), "spec.matrix.batchSizes: an empty axis", id="empty batch sizes"
+    ),
+    pytest.param(
+        sweep(
+            models=[{"name": f"m{i}", "model": MODEL, "exports": EXPORTS} for i in range(10)],
+            frameworks=["onnxruntime", "pytorch", "tensorflow"],
+            batchSizes=[1, 2, 4, 8, 16, 32, 64],
+        ),
+        f"spec.matrix: the matrix has more than {MAX_CHILDREN} combinations",
+        id="over the cap",
+    ),
+    pytest.param(
+        sweep(models=[{"name": "a", "model": MODEL}, {"name": "a", "model": MODEL}]),
+        "spec.matrix.models: model names must be unique",
+        id="duplicate model names",
+    ),
+    pytest.param(
+        sweep(frameworks=["onnxruntime", "onnxruntime"]),
+        "spec.matrix.frameworks: frameworks must be unique",
+        id="duplicate frameworks",
+    ),
+    pytest.param(
+        sweep(hardware=[{"device": "gpu", "gpuProduct": p} for p in ("T4", "t4")]),
+        "spec.matrix.hardware: hardware entries must be unique",
+        id="duplicate hardware",
+    ),
+    pytest.param(
+        sweep(scenarios=["Offline", "Offline"]),
+        "spec.matrix.scenarios: scenarios must be unique",
+        id="duplicate scenarios",
+    ),
+    pytest.param(
+        sweep(batchSizes=[8, 8]), "spec.matrix.batchSizes: batch sizes must be unique",
+        id="duplicate batch sizes",
+    ),
+    pytest.param(
+        sweep(batchSizes=[0]), "spec.matrix.batchSizes: every batch size must be > 0",
+        id="batch size 0",
+    ),
+    pytest.param(
+        sweep(models=[{"name": "x" * 41, "model": MODEL}]),
+        "spec.matrix.models[0].name: String should have at most 40 characters",
+        id="model name too long",
+    ),
+    pytest.param(
+        sweep(models=[{"name": "Digits_v2", "model": MODEL}]),
+        "spec.matrix.models[0].name: String should match pattern",
+        id="model name not a DNS label",
+    ),
+    pytest.param(
+        with_spec(sweep(), parallelism=0),
+        "spec.parallelism: Input should be greater than or equal to 1",
+        id="parallelism 0",
+    ),
+    pytest.param(
+        with_spec(sweep(), failurePolicy="Retry"),
+        "spec.failurePolicy: Input should be 'Continue' or 'Stop'",
+        id="unknown failure policy",
+    ),
+    pytest.param(
+        sweep(frameworks=["onnxruntime"], modelRef="digits"),
+        "spec.matrix.modelRef: unknown field",
+        id="model refs are not supported yet",
+    ),
+    pytest.param(
+        with_spec(sweep(), template={"dataset": {"type": "digits"}, "model": MODEL}),
+        "spec.template.model: unknown field",
+        id="model in the template",
+    ),
+    pytest.param(
+        sweep(models=[{"name": "d", "model": MODEL, "exports": [EXPORTS[0], EXPORTS[0]]}]),
+        "spec.matrix.models[0].exports: each format may appear once in exports",
+        id="duplicate export formats",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("document", "expected"), HOSTILE)
+def test_hostile_sweeps_are_refused_with_a_clear_message(
+    document: dict[str, Any], expected: str
+) -> None:
+    found = problems(document)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_the_cap_message_says_how_to_split() -> None:
+    document = sweep(
+        models=[{"name": f"m{i}", "model": MODEL} for i in range(201)],
+    )
+    [problem] = problems(document)
+    assert "at most 200" in problem and "split" in problem
+
+
+def test_the_cap_is_inclusive() -> None:
+    document = sweep(
+        models=[{"name": f"m{i}", "model": MODEL} for i in range(25)],
+        batchSizes=[1, 2, 4, 8, 16, 32, 64, 128],
+    )
+    assert len(expand(parse_sweep(document))) == MAX_CHILDREN
+
+
+def test_wrong_kind_is_named() -> None:
+    assert problems({**SWEEP, "kind": "ModelEvaluation"})[0].startswith("kind: expected")
+
+
+def test_expand_refuses_what_parse_refuses() -> None:
+    """The operator expands sweeps the API server admitted: the child checks run there too."""
+    bad = parse_sweep(sweep())
+    bad.spec.matrix.scenarios = [ScenarioType.SERVER]  # no targetQPS in the template
+    assert [p.path for p in sweep_problems(bad)] == ["spec.template.scenario.targetQPS"]
+    with pytest.raises(SpecValidationError, match="targetQPS") as info:
+        expand(bad)
+    assert str(info.value).startswith("EvaluationSweep s is not a valid EvaluationSweep")
+
+
+# ------------------------------------------------------------------------- template, status
+
+
+def test_template_has_every_evaluation_field_but_model_and_framework() -> None:
+    """The template is a ModelEvaluation spec less the two matrix axes; a field added to
+    EvaluationSpec must be added there too (with the same type)."""
+    expected = {
+        n: f for n, f in EvaluationSpec.model_fields.items() if n not in {"model", "framework"}
+    }
+    assert list(SweepTemplate.model_fields) == list(expected)
+    for name, field in SweepTemplate.model_fields.items():
+        theirs = expected[name]
+        assert field.is_required() == theirs.is_required(), name
+        assert field.metadata == theirs.metadata, name
+        if name not in ("scenario", "hardware"):
+            assert field.annotation == theirs.annotation, name
+            assert field.default == theirs.default, name
+
+
+def test_status_round_trips_with_camel_case() -> None:
+    status = SweepStatus.model_validate(
+        {
+            "phase": "Running",
+            "total": 12,
+            "succeeded": 7,
+            "progress": "7/12 Succeeded",
+            "children": [
+                {"name": "s-a", "phase": "Succeeded", "p50Ms": 1.5, "p99Ms": 3.0, "top1": 0.97,
+                 "batchSize": 8, "gpuProduct": "Tesla-T4", "runId": "r"},
+                {"name": "s-b"},
+            ],
+        }
+    )  # fmt: skip
+    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert dumped["children"][0]["p50Ms"] == 1.5
+    assert dumped["children"][1] == {"name": "s-b", "message": ""}
+    with pytest.raises(ValueError):
+        SweepStatus.model_validate({"phase": "Done"})
+
+
+# ---------------------------------------------------------------------------- examples, CLI
+
+
+@pytest.mark.parametrize(
+    "example", RESOURCE_EXAMPLES, ids=lambda p: str(p.relative_to(ROOT / "examples"))
+)
+def test_every_example_validates(example: Path) -> None:
+    checked = check_file(example)
+    assert checked
+    assert [str(c.error) for c in checked if c.error] == []
+
+
+def test_sweep_examples() -> None:
+    frameworks = expand(
+        parse_sweep(yaml.safe_load((ROOT / "examples/sweeps/digits-frameworks.yaml").read_text()))
+    )
+    assert [c.name for c in frameworks] == [
+        f"digits-frameworks-digits-{f}-b{b}"
+        for f in ("onnxruntime", "pytorch", "tensorflow")
+        for b in (1, 8)
+    ]
+    cluster = next(yaml.safe_load_all((ROOT / "examples/cluster/digits-compare.yaml").read_text()))
+    assert {c.document["spec"]["model"]["uri"] for c in frameworks} == {
+        d["spec"]["model"]["uri"]
+        for d in yaml.safe_load_all((ROOT / "examples/cluster/digits-compare.yaml").read_text())
+    }
+    assert cluster["spec"]["model"]["inputs"] == frameworks[0].document["spec"]["model"]["inputs"]
+    pitfalls = expand(
+        parse_sweep(yaml.safe_load((ROOT / "examples/sweeps/digits-pitfalls.yaml").read_text()))
+    )
+    assert {c.document["spec"]["model"]["uri"] for c in pitfalls} == {
+        "pvc://mlmodelscope-examples/digits.onnx"
+    }
+    assert len({str(c.document["spec"]["preprocessing"]) for c in pitfalls}) == len(pitfalls) == 4
+
+
+def test_validate_reports_each_document_of_a_mixed_file(tmp_path: Path) -> None:
+    evaluation = (ROOT / "examples" / "digits-offline.yaml").read_text()
+    good = yaml.safe_dump(sweep())
+    bad = yaml.safe_dump(sweep(models=[]))
+    file = tmp_path / "mixed.yaml"
+    file.write_text("\n---\n".join([evaluation, good, bad]))
+    result = CliRunner().invoke(app, ["validate", str(file)])
+    assert result.exit_code == 1
+    output = result.output
+    assert "(document 2, s): 1 ModelEvaluations" in output
+    assert "(document 3, s) is not a valid EvaluationSweep" in output
+    assert "spec.matrix.models: an empty axis" in output
+    assert "document 1" in output
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("\n---\n".join([evaluation, good]))
+    assert CliRunner().invoke(app, ["validate", str(ok)]).exit_code == 0
+
+
+def test_the_spec_doc_sweep_example_validates() -> None:
+    """The EvaluationSweep in docs/spec.md expands as the doc says (tests/packaging/test_docs.py
+    validates every yaml block of either kind)."""
+    text = (ROOT / "docs" / "spec.md").read_text()
+    blocks = [
+        b
+        for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+        if "kind: EvaluationSweep" in b
+    ]
+    assert blocks
+    for block in blocks:
+        children = expand(parse_sweep(yaml.safe_load(block)))
+        assert [c.name for c in children][:2] == [
+            "digits-frameworks-digits-onnxruntime-b1",
+            "digits-frameworks-digits-onnxruntime-b8",
+        ]
+
+
+def test_descriptions_state_the_cap_that_is_enforced() -> None:
+    from mlmodelscope.spec.sweep import SweepMatrix, SweepSpec
+
+    for description in (SweepSpec.model_fields["matrix"].description, SweepMatrix.__doc__):
+        assert f"At most {MAX_CHILDREN} combinations" in " ".join(str(description).split())
