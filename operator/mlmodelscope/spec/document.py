@@ -241,9 +241,9 @@ def iter_documents(text: str) -> Iterator[Any]:
             yield document
 
 
-def load_evaluations(path: Path | str) -> list[LoadedEvaluation]:
-    """Every ModelEvaluation in a YAML file (multi-document files allowed), validated."""
-    file = Path(path)
+def read_documents(file: Path, expected: str = KIND) -> list[Any]:
+    """The YAML documents of ``file``; SpecValidationError when it cannot be read, is not
+    YAML, or holds no document (``expected`` names the kinds it should hold)."""
     try:
         text = file.read_text()
     except OSError as exc:
@@ -255,7 +255,14 @@ def load_evaluations(path: Path | str) -> list[LoadedEvaluation]:
     except yaml.YAMLError as exc:
         raise SpecValidationError(str(file), [Problem("", f"not valid YAML: {exc}")]) from None
     if not documents:
-        raise SpecValidationError(str(file), [Problem("", f"no {KIND} document found")])
+        raise SpecValidationError(str(file), [Problem("", f"no {expected} document found")])
+    return documents
+
+
+def load_evaluations(path: Path | str) -> list[LoadedEvaluation]:
+    """Every ModelEvaluation in a YAML file (multi-document files allowed), validated."""
+    file = Path(path)
+    documents = read_documents(file)
     loaded = []
     for index, document in enumerate(documents):
         name = document.get("metadata", {}).get("name") if isinstance(document, dict) else None

@@ -7,16 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mlmodelscope.spec.document import (
     API_VERSION_FULL,
     KIND,
     ModelEvaluation,
     Problem,
     SpecValidationError,
-    iter_documents,
     parse_evaluation,
+    read_documents,
 )
 from mlmodelscope.spec.sweep import SWEEP_KIND, EvaluationSweep, expand, parse_sweep
 
@@ -57,20 +55,7 @@ def check_file(path: Path | str) -> list[CheckedDocument]:
     """Every document of a YAML file, each validated on its own; raises SpecValidationError
     only when the file as a whole is unusable (unreadable, not YAML, empty)."""
     file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise SpecValidationError(
-            str(file), [Problem("", f"cannot read the file: {exc}")]
-        ) from None
-    try:
-        documents = list(iter_documents(text))
-    except yaml.YAMLError as exc:
-        raise SpecValidationError(str(file), [Problem("", f"not valid YAML: {exc}")]) from None
-    if not documents:
-        raise SpecValidationError(
-            str(file), [Problem("", f"no {' or '.join(KINDS)} document found")]
-        )
+    documents = read_documents(file, " or ".join(KINDS))
     checked = []
     for index, document in enumerate(documents):
         metadata = document.get("metadata") if isinstance(document, dict) else None
