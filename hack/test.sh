@@ -4,10 +4,10 @@
 # real Prometheus, Pushgateway, Jaeger and Helm).
 source "$(dirname "$0")/lib.sh"
 
-# The Go builds (control plane, Jaeger, Helm) are CPU-bound and the pip/apt installs are
+# The Go builds (control plane, Kueue, Jaeger, Helm) are CPU-bound and the pip/apt installs are
 # network-bound: start the builds first, in the background, and collect them after the installs.
 # They need only the standard library, so the system Python runs them before the venv exists.
-stage "go builds started (control plane, jaeger, helm)" start_go_builds
+stage "go builds started (control plane, kueue, jaeger, helm)" start_go_builds
 stage "debian packages (prometheus, pushgateway, postgresql, chromium)" ensure_debs \
   prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium
 stage "python environment" ensure_venv "all,dev"

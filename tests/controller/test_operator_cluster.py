@@ -303,7 +303,6 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
     manifest = evaluation(
         "digits",
         digits_onnx,
-        labels={"kueue.x-k8s.io/queue-name": "team-queue"},
         hardware={
             "nodeSelector": EXEC_CPU,
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
@@ -322,7 +321,7 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
             "blockOwnerDeletion": True,
         }
     ]
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
+    assert "suspend" not in job["spec"] or job["spec"]["suspend"] is False
     assert job["metadata"]["labels"][names.LABEL_EVALUATION] == "digits"
     pod_spec = job["spec"]["template"]["spec"]
     container = pod_spec["containers"][0]

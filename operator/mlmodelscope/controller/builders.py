@@ -301,11 +301,16 @@ def _seconds(duration: str) -> int:
 
 def build_job(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
     """Job ``<name>-g<generation>``: one pod running the agent, never restarted in place;
-    ``retries`` become the backoffLimit and ``timeout`` the activeDeadlineSeconds."""
+    ``retries`` become the backoffLimit and ``timeout`` the activeDeadlineSeconds.
+
+    With a ``kueue.x-k8s.io/queue-name`` label on the evaluation the Job carries the same label
+    and is created suspended: Kueue admits it from that LocalQueue and unsuspends it (Kueue's
+    own webhook would suspend it too; creating it suspended means no pod starts before
+    admission even where that webhook does not run)."""
     spec = evaluation.spec
     generation = generation_of(evaluation)
     metadata = _metadata(evaluation, names.job_name(evaluation.metadata.name, generation))
-    queue = evaluation.metadata.labels.get(names.LABEL_KUEUE_QUEUE)
+    queue = names.kueue_queue(evaluation.metadata.labels)
     if queue:
         metadata["labels"][names.LABEL_KUEUE_QUEUE] = queue
     job_spec: dict[str, Any] = {
@@ -316,6 +321,8 @@ def build_job(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
             "spec": _pod_spec(evaluation, settings),
         },
     }
+    if queue:
+        job_spec["suspend"] = True
     if spec.ttl_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = _seconds(spec.ttl_after_finished)
     elif settings.job_ttl_seconds is not None:

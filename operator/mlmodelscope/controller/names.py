@@ -8,6 +8,7 @@ second Job.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Final
 
 from mlmodelscope import API_GROUP
@@ -26,6 +27,7 @@ LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_EVALUATION: Final = f"{API_GROUP}/evaluation"
 LABEL_GENERATION: Final = f"{API_GROUP}/generation"
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+"""On an evaluation: submit its Job to this Kueue LocalQueue (created suspended, see builders)."""
 MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 """Server-side label selector for the Jobs and Pods the operator watches."""
 
@@ -64,3 +66,8 @@ def labels(evaluation: str, generation: int) -> dict[str, str]:
         LABEL_EVALUATION: evaluation,
         LABEL_GENERATION: str(generation),
     }
+
+
+def kueue_queue(labels: Mapping[str, str] | None) -> str | None:
+    """The Kueue LocalQueue an evaluation (or its Job) names in its labels, if any."""
+    return (labels or {}).get(LABEL_KUEUE_QUEUE) or None

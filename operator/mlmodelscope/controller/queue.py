@@ -100,17 +100,30 @@ def decide(
 
 
 def is_active_job(job: Mapping[str, Any]) -> bool:
-    """A Job that holds a slot: not yet Complete or Failed (suspended ones included)."""
+    """A Job that has not ended: not yet Complete or Failed, not being deleted (suspended ones
+    included: an edited spec still replaces a run that waits for Kueue)."""
     for condition in (job.get("status") or {}).get("conditions") or []:
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
             return False
     return not (job.get("metadata") or {}).get("deletionTimestamp")
 
 
+def is_suspended(job: Mapping[str, Any]) -> bool:
+    """``spec.suspend`` is set: the Job has no pods until someone (Kueue) unsuspends it."""
+    return bool((job.get("spec") or {}).get("suspend"))
+
+
+def holds_slot(job: Mapping[str, Any]) -> bool:
+    """A Job that counts against the operator's limits: active and not suspended. A Job that
+    waits for Kueue admission runs nothing, so it takes no slot; once Kueue admits it (and
+    unsuspends it) it runs, and counts like any other."""
+    return is_active_job(job) and not is_suspended(job)
+
+
 def running_per_namespace(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """Active evaluation Jobs per namespace."""
+    """Evaluation Jobs that hold a slot, per namespace."""
     counts: Counter[str] = Counter()
     for job in jobs:
-        if is_active_job(job):
+        if holds_slot(job):
             counts[job["metadata"]["namespace"]] += 1
     return dict(counts)

@@ -9,7 +9,9 @@ transitions at the end: Recorded, Pending, NotRecorded, each only while the stat
 describes that run.
 
 Phases: Pending (Job created) -> Queued (held back by a concurrency limit) -> Running ->
-Succeeded | Failed. Conditions follow metav1.Condition; ``Succeeded`` and ``Failed`` appear
+Succeeded | Failed. An evaluation submitted to Kueue is Queued *with* its (suspended) Job until
+Kueue admits it, then Pending -> Running as usual (and Queued again if Kueue evicts it).
+Conditions follow metav1.Condition; ``Succeeded`` and ``Failed`` appear
 only when a run ends and are removed when a new generation starts, so
 ``kubectl wait --for=condition=Succeeded`` always waits for the current spec's run.
 """
@@ -42,6 +44,8 @@ class Reason:
     SPEC_VALID = "SpecValid"
     INVALID_SPEC = "InvalidSpec"
     CONCURRENCY_LIMIT = "ConcurrencyLimit"
+    WAITING_FOR_KUEUE = "WaitingForKueue"
+    JOB_SUSPENDED = "JobSuspended"
     ADMITTED = "Admitted"
     JOB_CREATED = "JobCreated"
     SCHEDULED = "Scheduled"
@@ -324,12 +328,94 @@ def job_created(
 
 
 def _active(status: Mapping[str, Any], generation: int, job_name: str) -> bool:
-    """The status describes the not-yet-finished run of this Job."""
+    """The status describes the not-yet-finished run of this Job (Queued only when the Job
+    exists and waits for Kueue)."""
     return (
         is_current(status, generation)
         and status.get("jobName") == job_name
-        and status.get("phase") in (Phase.PENDING.value, Phase.RUNNING.value)
+        and status.get("phase") in (Phase.QUEUED.value, Phase.PENDING.value, Phase.RUNNING.value)
     )
+
+
+def suspended_message(job_name: str, queue: str | None) -> str:
+    if queue:
+        return f"waiting for Kueue admission in queue {queue} (Job {job_name} is suspended)"
+    return f"Job {job_name} is suspended"
+
+
+def waiting_for_kueue(
+    status: Mapping[str, Any],
+    generation: int,
+    job_name: str,
+    results_configmap: str,
+    queue: str | None,
+    timestamp: str,
+    trace_id: str | None = None,
+) -> StatusChange:
+    """Queued with a Job: the Job is suspended until Kueue admits it from ``queue`` (or, after
+    running, Kueue evicted it and will admit it again). Not a slot of the operator's limits."""
+    if is_current(status, generation) and (
+        status.get("phase") in TERMINAL
+        or (status.get("jobName") not in (None, job_name) and status.get("phase") is not None)
+    ):
+        return NO_CHANGE
+    message = suspended_message(job_name, queue)
+    reason = Reason.WAITING_FOR_KUEUE if queue else Reason.JOB_SUSPENDED
+    was_queued = (
+        is_current(status, generation)
+        and status.get("phase") == Phase.QUEUED.value
+        and status.get("jobName") == job_name
+    )
+    old = condition(status, ConditionType.QUEUED)
+    if was_queued and old is not None and old.get("message") == message:
+        return NO_CHANGE
+    patch, conditions = _begin_run(status, generation)
+    patch.update(
+        phase=Phase.QUEUED.value,
+        observedGeneration=generation,
+        jobName=job_name,
+        resultsConfigMap=results_configmap,
+        message=message,
+        conditions=merge_conditions(
+            conditions,
+            [
+                Cond(ConditionType.VALID, "True", Reason.SPEC_VALID),
+                Cond(ConditionType.QUEUED, "True", reason, message),
+                Cond(ConditionType.RUNNING, "False", reason, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    )
+    if trace_id:
+        patch["traceID"] = trace_id
+    event = None if was_queued else Event("Normal", Phase.QUEUED.value, message)
+    return StatusChange(patch, event)
+
+
+def unsuspended(
+    status: Mapping[str, Any], generation: int, job_name: str, timestamp: str
+) -> StatusChange:
+    """Pending again: the suspended Job was let go (Kueue admitted it); its pod comes next."""
+    if not _active(status, generation, job_name) or status.get("phase") != Phase.QUEUED.value:
+        return NO_CHANGE
+    queued_cond = condition(status, ConditionType.QUEUED) or {}
+    by_kueue = queued_cond.get("reason") == Reason.WAITING_FOR_KUEUE
+    message = f"{'Kueue admitted' if by_kueue else 'unsuspended'} Job {job_name}"
+    patch = {
+        "phase": Phase.PENDING.value,
+        "message": message,
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [
+                Cond(ConditionType.QUEUED, "False", Reason.ADMITTED, message),
+                Cond(ConditionType.RUNNING, "False", Reason.ADMITTED, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    }
+    return StatusChange(patch, Event("Normal", Reason.ADMITTED, message))
 
 
 def unschedulable(

@@ -21,6 +21,18 @@ ETCD_VERSION: Final = "v3.6.16"
 KWOK_VERSION: Final = "v0.8.0"
 """sigs.k8s.io/kwok: simulates kubelets for the kwok-managed nodes."""
 
+KUEUE_VERSION: Final = "v0.17.1"
+"""sigs.k8s.io/kueue: the job queueing controller, built only for the tests that run it (not
+part of ALL_COMPONENTS). Built against k8s.io client v0.35; it runs against the 1.36 API."""
+
+KUEUE_SUMS: Final = (
+    "sigs.k8s.io/kueue v0.17.1 h1:r4cwg3ZFF75l7RjVbdCJgM+0RpU0MJGp7t3rLH8Zyh4=",
+    "sigs.k8s.io/kueue v0.17.1/go.mod h1:bRlc6Egt3iDQ3QmbXFi3Oh6KB8m/OXCGN+JVQ3jzfHo=",
+)
+"""go.sum lines of the pinned Kueue module, seeded into its wrapper's go.sum: the module proxy
+serves this version but the checksum database lookup for it fails (404), so `go` verifies the
+download against these instead of asking sum.golang.org."""
+
 GO_MIN_VERSION: Final = "1.26"
 """Kubernetes 1.36 and etcd 3.6.16 need Go 1.26; GOTOOLCHAIN=local forbids downloading one."""
 
@@ -71,6 +83,8 @@ ETCD_SIBLING_MODULES: Final = (
 
 KUBE_COMPONENTS: Final = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ALL_COMPONENTS: Final = (*KUBE_COMPONENTS, "etcd", "kwok")
+OPTIONAL_COMPONENTS: Final = ("kueue",)
+"""Built on request (`build(["kueue"])`), never by a plain `build`."""
 
 
 def cache_base() -> Path:

@@ -120,6 +120,8 @@ def _waiting(evaluations: list[dict[str, Any]]) -> list[queue.QueueEntry]:
             continue
         if status.is_current(st, generation) and st.get("phase") != "Queued":
             continue
+        if names.kueue_queue(meta.get("labels")):
+            continue  # Kueue queues it, not the operator
         waiting.append(queue.QueueEntry.of(item))
     return waiting
 
@@ -143,6 +145,9 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
 
     Serialized by the admission lock, and the Job is created inside it, so the next decision
     counts it: the limits hold however many handlers run at once.
+
+    An evaluation with a Kueue queue label bypasses the operator's limits: its Job is created
+    at once, suspended, and the evaluation is Queued until Kueue admits (unsuspends) it.
     """
     namespace = evaluation.metadata.namespace or "default"
     name = evaluation.metadata.name
@@ -150,9 +155,11 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
     job_name = names.job_name(name, generation)
     settings = ctx.settings
     limits = queue.Limits(settings.max_running, settings.max_running_per_namespace)
+    kueue = names.kueue_queue(evaluation.metadata.labels)
+    results_cm = names.results_configmap_name(name)
     with ctx.admission_lock:
         existing = ctx.kube.get_or_none(job_path(namespace, job_name))
-        if existing is None and not limits.unlimited:
+        if existing is None and not limits.unlimited and not kueue:
             jobs = _list_everywhere(ctx, job_path, all_jobs_path(), names.MANAGED_SELECTOR)
             evaluations = _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None)
             entry = queue.QueueEntry(created_at(evaluation), namespace, name)
@@ -170,18 +177,28 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                 )
                 return "queued"
         trace_id = builders.trace_context(evaluation)[0] if settings.otlp_endpoint else None
-        ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.job_created(
-                st,
-                generation,
-                job_name,
-                names.results_configmap_name(name),
-                trace_id,
-                ctx.clock(),
-            ),
-        )
+        if kueue and (existing is None or queue.is_suspended(existing)):
+            ctx.update_status(
+                namespace,
+                name,
+                lambda st: status.waiting_for_kueue(
+                    st, generation, job_name, results_cm, kueue, ctx.clock(), trace_id
+                ),
+            )
+        else:
+            if kueue and existing is not None:  # admitted while the operator was away
+                ctx.update_status(
+                    namespace,
+                    name,
+                    lambda st: status.unsuspended(st, generation, job_name, ctx.clock()),
+                )
+            ctx.update_status(
+                namespace,
+                name,
+                lambda st: status.job_created(
+                    st, generation, job_name, results_cm, trace_id, ctx.clock()
+                ),
+            )
         if existing is None:
             job = builders.build_job(evaluation, settings)
             if ctx.kube.create_if_absent(job_path(namespace), job):
@@ -201,7 +218,8 @@ def admit_queued(ctx: Context) -> list[str]:
     for item in _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None):
         st = item.get("status") or {}
         generation = int(item["metadata"].get("generation") or 1)
-        if status.is_current(st, generation) and st.get("phase") == "Queued":
+        kueue = names.kueue_queue(item["metadata"].get("labels"))
+        if status.is_current(st, generation) and st.get("phase") == "Queued" and not kueue:
             queued.append(item)
     started = []
     for item in sorted(queued, key=queue.QueueEntry.of):

@@ -1,10 +1,11 @@
 """An evaluation Job progressed (or vanished): mirror it into the evaluation's status.
 
-Level-based on the Job's own status: ready pods mean Running; the Complete condition means
-read the agent's results (ConfigMap first, then the pod's termination message) and end
-Succeeded, or Failed/ResultsMissing when there are none; the Failed condition ends Failed with
-the Job's reason and the agent's own error message. Jobs of an older generation are ignored.
-With a results store configured, a run that ended is then recorded there
+Level-based on the Job's own status: a suspended Job (waiting for Kueue, or evicted by it)
+means Queued, and unsuspending it means Pending again; ready pods mean Running; the Complete
+condition means read the agent's results (ConfigMap first, then the pod's termination
+message) and end Succeeded, or Failed/ResultsMissing when there are none; the Failed condition
+ends Failed with the Job's reason and the agent's own error message. Jobs of an older
+generation are ignored. With a results store configured, a run that ended is then recorded there
 (:mod:`~mlmodelscope.controller.recording`); a finished run whose ``status.record`` is still
 missing (the operator stopped in between) is recorded at the Job's next event.
 """
@@ -116,7 +117,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     current = evaluation.get("status") or {}
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
         return "other generation"
-    if current.get("phase") not in ("Pending", "Running"):
+    if current.get("phase") not in ("Queued", "Pending", "Running"):
         if ctx.recorder is not None and not current.get("record") and _ended(job):
             found = recording.record_finished(
                 ctx, namespace, name, generation, current.get("runId")
@@ -173,6 +174,20 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
         return reason
+    if queue.is_suspended(job):
+        labels = job["metadata"].get("labels") or {}
+        results_cm = names.results_configmap_name(name)
+        kueue = names.kueue_queue(labels)
+        ctx.update_status(
+            namespace,
+            name,
+            lambda st: status.waiting_for_kueue(st, generation, job_name, results_cm, kueue, now()),
+        )
+        return "suspended"
+    if current.get("phase") == "Queued":
+        ctx.update_status(
+            namespace, name, lambda st: status.unsuspended(st, generation, job_name, now())
+        )
     if int((job.get("status") or {}).get("ready") or 0) > 0:
         ctx.update_status(
             namespace, name, lambda st: status.running(st, generation, job_name, now())
@@ -199,7 +214,7 @@ def job_progressed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) 
                 raise
             log.warning("job %s: %s; retrying in %.1fs", job["metadata"]["name"], exc, delay)
             time.sleep(delay)
-    if deleted or (not queue.is_active_job(job) and outcome not in QUIET):
+    if deleted or (not queue.holds_slot(job) and outcome not in QUIET):
         started = admit_queued(ctx)
         if started:
             outcome += f"; started {', '.join(started)}"

@@ -1,0 +1,321 @@
+"""Kueue on the real control plane: first with the test playing Kueue, then a real one.
+
+The first test checks what the operator creates for Kueue (a suspended Job with the queue
+label), what the evaluation says while it waits, that a waiting Job takes no slot of the
+operator's own limit, and that unsuspending the Job (what Kueue does on admission) runs the
+evaluation to the end. It must run before the real Kueue starts (this module's order), which
+would suspend that Job again for want of a LocalQueue.
+
+The second runs Kueue (built from its pinned Go module, as the control plane is) as a process
+against the dev cluster: its CRDs from the module, its own certificate management with the
+Secret copied into its cert dir (what a kubelet's Secret volume would do), webhook
+configurations with no webhooks (the API server cannot reach a Service here), and a
+ClusterQueue whose CPU quota fits one evaluation at a time.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_operator_cluster as cluster_tests
+import yaml
+from test_operator_cluster import (
+    EXEC_CPU,
+    OperatorProcess,
+    apply,
+    condition,
+    evaluation,
+    events,
+    phase_of,
+    wait_phase,
+)
+
+from mlmodelscope.contract.kube import Kube, job_path, pod_path
+from mlmodelscope.controller import names
+from mlmodelscope.devcluster import build
+from mlmodelscope.devcluster import versions as v
+from mlmodelscope.devcluster.cluster import Cluster
+from mlmodelscope.devcluster.pytest_plugin import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+# The operator fixtures of test_operator_cluster.py, shared rather than copied.
+agent_rbac = cluster_tests.agent_rbac
+crds = cluster_tests.crds
+digits_onnx = cluster_tests.digits_onnx
+kube = cluster_tests.kube
+start_operator = cluster_tests.start_operator
+
+KUEUE_NS = "kueue-system"
+KUEUE_SERVICE = "kueue-webhook-service"
+KUEUE_SECRET = "kueue-webhook-server-cert"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def kueue_manifests(module: Path) -> list[dict[str, Any]]:
+    """Kueue's CRDs (with the conversion webhooks its kustomization patches in, which its
+    certificate management insists on injecting), its namespace and Secret, and empty webhook
+    configurations for the same reason."""
+    config = module / "config" / "components" / "crd"
+    converted = {p.name.removeprefix("webhook_in_") for p in config.glob("patches/webhook_in_*")}
+    docs: list[dict[str, Any]] = []
+    for path in sorted((config / "bases").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if f"{crd['spec']['names']['plural']}.yaml" in converted:
+            service = {"namespace": KUEUE_NS, "name": KUEUE_SERVICE, "path": "/convert"}
+            crd["spec"]["conversion"] = {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {"service": service},
+                    "conversionReviewVersions": ["v1"],
+                },
+            }
+        docs.append(crd)
+    admission = "admissionregistration.k8s.io/v1"
+    return [
+        *docs,
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NS}},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": KUEUE_SECRET, "namespace": KUEUE_NS},
+        },
+        {
+            "apiVersion": admission,
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "kueue-validating-webhook-configuration"},
+            "webhooks": [],
+        },
+        {
+            "apiVersion": admission,
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "kueue-mutating-webhook-configuration"},
+            "webhooks": [],
+        },
+    ]
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real Kueue controller for this module's remaining tests; yields its log."""
+    if shutil.which("go") is None and not build.is_built("kueue"):
+        pytest.skip("Kueue is built from its Go module: needs Go >= 1.26 (or a prebuilt cache)")
+    binary = build.build(["kueue"]).bin_dir / "kueue"
+    module = build.go_mod_cache() / "sigs.k8s.io" / f"kueue@{v.KUEUE_VERSION}"
+    work = tmp_path_factory.mktemp("kueue")
+    manifest = work / "setup.yaml"
+    manifest.write_text(yaml.safe_dump_all(kueue_manifests(module)))
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+    certs = work / "certs"
+    config = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NS,
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": free_port(), "certDir": str(certs)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {
+            "enable": True,
+            "webhookServiceName": KUEUE_SERVICE,
+            "webhookSecretName": KUEUE_SECRET,
+        },
+        "integrations": {"frameworks": ["batch/job"]},
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    log = work / "kueue.log"
+    cmd = [
+        str(binary),
+        f"--config={work / 'config.yaml'}",
+        # The visibility API server wants in-cluster delegated authentication.
+        "--feature-gates=VisibilityOnDemand=false",
+        f"--visibility-server-port={free_port()}",
+    ]
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        kube = Kube(cluster.api_client())
+        secret = f"/api/v1/namespaces/{KUEUE_NS}/secrets/{KUEUE_SECRET}"
+        data = wait_for(
+            "Kueue to write its webhook certificate",
+            lambda: (kube.get_or_none(secret) or {}).get("data"),
+            60,
+            lambda: log.read_text(errors="replace")[-3000:],
+        )
+        certs.mkdir(exist_ok=True)
+        for key, value in data.items():
+            (certs / key).write_bytes(base64.b64decode(value))
+        yield log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_queued_for_kueue_takes_no_slot_and_runs_once_unsuspended(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    start_operator(MLMS_OPERATOR_MAX_RUNNING="1", MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    queue_label = {names.LABEL_KUEUE_QUEUE: "team-queue"}
+    apply(cluster, namespace, evaluation("kueued", digits_onnx, labels=queue_label))
+
+    job = wait_for("the Job", lambda: kube.get_or_none(job_path(namespace, "kueued-g1")), 60)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"][names.LABEL_KUEUE_QUEUE] == "team-queue"
+    ev = wait_phase(kube, namespace, "kueued", ("Queued",), 60)
+    queued = condition(ev, "Queued")
+    assert queued["status"] == "True" and queued["reason"] == "WaitingForKueue"
+    assert queued["message"].startswith("waiting for Kueue admission in queue team-queue")
+    assert ev["status"]["jobName"] == "kueued-g1"
+
+    # The only slot of MAX_RUNNING=1 is free: an evaluation without a queue runs meanwhile.
+    apply(cluster, namespace, evaluation("plain", digits_onnx))
+    plain = wait_phase(kube, namespace, "plain", ("Succeeded", "Failed"), 120)
+    assert plain["status"]["phase"] == "Succeeded", plain["status"].get("message")
+    # Job events of the suspended Job were not taken for Running or Failed.
+    assert phase_of(kube, namespace, "kueued") == "Queued"
+    selector = "batch.kubernetes.io/job-name=kueued-g1"
+    assert not kube.list(pod_path(namespace), selector), "a suspended Job has no pods"
+
+    # Admission, as Kueue does it: unsuspend the Job.
+    cluster.kubectl(
+        "patch",
+        "job",
+        "kueued-g1",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"suspend": False}}),
+    )
+    ev = wait_phase(kube, namespace, "kueued", ("Succeeded", "Failed"), 120)
+    assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+    assert ev["status"]["results"][0]["top1"] > 0.85
+    assert condition(ev, "Queued")["reason"] == "Admitted"
+    reasons = {e["reason"] for e in events(kube, namespace, "kueued")}
+    assert {"Queued", "Admitted", "Running", "Succeeded"} <= reasons
+    assert "JobCreated" not in reasons
+
+
+def test_real_kueue_admits_evaluations_within_its_quota(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    kueue: Path,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    """CPU quota 1, two evaluations requesting 600m each: Kueue admits one at a time, the
+    operator's own limits are off, both succeed."""
+    cluster_queue = f"cq-{namespace}"[:63]
+    objects = [
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": cluster_queue},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "default",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "1"},
+                                    {"name": "memory", "nominalQuota": "4Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": {"name": "team-queue", "namespace": namespace},
+            "spec": {"clusterQueue": cluster_queue},
+        },
+    ]
+    for obj in objects:  # the CRDs may still be settling in discovery
+        wait_for(
+            f"Kueue {obj['kind']} to be accepted",
+            lambda o=obj: (
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(o), check=False).returncode
+                == 0
+            ),
+            60,
+        )
+    start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    hardware = {
+        "nodeSelector": EXEC_CPU,
+        "resources": {"requests": {"cpu": "600m", "memory": "256Mi"}},
+    }
+    label = {names.LABEL_KUEUE_QUEUE: "team-queue"}
+    peak = 0
+    for name in ("first", "second"):
+        apply(cluster, namespace, evaluation(name, digits_onnx, labels=label, hardware=hardware))
+    wait_for(
+        "both Jobs",
+        lambda: all(kube.get_or_none(job_path(namespace, f"{n}-g1")) for n in ("first", "second")),
+        60,
+    )
+
+    def both_done() -> bool:
+        nonlocal peak
+        running = [
+            n
+            for n in ("first", "second")
+            if not kube.get(job_path(namespace, f"{n}-g1"))["spec"].get("suspend")
+            and phase_of(kube, namespace, n) not in ("Succeeded", "Failed")
+        ]
+        peak = max(peak, len(running))
+        return all(
+            phase_of(kube, namespace, n) in ("Succeeded", "Failed") for n in ("first", "second")
+        )
+
+    wait_for("both evaluations to end", both_done, 180, lambda: kueue.read_text()[-3000:])
+    assert peak <= 1, "the quota fits one evaluation at a time"
+    for name in ("first", "second"):
+        ev = wait_phase(kube, namespace, name, ("Succeeded",), 10)
+        assert ev["status"]["results"][0]["top1"] > 0.85
+        assert condition(ev, "Queued")["reason"] == "Admitted"
+        assert ev["status"]["jobName"] == f"{name}-g1"
+        reasons = {e["reason"] for e in events(kube, namespace, name)}
+        assert {"Queued", "Admitted", "Succeeded"} <= reasons
+    workloads = kube.list(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads")
+    owners = sorted(w["metadata"]["ownerReferences"][0]["name"] for w in workloads)
+    assert owners == ["first-g1", "second-g1"]
+    for workload in workloads:
+        kinds = {c["type"] for c in workload["status"]["conditions"] if c["status"] == "True"}
+        assert {"QuotaReserved", "Admitted"} <= kinds or "Finished" in kinds, workload["status"]
+    cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false")
