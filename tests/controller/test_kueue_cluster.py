@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_operator_cluster as cluster_tests
 import yaml
+from operator_process import OperatorProcess
 from test_operator_cluster import (
     EXEC_CPU,
-    OperatorProcess,
     apply,
     condition,
     evaluation,
@@ -47,13 +46,6 @@ from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-# The operator fixtures of test_operator_cluster.py, shared rather than copied.
-agent_rbac = cluster_tests.agent_rbac
-crds = cluster_tests.crds
-digits_onnx = cluster_tests.digits_onnx
-kube = cluster_tests.kube
-start_operator = cluster_tests.start_operator
 
 KUEUE_NS = "kueue-system"
 KUEUE_SERVICE = "kueue-webhook-service"

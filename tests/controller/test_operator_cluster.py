@@ -8,23 +8,19 @@ pod's command, `mlms agent ...`, really runs from this venv on the digits model.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from meval_docs import merge
+from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import (
     Kube,
@@ -41,7 +37,6 @@ from mlmodelscope.devcluster.pytest_plugin import wait_for
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT_SA = "mlmodelscope-agent"
 EXEC_CPU = {"mlmodelscope.io/simulation": "exec", "mlmodelscope.io/pool": "cpu"}
 SIMULATED_TOLERATION = {
     "key": "mlmodelscope.io/simulation",
@@ -59,136 +54,6 @@ QUICK_SCENARIO: dict[str, Any] = {
 
 
 # ------------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def crds(cluster: Cluster) -> None:
-    """The project's CRDs, applied as shipped in crds/, and served."""
-    kube = Kube(cluster.api_client())
-    for path in sorted((REPO / "crds").glob("*.yaml")):
-        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        name = yaml.safe_load(path.read_text())["metadata"]["name"]
-        crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
-
-        def established(p: str = crd_path) -> bool:
-            conditions = (kube.get(p).get("status") or {}).get("conditions") or []
-            return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-        wait_for(f"CRD {name} to be established", established, 60)
-
-
-@pytest.fixture(scope="session")
-def digits_onnx() -> Path:
-    from mlmodelscope.agent.digits import ensure_digits_models
-
-    return ensure_digits_models() / "digits.onnx"
-
-
-@pytest.fixture
-def kube(cluster: Cluster) -> Kube:
-    return Kube(cluster.api_client())
-
-
-@pytest.fixture
-def agent_rbac(cluster: Cluster, namespace: str) -> str:
-    """The agent's ServiceAccount with the Role docs/operator.md asks for (get/patch
-    ConfigMaps), in the test namespace."""
-    manifests = [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_SA}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": AGENT_SA},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": AGENT_SA},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_SA},
-            "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
-        },
-    ]
-    for manifest in manifests:
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
-    return AGENT_SA
-
-
-class OperatorProcess:
-    """`mlms operator --standalone` as a subprocess, stopped by PID."""
-
-    def __init__(
-        self, cluster: Cluster, namespace: str, log: Path, env: dict[str, str], args: list[str]
-    ) -> None:
-        self.cluster = cluster
-        self.namespace = namespace
-        self.log = log
-        self.env = env
-        self.args = args
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLMS_OPERATOR_")}
-        env.update(
-            KUBECONFIG=str(self.cluster.kubeconfig),
-            MLMS_OPERATOR_NAMESPACES=self.namespace,
-            MLMS_OPERATOR_METRICS_PORT="0",  # several operators may run on this machine
-            PYTHONUNBUFFERED="1",
-        )
-        env.update(self.env)
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mlmodelscope", "operator", "--standalone", *self.args],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def kill(self) -> None:
-        """SIGKILL: no graceful shutdown, as when a node dies under the operator pod."""
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-@pytest.fixture
-def start_operator(
-    cluster: Cluster, namespace: str, crds: None, tmp_path: Path
-) -> Iterator[Callable[..., OperatorProcess]]:
-    """Start (and always stop) operators for this test's namespace; settings as keywords,
-    e.g. ``start_operator(MLMS_OPERATOR_MAX_RUNNING="2")``."""
-    started: list[OperatorProcess] = []
-
-    def start(*args: str, **env: str) -> OperatorProcess:
-        op = OperatorProcess(cluster, namespace, tmp_path / "operator.log", env, list(args))
-        op.start()
-        started.append(op)
-        return op
-
-    try:
-        yield start
-    finally:
-        for op in started:
-            op.stop()
-        if started:
-            sys.stderr.write(f"--- operator log ({namespace})\n{started[-1].tail(60)}\n")
 
 
 @pytest.fixture
@@ -295,6 +160,7 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
     namespace: str,
     kube: Kube,
     operator: OperatorProcess,
+    agent_rbac: str,
     digits_onnx: Path,
 ) -> None:
     cluster.kubectl(
@@ -329,7 +195,7 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
     assert container["image"].endswith("-cpu")
     assert container["command"][:2] == ["mlms", "agent"]
     assert container["resources"] == {"requests": {"cpu": "500m", "memory": "512Mi"}}
-    assert pod_spec["serviceAccountName"] == AGENT_SA
+    assert pod_spec["serviceAccountName"] == agent_rbac  # the agent ServiceAccount
     # `kubectl wait` works on the Succeeded condition.
     cluster.kubectl(
         "wait", "-n", namespace, "--for=condition=Succeeded", "--timeout=120s", "meval/digits"

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_operator_cluster as cluster_tests
 import yaml
+from operator_process import OperatorProcess
 from test_operator_cluster import (
-    OperatorProcess,
     apply,
     condition,
     evaluation,
@@ -32,13 +31,6 @@ from mlmodelscope.devtools import helm as helm_tool
 from mlmodelscope.devtools.telemetry_servers import Jaeger, Prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-# The operator fixtures of test_operator_cluster.py, shared rather than copied.
-agent_rbac = cluster_tests.agent_rbac
-crds = cluster_tests.crds
-digits_onnx = cluster_tests.digits_onnx
-kube = cluster_tests.kube
-start_operator = cluster_tests.start_operator
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "mlmodelscope"
 SCRAPE_JOB = "mlmodelscope-operator"

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_operator_cluster as cluster_tests
-from test_operator_cluster import OperatorProcess, apply, evaluation, events, get, wait_phase
+from operator_process import OperatorProcess
+from test_operator_cluster import apply, evaluation, events, get, wait_phase
 
 from mlmodelscope.contract.kube import Kube, configmap_path, evaluation_path
 from mlmodelscope.controller import recording
@@ -26,13 +26,6 @@ from mlmodelscope.spec.status import BatchResult
 from mlmodelscope.store import open_store
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
-
-# The operator fixtures of test_operator_cluster.py, shared rather than copied.
-agent_rbac = cluster_tests.agent_rbac
-crds = cluster_tests.crds
-digits_onnx = cluster_tests.digits_onnx
-kube = cluster_tests.kube
-start_operator = cluster_tests.start_operator
 
 RETRY_SECONDS = 2
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_operator_cluster as cluster_tests
 import yaml
-from test_operator_cluster import EXEC_CPU, OperatorProcess, apply, gone
+from operator_process import OperatorProcess
+from test_operator_cluster import EXEC_CPU, apply, gone
 
 from mlmodelscope.contract.kube import Kube, KubeError, configmap_path, evaluation_path, job_path
 from mlmodelscope.controller import names, sweeps
@@ -27,13 +27,6 @@ from mlmodelscope.devcluster.pytest_plugin import wait_for
 from mlmodelscope.spec.sweep import LABEL_SWEEP
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
-
-# The operator fixtures of test_operator_cluster.py, shared rather than copied.
-agent_rbac = cluster_tests.agent_rbac
-crds = cluster_tests.crds
-digits_onnx = cluster_tests.digits_onnx
-kube = cluster_tests.kube
-start_operator = cluster_tests.start_operator
 
 REPO = Path(__file__).resolve().parents[2]
 PITFALLS = REPO / "examples" / "sweeps" / "digits-pitfalls.yaml"
