@@ -30,7 +30,8 @@ from mlmodelscope.report.compare import CompareError, Comparison, compare, parse
 from mlmodelscope.server.app import store_of
 from mlmodelscope.server.auth import require_read, require_write
 from mlmodelscope.store import NotRecordableError, RunSummary, StoreError, queries
-from mlmodelscope.store.queries import HistoryPoint, LeaderboardEntry, Metric, RunFilter
+from mlmodelscope.store.queries import HistoryPoint, LeaderboardEntry, Metric
+from mlmodelscope.store.store import RunFilter
 
 DOCUMENT_SCHEMA: Final = "EvaluationResult"
 """The result document's schema in the OpenAPI components (contract/result.schema.json)."""
@@ -119,26 +120,9 @@ class RunItem(BaseModel):
 
     @classmethod
     def of(cls, run: RunSummary) -> RunItem:
-        rows = [
-            BatchRow(
-                batch_size=r.batch_size,
-                scenario=r.scenario,
-                latency_ms=Latency(
-                    p50=r.latency_ms.p50,
-                    p90=r.latency_ms.p90,
-                    p99=r.latency_ms.p99,
-                    mean=r.latency_ms.mean,
-                ),
-                throughput=r.throughput,
-                qps=r.qps,
-                top1=r.top1,
-                top5=r.top5,
-                valid=r.valid,
-            )
-            for r in run.results
-        ]
-        # trace_id and labels: only from a store whose schema has them (migration 0002)
-        fields = {k: getattr(run, k, None) for k in cls.model_fields if k != "results"}
+        # the contract's BatchResult, by field name (its aliases are the CRD's camelCase)
+        rows = [BatchRow.model_validate(r.model_dump()) for r in run.results]
+        fields = {k: getattr(run, k) for k in cls.model_fields if k != "results"}
         return cls(**fields, results=rows)
 
 

@@ -8,16 +8,26 @@ included), so every query runs the same on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
 import sqlalchemy as sa
 
 from mlmodelscope.store.schema import run_results, runs
-from mlmodelscope.store.store import RunSummary, Store, as_utc, summaries_of
+from mlmodelscope.store.store import (
+    NEWEST_FIRST,
+    SUMMARY_COLUMNS,
+    RunFilter,
+    RunSummary,
+    Store,
+    as_utc,
+    summaries_of,
+)
 
 SUCCEEDED: Final = "Succeeded"
+ANY_RUN: Final = RunFilter()
+"""The filter that matches every run."""
 Metric = Literal["p50_ms", "p99_ms", "throughput", "top1"]
 LOWER_IS_BETTER: Final[dict[str, bool]] = {
     "p50_ms": True,
@@ -28,43 +38,7 @@ LOWER_IS_BETTER: Final[dict[str, bool]] = {
 """Each leaderboard metric, and whether its best run has the lowest value."""
 
 
-@dataclass(frozen=True)
-class RunFilter:
-    """Exact values the runs must have (None: any), as ``mlms runs`` and the API filter."""
-
-    model: str | None = None
-    framework: str | None = None
-    device: str | None = None
-    gpu: str | None = None
-    evaluation: str | None = None
-    namespace: str | None = None
-    status: str | None = None
-    scenario: str | None = None
-
-    def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
-        """``query`` (over ``runs``) restricted to the runs that match."""
-        columns = {
-            "model": runs.c.model_name,
-            "framework": runs.c.framework,
-            "device": runs.c.device,
-            "gpu": runs.c.gpu_product,
-            "evaluation": runs.c.evaluation,
-            "namespace": runs.c.namespace,
-            "status": runs.c.status,
-            "scenario": runs.c.scenario,
-        }
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is not None:
-                query = query.where(columns[item.name] == value)
-        return query
-
-
-NEWEST_FIRST: Final = (runs.c.started_at.desc(), runs.c.run_id)
-SUMMARY_COLUMNS: Final = tuple(c for c in runs.c if c.name != "document")
-
-
-def count_runs(store: Store, where: RunFilter = RunFilter()) -> int:
+def count_runs(store: Store, where: RunFilter = ANY_RUN) -> int:
     """How many recorded runs match ``where``."""
     query = where.apply(sa.select(sa.func.count()).select_from(runs))
     with store.engine.connect() as conn:
@@ -72,7 +46,7 @@ def count_runs(store: Store, where: RunFilter = RunFilter()) -> int:
 
 
 def page_runs(
-    store: Store, where: RunFilter = RunFilter(), *, limit: int = 100, offset: int = 0
+    store: Store, where: RunFilter = ANY_RUN, *, limit: int = 100, offset: int = 0
 ) -> list[RunSummary]:
     """The matching runs, newest first (ties by run id), ``limit`` of them after skipping
     ``offset``: :meth:`Store.list_runs` with paging and the scenario filter."""
@@ -113,7 +87,7 @@ def leaderboard(
     *,
     metric: Metric = "p50_ms",
     batch_size: int = 1,
-    where: RunFilter = RunFilter(),
+    where: RunFilter = ANY_RUN,
 ) -> list[LeaderboardEntry]:
     """Per (model, framework, device, GPU product), the Succeeded run with the best
     ``metric`` at ``batch_size`` (lowest latency, highest throughput or top-1; ties: the newer
@@ -199,7 +173,7 @@ def history(
     model: str,
     *,
     batch_size: int | None = None,
-    where: RunFilter = RunFilter(),
+    where: RunFilter = ANY_RUN,
     limit: int = 1000,
 ) -> list[HistoryPoint]:
     """The runs of ``model``, oldest first (the newest ``limit`` of them), each with its

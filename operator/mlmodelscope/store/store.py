@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -90,6 +90,42 @@ class RunSummary:
     recorded_at: datetime
     results: tuple[BatchResult, ...]
     """One row per batch size, ascending."""
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Exact values the runs must have (None: any), as ``mlms runs`` and the API filter."""
+
+    model: str | None = None
+    framework: str | None = None
+    device: str | None = None
+    gpu: str | None = None
+    evaluation: str | None = None
+    namespace: str | None = None
+    status: str | None = None
+    scenario: str | None = None
+
+    def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
+        """``query`` (over ``runs``) restricted to the runs that match."""
+        columns = {
+            "model": runs.c.model_name,
+            "framework": runs.c.framework,
+            "device": runs.c.device,
+            "gpu": runs.c.gpu_product,
+            "evaluation": runs.c.evaluation,
+            "namespace": runs.c.namespace,
+            "status": runs.c.status,
+            "scenario": runs.c.scenario,
+        }
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is not None:
+                query = query.where(columns[item.name] == value)
+        return query
+
+
+NEWEST_FIRST: Final = (runs.c.started_at.desc(), runs.c.run_id)
+SUMMARY_COLUMNS: Final = tuple(c for c in runs.c if c.name != "document")
 
 
 class Store:
@@ -173,20 +209,16 @@ class Store:
         limit: int = DEFAULT_LIMIT,
     ) -> list[RunSummary]:
         """Recorded runs, newest first, filtered by exact values (None: any)."""
-        filters = {
-            runs.c.model_name: model,
-            runs.c.framework: framework,
-            runs.c.device: device,
-            runs.c.gpu_product: gpu,
-            runs.c.evaluation: evaluation,
-            runs.c.namespace: namespace,
-            runs.c.status: status,
-        }
-        query = sa.select(*(c for c in runs.c if c.name != "document"))
-        for column, value in filters.items():
-            if value is not None:
-                query = query.where(column == value)
-        query = query.order_by(runs.c.started_at.desc(), runs.c.run_id).limit(limit)
+        where = RunFilter(
+            model=model,
+            framework=framework,
+            device=device,
+            gpu=gpu,
+            evaluation=evaluation,
+            namespace=namespace,
+            status=status,
+        )
+        query = where.apply(sa.select(*SUMMARY_COLUMNS)).order_by(*NEWEST_FIRST).limit(limit)
         with self.engine.connect() as conn:
             return summaries_of(conn, conn.execute(query).mappings().all())
 
