@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,3 +71,12 @@ def _private_results_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def digits_models() -> Path:
+    """The example CNN in every format, built on first use into $MLMS_CACHE_DIR (or the user
+    cache), so later sessions reuse it; building takes ~15 s on two cores."""
+    from mlmodelscope.agent.digits import ensure_digits_models
+
+    return ensure_digits_models()

@@ -1,12 +1,15 @@
--- Argo CD health check for mlmodelscope.io ModelEvaluation and EvaluationSweep.
+-- Argo CD health check for mlmodelscope.io ModelEvaluation, EvaluationSweep and Model.
 -- Reads .status.phase, .status.conditions (metav1.Condition), .status.observedGeneration and
--- .status.message, which both kinds have, plus a ModelEvaluation's .status.summary and an
--- EvaluationSweep's .status.progress and .status.failed. Written for Lua 5.1 (gopher-lua).
+-- .status.message, which both evaluation kinds have, plus a ModelEvaluation's .status.summary
+-- and an EvaluationSweep's .status.progress and .status.failed. Written for Lua 5.1
+-- (gopher-lua).
 --   Succeeded                  -> Healthy
 --   Pending / Queued / Running -> Progressing (also: no status yet, or status of an older generation)
 --   Failed                     -> Degraded
 --   Stopped (sweep)            -> Degraded (a child failed under failurePolicy Stop)
 --   Suspended (sweep)          -> Suspended (spec.suspend: true)
+--   Model                      -> Healthy (a manifest: nothing reconciles it, it has no status;
+--                                 evaluations that name a missing or cyclic Model fail instead)
 local hs = {}
 
 local function condition(status, kind, value)
@@ -33,6 +36,19 @@ local function detail(status, kind, value)
     return status.message
   end
   return nil
+end
+
+if obj.kind == "Model" then
+  local spec = obj.spec or {}
+  hs.status = "Healthy"
+  if spec.basedOn ~= nil and spec.basedOn.name ~= nil then
+    hs.message = "Model manifest based on " .. spec.basedOn.name
+  elseif spec.model ~= nil and spec.model.format ~= nil then
+    hs.message = "Model manifest: " .. tostring(spec.model.name) .. " (" .. spec.model.format .. ")"
+  else
+    hs.message = "Model manifest"
+  end
+  return hs
 end
 
 local status = obj.status

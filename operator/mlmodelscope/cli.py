@@ -56,32 +56,37 @@ def version() -> None:
     console.print(__version__)
 
 
+MODELS_HELP = (
+    "A file or folder of Model manifests that modelRef and basedOn may name (repeatable); "
+    "Models in the files given are always available."
+)
+
+
 @app.command()
 def validate(
     files: Annotated[
-        list[Path], typer.Argument(help="YAML files of ModelEvaluations and EvaluationSweeps.")
+        list[Path],
+        typer.Argument(
+            help="YAML files (or folders of them) of ModelEvaluations, EvaluationSweeps and Models."
+        ),
     ],
+    models: Annotated[list[Path] | None, typer.Option("--models", help=MODELS_HELP)] = None,
 ) -> None:
-    """Check ModelEvaluation and EvaluationSweep files against the spec, document by document,
-    naming every field at fault (for a sweep, also every child it would create)."""
-    from mlmodelscope.spec import SpecValidationError
-    from mlmodelscope.spec.resources import check_file
+    """Check ModelEvaluation, EvaluationSweep and Model files against the spec, document by
+    document, naming every field at fault (for a sweep, also every child it would create),
+    and resolve every modelRef against the Models given."""
+    from mlmodelscope.spec.resources import check_files
 
-    failed = False
-    for file in files:
-        try:
-            checked = check_file(file)
-        except SpecValidationError as exc:
-            failed = True
-            fail(str(exc))
+    checked, unusable = check_files(files, models or [])
+    for error in unusable:
+        fail(str(error))
+    for item in checked:
+        if item.error is not None:
+            fail(str(item.error))
             continue
-        for item in checked:
-            if item.error is not None:
-                failed = True
-                fail(str(item.error))
-                continue
-            note = f": {item.children} ModelEvaluations" if item.children else ""
-            console.print(f"[green]✓[/green] {item.source}{note}", highlight=False)
+        note = f": {item.children} ModelEvaluations" if item.children else ""
+        console.print(f"[green]✓[/green] {item.source}{note}", highlight=False)
+    failed = bool(unusable) or any(item.error is not None for item in checked)
     raise typer.Exit(1 if failed else 0)
 
 
@@ -184,7 +189,10 @@ def hash_model(
 @app.command()
 def run(
     spec: Annotated[
-        Path, typer.Argument(help="A ModelEvaluation YAML file (one or more documents).")
+        Path,
+        typer.Argument(
+            help="A ModelEvaluation YAML file (one or more documents; Models in it serve modelRef)."
+        ),
     ],
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for the result documents.")
@@ -207,6 +215,7 @@ def run(
     no_store: Annotated[
         bool, typer.Option("--no-store", help="Do not record the runs in a results store.")
     ] = False,
+    models: Annotated[list[Path] | None, typer.Option("--models", help=MODELS_HELP)] = None,
 ) -> None:
     """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run."""
     import json
@@ -215,11 +224,12 @@ def run(
 
     from mlmodelscope.agent.report import agreement, results_table
     from mlmodelscope.agent.runner import EvaluationError, RunOutcome, evaluate
-    from mlmodelscope.spec import SpecValidationError, load_evaluations
+    from mlmodelscope.spec import SpecValidationError
+    from mlmodelscope.spec.resources import load_runnable
     from mlmodelscope.telemetry.agent import AgentTelemetry
 
     try:
-        loaded = load_evaluations(spec)
+        loaded = load_runnable(spec, models or [])
     except SpecValidationError as exc:
         fail(str(exc))
         raise typer.Exit(2) from None
@@ -424,14 +434,6 @@ def trace(
     render(console, trace_id, groups)
 
 
-ComparedSources = Annotated[
-    list[str],
-    typer.Argument(
-        help="Result documents (JSON files), folders of them, or run ids in the store. "
-        "The first run is the reference."
-    ),
-]
-"""The runs `mlms compare` and `mlms report` take."""
 LookupStore = Annotated[
     str | None,
     typer.Option(
@@ -452,25 +454,51 @@ LookupServer = Annotated[
 ]
 
 
+ComparedSources = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Result documents (JSON files), folders of them, or run ids in the store. "
+        "The first run is the reference.",
+        show_default=False,
+    ),
+]
+"""The runs `mlms compare` and `mlms report` take: none when ``--sweep`` selects them."""
+SelectedSweep = Annotated[
+    str | None,
+    typer.Option(
+        "--sweep",
+        metavar="NAME",
+        help="Also compare the runs in the results store labelled mlmodelscope.io/sweep=NAME "
+        "(an EvaluationSweep's children), oldest first, after any SOURCES given.",
+    ),
+]
+
+
 @app.command()
 def compare(
-    sources: ComparedSources,
+    sources: ComparedSources = None,
     store: LookupStore = None,
     server: LookupServer = None,
+    sweep: SelectedSweep = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Compare runs side by side: headline numbers against the first run, and the
-    differences in their HW/SW stack and spec."""
+    """Compare runs side by side: headline numbers against the first run, where runs of the
+    same dataset disagree sample by sample (numerical agreement), and the differences in
+    their HW/SW stack and spec."""
     import json
 
     from mlmodelscope.report.compare import CompareError
     from mlmodelscope.report.compare import compare as compare_runs
     from mlmodelscope.report.render import render as render_comparison
 
+    sources = list(sources or [])
     try:
-        loaded = _load_compared(sources, store, server)
+        if not sources and sweep is None:
+            raise CompareError("nothing to compare: give result files, run ids, or --sweep NAME")
+        loaded = _load_compared(sources, store, server, sweep)
         if len(loaded) < 2:
-            raise CompareError(f"{' '.join(sources)}: one run; compare needs at least two")
+            what = " ".join(sources) or f"sweep {sweep}"
+            raise CompareError(f"{what}: one run; compare needs at least two")
         comparison = compare_runs(loaded)
     except CompareError as exc:
         fail(str(exc))
@@ -483,22 +511,26 @@ def compare(
 
 @app.command()
 def report(
-    sources: ComparedSources,
+    sources: ComparedSources = None,
     output: Annotated[
         Path,
         typer.Option("--output", "-o", help="The HTML file to write.", dir_okay=False),
     ] = Path("report.html"),
     store: LookupStore = None,
     server: LookupServer = None,
+    sweep: SelectedSweep = None,
 ) -> None:
-    """Write a self-contained HTML report of runs: the comparison, the HW/SW stack and spec
-    differences, and plots (latency CDF, throughput against batch size, accuracy against
-    latency)."""
+    """Write a self-contained HTML report of runs: the comparison, numerical agreement, the
+    HW/SW stack and spec differences, and plots (latency CDF, throughput against batch size,
+    accuracy against latency)."""
     from mlmodelscope.report.compare import CompareError
     from mlmodelscope.report.html import render_html
 
+    sources = list(sources or [])
     try:
-        loaded = _load_compared(sources, store, server)
+        if not sources and sweep is None:
+            raise CompareError("nothing to report: give result files, run ids, or --sweep NAME")
+        loaded = _load_compared(sources, store, server, sweep)
         page = render_html(loaded)
     except CompareError as exc:
         fail(str(exc))
@@ -511,16 +543,37 @@ def report(
     console.print(f"wrote {escape(str(output))} ({len(loaded)} runs)", highlight=False)
 
 
+SWEEP_RUNS_LIMIT = 1000
+"""At most this many runs of one sweep are compared."""
+
+
 def _load_compared(
-    sources: list[str], store: str | None, server: str | None = None
+    sources: list[str], store: str | None, server: str | None = None, sweep: str | None = None
 ) -> list[LoadedRun]:
     """The runs of ``sources`` (files, folders, run ids), opening the results store (or, with
-    ``server``, a remote `mlms serve`) only when some source is no file or folder;
-    :class:`CompareError` names a source that fails."""
+    ``server``, a remote `mlms serve`) only when some source is no file or folder; then, with
+    ``sweep``, the stored runs labelled ``mlmodelscope.io/sweep=<sweep>``, oldest first (those
+    not already among ``sources``). :class:`CompareError` names a source that fails."""
     from mlmodelscope.report.compare import CompareError, load_runs
 
     results_store = None
     try:
+        if sweep is not None:
+            if server:
+                raise CompareError(
+                    f"--sweep {sweep}: selecting a sweep's runs needs the results store "
+                    "(--store); with --server, give its run ids"
+                )
+            results_store = _compare_store(store, [], sweep)
+            found = results_store.list_runs(sweep=sweep, limit=SWEEP_RUNS_LIMIT)
+            if not found:
+                raise CompareError(
+                    f"--sweep {sweep}: no runs labelled mlmodelscope.io/sweep={sweep} in the "
+                    f"results store {results_store.url}"
+                )
+            given = set(sources)
+            sources = [*sources, *(r.run_id for r in reversed(found) if r.run_id not in given)]
+            return load_runs(sources, results_store)
         run_ids = [source for source in sources if not Path(source).exists()]
         if run_ids and server:
             from mlmodelscope.server.client import TOKEN_ENV, RemoteError, RemoteRuns
@@ -538,21 +591,27 @@ def _load_compared(
             results_store.close()
 
 
-def _compare_store(url: str | None, run_ids: list[str]) -> Any:
-    """The results store to look ``run_ids`` up in (sources that are no file or folder)."""
+def _compare_store(url: str | None, run_ids: list[str], sweep: str | None = None) -> Any:
+    """The results store to look ``run_ids`` up in (sources that are no file or folder), or
+    to find the runs of ``sweep`` in."""
     from mlmodelscope.report.compare import CompareError
 
+    what = (
+        f"--sweep {sweep}: a sweep's runs are found in the results store"
+        if sweep is not None
+        else f"{', '.join(run_ids)}: no such file or folder"
+    )
     try:
         from mlmodelscope.store import StoreError, open_store
     except ImportError as exc:
+        needs = "it needs" if sweep is not None else "run ids need"
         raise CompareError(
-            f"{', '.join(run_ids)}: no such file or folder, and run ids need the results "
-            f"store ({exc}): install mlmodelscope[store]"
+            f"{what}, and {needs} the results store ({exc}): install mlmodelscope[store]"
         ) from None
     try:
         return open_store(url)
     except StoreError as exc:
-        raise CompareError(f"{', '.join(run_ids)}: no such file or folder; {exc}") from None
+        raise CompareError(f"{what}; {exc}") from None
 
 
 SERVE_READ_TOKEN_ENV = "MLMS_SERVE_READ_TOKEN"

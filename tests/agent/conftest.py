@@ -1,4 +1,5 @@
-"""Shared fixtures for the agent tests: the digits models (built once) and spec builders."""
+"""Shared fixtures for the agent tests: spec builders (the digits models come from
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,15 +13,6 @@ import pytest
 from mlmodelscope.spec.evaluation import EvaluationSpec
 
 SpecFactory = Callable[..., EvaluationSpec]
-
-
-@pytest.fixture(scope="session")
-def digits_models() -> Path:
-    """The example CNN in every format, built on first use into $MLMS_CACHE_DIR (or the user
-    cache), so later sessions reuse it; building takes ~15 s on two cores."""
-    from mlmodelscope.agent.digits import ensure_digits_models
-
-    return ensure_digits_models()
 
 
 @pytest.fixture(scope="session")

@@ -75,6 +75,9 @@ def test_every_adapter_every_scenario(
         if scenario == "Server":
             assert m["server"]["target_qps"] == 100
     assert outcome.outputs is not None and outcome.outputs.shape == (360, 10)
+    predictions = ResultDocument.model_validate(doc).accuracy.predictions  # type: ignore[union-attr]
+    assert predictions is not None and predictions.count == doc["dataset"]["samples"] == 360
+    assert predictions.classes_list() == outcome.outputs.argmax(axis=1).tolist()
 
 
 def test_same_spec_same_stack_same_bits(tmp_path: Path, digits_models: Path) -> None:

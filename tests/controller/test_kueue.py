@@ -1,12 +1,19 @@
-"""Kueue with no cluster: the Job shape, the operator's limits, the status transitions."""
+"""Kueue with no cluster: the Job shape, the operator's limits, the status transitions, and
+Kueue's own reason read from the Job's Workload."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from mlmodelscope.controller import builders, names, queue, status
-from mlmodelscope.controller.settings import OperatorSettings
+import pytest
+
+from mlmodelscope.contract.kube import KubeError, evaluation_path
+from mlmodelscope.controller import builders, kueue, names, queue, status
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.controller.status import ConditionType, Reason
 from mlmodelscope.spec import ModelEvaluation
 from mlmodelscope.spec.status import EvaluationStatus
@@ -135,3 +142,372 @@ def test_a_new_generation_waits_afresh() -> None:
     st = apply(st, status.waiting_for_kueue(st, 2, "e-g2", "e-results", "q", T2))
     assert st["phase"] == "Queued" and st["observedGeneration"] == 2
     assert status.condition(st, ConditionType.FAILED) is None
+
+
+# --------------------------------------------------------------- Kueue's reason, as status
+
+
+PENDING_TEXT = (
+    "couldn't assign flavors to pod set main: insufficient quota for cpu in flavor default, "
+    "previously considered podsets requests (0) + current podset request (600m) > maximum "
+    "capacity (500m)"
+)
+
+
+def waiting(queue_name: str = "q") -> dict[str, Any]:
+    return apply({}, status.waiting_for_kueue({}, 1, "e-g1", "e-results", queue_name, T0))
+
+
+def test_kueues_reason_and_message_become_the_queued_condition_and_the_message() -> None:
+    st = waiting("team-queue")
+    change = status.kueue_waiting(st, 1, "e-g1", "team-queue", "Pending", PENDING_TEXT, T1)
+    st = apply(st, change)
+    expected = f"waiting for Kueue admission in queue team-queue: {PENDING_TEXT}"
+    assert st["phase"] == "Queued" and st["message"] == expected
+    queued = cond(st, ConditionType.QUEUED)
+    assert (queued["status"], queued["reason"], queued["message"]) == ("True", "Pending", expected)
+    assert queued["lastTransitionTime"] == T0, "still True: the transition time stays"
+    assert cond(st, ConditionType.RUNNING)["reason"] == "Pending"
+    assert change.event == status.Event("Normal", "Pending", expected)
+    # The same reason again: no patch, no event.
+    assert not status.kueue_waiting(st, 1, "e-g1", "team-queue", "Pending", PENDING_TEXT, T2)
+
+
+def test_a_new_message_with_the_same_reason_is_patched_without_an_event() -> None:
+    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "Pending", "a", T1))
+    change = status.kueue_waiting(st, 1, "e-g1", "q", "Pending", "b", T2)
+    assert change.patch["message"] == "waiting for Kueue admission in queue q: b"
+    assert change.event is None
+    other = status.kueue_waiting(st, 1, "e-g1", "q", "Inadmissible", "no LocalQueue", T2)
+    assert other.event is not None and other.event.reason == "Inadmissible"
+
+
+def test_an_eviction_is_a_warning_and_says_evicted() -> None:
+    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "Pending", "a", T1))
+    change = status.kueue_waiting(
+        st, 1, "e-g1", "q", "Preempted", "Preempted to accommodate a workload", T2, evicted=True
+    )
+    st = apply(st, change)
+    assert cond(st, ConditionType.QUEUED)["reason"] == "Preempted"
+    assert st["message"] == (
+        "evicted by Kueue, waiting for readmission in queue q: Preempted to accommodate a workload"
+    )
+    assert change.event is not None and change.event.type == "Warning"
+
+
+def test_kueues_reason_applies_only_while_the_status_shows_that_job_queued() -> None:
+    args = ("q", "Pending", "a", T1)
+    assert not status.kueue_waiting({}, 1, "e-g1", *args), "no status yet"
+    st = waiting()
+    assert not status.kueue_waiting(st, 1, "e-g0", *args), "another Job"
+    assert not status.kueue_waiting(st, 2, "e-g1", *args), "another generation"
+    running = apply(st, status.unsuspended(st, 1, "e-g1", T1))
+    assert not status.kueue_waiting(running, 1, "e-g1", *args), "admitted already"
+    limited = apply({}, status.queued({}, 1, "2 of 2 evaluations running", T0))
+    assert not status.kueue_waiting(limited, 1, "e-g1", *args), "the operator's own queue"
+
+
+def test_a_reason_that_is_no_condition_reason_falls_back() -> None:
+    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "not a reason!", "x", T1))
+    assert cond(st, ConditionType.QUEUED)["reason"] == Reason.WAITING_FOR_KUEUE
+
+
+def test_job_events_keep_kueues_reason_and_admission_still_says_kueue() -> None:
+    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "Pending", "a", T1))
+    assert not status.waiting_for_kueue(st, 1, "e-g1", "e-results", "q", T2)
+    admitted = status.unsuspended(st, 1, "e-g1", T2)
+    st = apply(st, admitted)
+    assert st["message"] == "Kueue admitted Job e-g1"
+    assert cond(st, ConditionType.QUEUED)["reason"] == Reason.ADMITTED
+    # Evicted after it ran: Queued again (generic first), then Kueue's reason.
+    st = apply(st, status.running(st, 1, "e-g1", T2))
+    st = apply(st, status.waiting_for_kueue(st, 1, "e-g1", "e-results", "q", T2))
+    assert cond(st, ConditionType.QUEUED)["reason"] == Reason.WAITING_FOR_KUEUE
+    st = apply(st, status.kueue_waiting(st, 1, "e-g1", "q", "Preempted", "p", T2, evicted=True))
+    assert st["phase"] == "Queued" and cond(st, ConditionType.QUEUED)["reason"] == "Preempted"
+
+
+# ---------------------------------------------------------------- Kueue's reason, from a Workload
+
+
+def condition_of(
+    kind: str, state: str, reason: str, message: str = "", at: str = T0
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": state,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": at,
+    }
+
+
+def workload(*conditions: dict[str, Any], uid: str = "uid-e-g1", **status_: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-{uid}",
+            "namespace": "a",
+            "creationTimestamp": T0,
+            "labels": {kueue.LABEL_JOB_UID: uid},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": uid[4:], "uid": uid}
+            ],
+        },
+        "status": {"conditions": list(conditions), **status_},
+    }
+
+
+def test_a_workload_without_quota_waits_with_kueues_reason() -> None:
+    wl = workload(condition_of("QuotaReserved", "False", "Pending", PENDING_TEXT))
+    assert kueue.workload_reason(wl) == kueue.KueueReason("Pending", PENDING_TEXT, since=T0)
+    missing = workload(
+        condition_of("QuotaReserved", "False", "Inadmissible", "LocalQueue q doesn't exist")
+    )
+    found = kueue.workload_reason(missing)
+    assert found is not None and found.reason == "Inadmissible"
+    assert found.detail == "LocalQueue q doesn't exist"
+
+
+def test_quota_reserved_but_not_admitted_names_the_pending_checks() -> None:
+    wl = workload(
+        condition_of("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue c"),
+        admissionChecks=[
+            {"name": "prov", "state": "Pending", "message": "waiting for capacity"},
+            {"name": "done", "state": "Ready"},
+        ],
+    )
+    found = kueue.workload_reason(wl)
+    assert found is not None and found.reason == "QuotaReserved"
+    assert found.detail == (
+        "Quota reserved in ClusterQueue c; admission check prov: Pending (waiting for capacity)"
+    )
+
+
+def test_an_eviction_comes_first_with_what_happened_since() -> None:
+    wl = workload(
+        condition_of("QuotaReserved", "False", "Pending", PENDING_TEXT),
+        condition_of("Admitted", "False", "NoReservation"),
+        condition_of("Evicted", "True", "Preempted", "Preempted to accommodate a workload"),
+        condition_of("Requeued", "True", "Preempted", "Preempted to accommodate a workload"),
+        condition_of("Preempted", "True", "InClusterQueue", "Preempted to accommodate a workload"),
+    )
+    found = kueue.workload_reason(wl)
+    assert found is not None and found.evicted and found.reason == "Preempted"
+    assert found.detail == f"Preempted to accommodate a workload; {PENDING_TEXT}"
+
+
+def test_admitted_finished_or_silent_workloads_give_no_reason() -> None:
+    admitted = workload(
+        condition_of("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue c"),
+        condition_of("Admitted", "True", "Admitted", "The workload is admitted"),
+    )
+    assert kueue.workload_reason(admitted) is None, "the Job event takes it from here"
+    finished = workload(condition_of("Finished", "True", "Succeeded", "Job finished"))
+    assert kueue.workload_reason(finished) is None
+    assert kueue.workload_reason(workload()) is None
+
+
+def suspended_job(name: str = "e-g1", namespace: str = "a", **spec: Any) -> dict[str, Any]:
+    labels = {**names.labels(name.rsplit("-g", 1)[0], 1), **QUEUE}
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}", "labels": labels},
+        "spec": {"suspend": True, **spec},
+        "status": {},
+    }
+
+
+def test_which_jobs_wait_for_kueue() -> None:
+    found = kueue.waiting_job(suspended_job())
+    assert found == kueue.WaitingJob("a", "e", 1, "e-g1", "uid-e-g1", "team-queue")
+    assert kueue.waiting_job(suspended_job(suspend=False)) is None
+    no_queue = suspended_job()
+    del no_queue["metadata"]["labels"][names.LABEL_KUEUE_QUEUE]
+    assert kueue.waiting_job(no_queue) is None, "suspended without Kueue: nothing to read"
+    ended = suspended_job()
+    ended["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
+    assert kueue.waiting_job(ended) is None
+    assert kueue.waiting_job({"metadata": {"name": "x", "namespace": "a"}}) is None
+
+
+def test_the_workload_of_a_job_is_found_by_its_owner_reference() -> None:
+    job = kueue.waiting_job(suspended_job())
+    assert job is not None
+    mine = workload(uid="uid-e-g1")
+    other = workload(uid="uid-f-g1")
+    assert kueue.workload_of([other, mine], job) == mine
+    assert kueue.workload_of([other], job) is None
+    gone = copy.deepcopy(mine)
+    gone["metadata"]["deletionTimestamp"] = T1
+    assert kueue.workload_of([gone], job) is None
+    assert kueue.selector([job]) == "kueue.x-k8s.io/job-uid in (uid-e-g1)"
+
+
+# ------------------------------------------------------------------- the watch, in memory
+
+
+class FakeKube:
+    """Evaluations and Workloads in memory, counting requests."""
+
+    def __init__(self) -> None:
+        self.evaluations: dict[str, dict[str, Any]] = {}
+        self.workloads: dict[str, list[dict[str, Any]]] = {}
+        self.served: tuple[str, ...] = ("v1beta2", "v1beta1")
+        self.list_error: KubeError | None = None
+        self.lists: list[tuple[str, str | None]] = []
+        self.gets = 0
+        self.patches: list[dict[str, Any]] = []
+
+    def add(self, name: str, st: dict[str, Any], namespace: str = "a") -> None:
+        self.evaluations[evaluation_path(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace},
+            "status": st,
+        }
+
+    def status(self, name: str, namespace: str = "a") -> dict[str, Any]:
+        return dict(self.evaluations[evaluation_path(namespace, name)]["status"])
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        self.gets += 1
+        found = self.evaluations.get(path)
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        self.lists.append((path, label_selector))
+        if self.list_error is not None:
+            raise self.list_error
+        version = path.split("/")[3]
+        if version not in self.served:
+            raise KubeError(404, "GET", path, '{"reason": "NotFound"}')
+        namespace = path.split("/")[5]
+        return copy.deepcopy(self.workloads.get(namespace, []))
+
+    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.patches.append(copy.deepcopy(dict(body)))
+        obj = self.evaluations[path.removesuffix("/status")]
+        obj["status"] = apply(obj["status"], status.StatusChange(body["status"]))
+        return copy.deepcopy(obj)
+
+
+def watch(kube: FakeKube, events: list[status.Event]) -> kueue.KueueWatch:
+    ctx = Context(
+        settings=OperatorSettings(),
+        kube=kube,  # type: ignore[arg-type]
+        post_event=lambda _obj, event: events.append(event),
+        clock=lambda: T1,
+    )
+    return kueue.KueueWatch(ctx)
+
+
+def test_the_watch_shows_kueues_reason_once_and_reads_nothing_more_while_it_holds() -> None:
+    kube, events = FakeKube(), []
+    kube.add("e", waiting("team-queue"))
+    kube.add("f", apply({}, status.waiting_for_kueue({}, 1, "f-g1", "f-r", "team-queue", T0)))
+    kube.workloads["a"] = [
+        workload(condition_of("QuotaReserved", "False", "Pending", PENDING_TEXT), uid=uid)
+        for uid in ("uid-e-g1", "uid-f-g1")
+    ]
+    w = watch(kube, events)
+    assert w.poll() == {}, "nothing waits: nothing is read"
+    assert not kube.lists
+    w.observe(suspended_job("e-g1"))
+    w.observe(suspended_job("f-g1"))
+    done = w.poll()
+    assert set(done) == {"a/e-g1", "a/f-g1"} and done["a/e-g1"].startswith("Pending: ")
+    assert len(kube.lists) == 1, "one list per namespace per tick"
+    assert kube.lists[0][1] == "kueue.x-k8s.io/job-uid in (uid-e-g1,uid-f-g1)"
+    assert cond(kube.status("e"), ConditionType.QUEUED)["reason"] == "Pending"
+    assert [e.reason for e in events] == ["Pending", "Pending"]
+    gets, patches = kube.gets, len(kube.patches)
+    assert w.poll() == {"a/e-g1": "unchanged", "a/f-g1": "unchanged"}
+    assert (kube.gets, len(kube.patches), len(events)) == (gets, patches, 2)
+
+    # Kueue's reason changes: patched, with an Event; the Job unsuspended: forgotten.
+    kube.workloads["a"][0]["status"]["conditions"].append(
+        condition_of("Evicted", "True", "Deactivated", "The workload is deactivated", T1)
+    )
+    w.poll()
+    st = kube.status("e")
+    assert cond(st, ConditionType.QUEUED)["reason"] == "Deactivated"
+    assert events[-1].type == "Warning" and len(events) == 3
+    w.observe(suspended_job("e-g1", suspend=False))
+    w.observe(suspended_job("f-g1"), deleted=True)
+    assert w.waiting() == []
+
+
+def test_a_status_not_yet_queued_is_tried_again_at_the_next_tick() -> None:
+    kube, events = FakeKube(), []
+    kube.add("e", {})  # the Job event that makes it Queued has not been handled yet
+    kube.workloads["a"] = [workload(condition_of("QuotaReserved", "False", "Pending", "x"))]
+    w = watch(kube, events)
+    w.observe(suspended_job())
+    assert w.poll() == {"a/e-g1": "not queued"}
+    kube.add("e", waiting())
+    assert w.poll()["a/e-g1"] == "Pending: x"
+    assert w.poll()["a/e-g1"] == "unchanged"
+
+
+def test_without_kueue_the_watch_does_nothing_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, events = FakeKube(), []
+    kube.add("e", waiting())
+    kube.served = ()
+    w = watch(kube, events)
+    w.observe(suspended_job())
+    with caplog.at_level(logging.INFO, logger="mlmodelscope.controller.kueue"):
+        assert w.poll() == {}
+        assert w.poll() == {}
+    assert [p for p, _ in kube.lists] == [
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/a/workloads",
+        "/apis/kueue.x-k8s.io/v1beta1/namespaces/a/workloads",
+    ] * 2
+    said = [r.getMessage() for r in caplog.records if "not served" in r.getMessage()]
+    assert len(said) == 1 and not kube.patches and not events
+
+
+def test_an_older_kueue_is_read_as_v1beta1_and_remembered() -> None:
+    kube, events = FakeKube(), []
+    kube.add("e", waiting())
+    kube.served = ("v1beta1",)
+    kube.workloads["a"] = [workload(condition_of("QuotaReserved", "False", "Pending", "x"))]
+    w = watch(kube, events)
+    w.observe(suspended_job())
+    w.poll()
+    kube.lists.clear()
+    w.poll()
+    assert [p for p, _ in kube.lists] == ["/apis/kueue.x-k8s.io/v1beta1/namespaces/a/workloads"]
+    assert cond(kube.status("e"), ConditionType.QUEUED)["reason"] == "Pending"
+
+
+def test_no_rbac_on_workloads_is_said_once_and_never_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube, events = FakeKube(), []
+    kube.add("e", waiting())
+    kube.list_error = KubeError(403, "GET", "/apis/kueue.x-k8s.io", '{"reason": "Forbidden"}')
+    w = watch(kube, events)
+    w.observe(suspended_job())
+    with caplog.at_level(logging.WARNING, logger="mlmodelscope.controller.kueue"):
+        assert w.poll() == {} and w.poll() == {}
+    said = [r for r in caplog.records if "workloads.kueue.x-k8s.io" in r.getMessage()]
+    assert len(said) == 1
+    kube.list_error = KubeError(500, "GET", "/apis/kueue.x-k8s.io", "boom")
+    assert w.poll() == {}, "a failing API server is tried again next tick"
+
+
+def test_the_watch_thread_starts_and_stops() -> None:
+    w = watch(FakeKube(), [])
+    w.seconds = 0.01
+    w.start()
+    w.stop()
+    assert w._thread is None
+
+
+def test_the_poll_interval_is_a_setting() -> None:
+    assert OperatorSettings.from_env({}).kueue_poll_seconds == 5.0
+    env = {"MLMS_OPERATOR_KUEUE_POLL_SECONDS": "1.5"}
+    assert OperatorSettings.from_env(env).kueue_poll_seconds == 1.5
+    with pytest.raises(SettingsError, match="MLMS_OPERATOR_KUEUE_POLL_SECONDS"):
+        OperatorSettings.from_env({"MLMS_OPERATOR_KUEUE_POLL_SECONDS": "0"})

@@ -21,6 +21,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ from test_operator_cluster import (
     wait_phase,
 )
 
-from mlmodelscope.contract.kube import Kube, job_path, pod_path
+from mlmodelscope.contract.kube import Kube, evaluation_path, job_path, pod_path
 from mlmodelscope.controller import names
 from mlmodelscope.devcluster import build
 from mlmodelscope.devcluster import versions as v
@@ -311,3 +312,117 @@ def test_real_kueue_admits_evaluations_within_its_quota(
         kinds = {c["type"] for c in workload["status"]["conditions"] if c["status"] == "True"}
         assert {"QuotaReserved", "Admitted"} <= kinds or "Finished" in kinds, workload["status"]
     cluster.kubectl("delete", "clusterqueue", cluster_queue, "--wait=false")
+
+
+def cluster_queue(name: str, cpu: str) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": ["cpu", "memory"],
+                    "flavors": [
+                        {
+                            "name": "default",
+                            "resources": [
+                                {"name": "cpu", "nominalQuota": cpu},
+                                {"name": "memory", "nominalQuota": "4Gi"},
+                            ],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+def test_queued_shows_kueues_own_reason_until_the_quota_fits(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    kueue: Path,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    """A ClusterQueue of 500m CPU, an evaluation requesting 600m: Queued with Kueue's reason
+    (Pending, "insufficient ... quota for cpu"); a deactivated Workload is an eviction (a Warning,
+    reason Deactivated); once reactivated and the quota raised, admitted and Succeeded."""
+    name = f"cq-small-{namespace}"[:63]
+    objects = [
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "default"}},
+        cluster_queue(name, "500m"),
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": {"name": "small-queue", "namespace": namespace},
+            "spec": {"clusterQueue": name},
+        },
+    ]
+    for obj in objects:
+        wait_for(
+            f"Kueue {obj['kind']} to be accepted",
+            lambda o=obj: (
+                cluster.kubectl("apply", "-f", "-", input=json.dumps(o), check=False).returncode
+                == 0
+            ),
+            60,
+        )
+    start_operator(
+        MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, MLMS_OPERATOR_KUEUE_POLL_SECONDS="1"
+    )
+    hardware = {
+        "nodeSelector": EXEC_CPU,
+        "resources": {"requests": {"cpu": "600m", "memory": "256Mi"}},
+    }
+    label = {names.LABEL_KUEUE_QUEUE: "small-queue"}
+    apply(cluster, namespace, evaluation("tight", digits_onnx, labels=label, hardware=hardware))
+
+    def queued_reason(reason: str) -> dict[str, Any] | None:
+        ev = kube.get(evaluation_path(namespace, "tight"))
+        st = ev.get("status") or {}
+        queued = next((c for c in st.get("conditions") or [] if c["type"] == "Queued"), {})
+        if st.get("phase") == "Queued" and queued.get("reason") == reason:
+            return ev
+        return None
+
+    log_tail = lambda: kueue.read_text(errors="replace")[-3000:]  # noqa: E731
+    ev = wait_for("Kueue's reason in the status", lambda: queued_reason("Pending"), 60, log_tail)
+    queued = condition(ev, "Queued")
+    sys.stderr.write(f"Kueue's reason: {queued['reason']}: {queued['message']}\n")
+    assert queued["status"] == "True"
+    assert queued["message"].startswith("waiting for Kueue admission in queue small-queue: ")
+    assert "couldn't assign flavors to pod set main: insufficient" in queued["message"]
+    assert "for cpu in flavor default" in queued["message"]
+    assert ev["status"]["message"] == queued["message"]
+    assert condition(ev, "Running")["reason"] == "Pending"
+    assert ev["status"]["jobName"] == "tight-g1"
+    assert kube.get(job_path(namespace, "tight-g1"))["spec"]["suspend"] is True
+
+    # Deactivating the Workload is an eviction in Kueue's terms: said as a Warning.
+    (workload,) = kube.list(f"/apis/{KUEUE_API}/namespaces/{namespace}/workloads")
+    path = f"/apis/{KUEUE_API}/namespaces/{namespace}/workloads/{workload['metadata']['name']}"
+    kube.merge_patch(path, {"spec": {"active": False}})
+    ev = wait_for("the eviction in the status", lambda: queued_reason("Deactivated"), 60, log_tail)
+    message = condition(ev, "Queued")["message"]
+    sys.stderr.write(f"Kueue's eviction: Deactivated: {message}\n")
+    assert message.startswith("evicted by Kueue, waiting for readmission in queue small-queue: ")
+    assert "The workload is deactivated" in message
+    kube.merge_patch(path, {"spec": {"active": True}})
+
+    # Room for it: Kueue admits it and it runs as any other.
+    patch = {"spec": cluster_queue(name, "1")["spec"]}
+    cluster.kubectl("patch", "clusterqueue", name, "--type=merge", "-p", json.dumps(patch))
+    ev = wait_phase(kube, namespace, "tight", ("Succeeded", "Failed"), 120)
+    assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+    assert condition(ev, "Queued")["reason"] == "Admitted"
+    seen = events(kube, namespace, "tight")
+    reasons = [e["reason"] for e in seen]
+    assert {"Queued", "Pending", "Deactivated", "Admitted", "Succeeded"} <= set(reasons)
+    assert reasons.count("Pending") == 1, "an Event only when Kueue's reason changes"
+    (evicted,) = [e for e in seen if e["reason"] == "Deactivated"]
+    assert evicted["type"] == "Warning"
+    cluster.kubectl("delete", "clusterqueue", name, "--wait=false")

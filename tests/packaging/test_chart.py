@@ -410,6 +410,11 @@ def test_evaluation_jobs_may_only_get_and_patch_configmaps(helm: Path) -> None:
     assert default_ns == {NAMESPACE}
 
 
+def _kueue_rule(role: Manifest) -> dict[str, Any]:
+    (rule,) = [r for r in role["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
+    return dict(rule)
+
+
 def test_cluster_wide_operator_uses_a_cluster_role(helm: Path) -> None:
     manifests = render(helm)
     role = one(manifests, "ClusterRole", "mlms-mlmodelscope-operator")
@@ -424,8 +429,12 @@ def test_cluster_wide_operator_uses_a_cluster_role(helm: Path) -> None:
         ("", "configmaps"),
         ("", "pods"),
         ("", "events"),
+        ("kueue.x-k8s.io", "workloads"),
     ]:
         assert needed in granted, needed
+    assert _kueue_rule(role)["verbs"] == ["get", "list"], "Workloads are read, never written"
+    (models,) = [r for r in role["rules"] if r["resources"] == ["models"]]
+    assert models == {"apiGroups": ["mlmodelscope.io"], "resources": ["models"], "verbs": ["get"]}
     binding = one(manifests, "ClusterRoleBinding", "mlms-mlmodelscope-operator")
     assert binding["subjects"][0]["namespace"] == NAMESPACE
 
@@ -434,6 +443,12 @@ def test_namespaced_operator_gets_roles_only_where_it_watches(helm: Path) -> Non
     manifests = render(helm, [CHART / "ci" / "namespaced-values.yaml"])
     roles = find(manifests, "Role", "mlms-mlmodelscope-operator")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    for role in roles:  # Kueue's reasons, read from its Workloads
+        assert _kueue_rule(role) == {
+            "apiGroups": ["kueue.x-k8s.io"],
+            "resources": ["workloads"],
+            "verbs": ["get", "list"],
+        }
     (cluster_role,) = find(manifests, "ClusterRole")
     cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
     assert cluster_resources == {"customresourcedefinitions", "namespaces"}

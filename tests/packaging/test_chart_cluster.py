@@ -283,8 +283,10 @@ def test_operator_service_account_can_do_its_job_and_nothing_broader(release: Re
         ("list", "pods", *ns),
         ("create", "events", *ns),
         ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("get", "models.mlmodelscope.io", *ns),
     ]
     denied = [
+        ("patch", "models.mlmodelscope.io", *ns),
         ("get", "secrets", *ns),
         ("list", "secrets", "--all-namespaces"),
         ("create", "pods", "--subresource=exec", *ns),

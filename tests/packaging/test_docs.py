@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 from mlmodelscope.cli import app as mlms_app
 from mlmodelscope.spec import SpecValidationError
 from mlmodelscope.spec.document import parse_evaluation
-from mlmodelscope.spec.evaluation import EvaluationSpec
-from mlmodelscope.spec.resources import parse_resource
+from mlmodelscope.spec.evaluation import EvaluationResourceSpec, EvaluationSpec
+from mlmodelscope.spec.resources import FileModels, parse_resource
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -61,7 +61,7 @@ def test_spec_doc_names_every_field() -> None:
     prose = re.sub(r"```.*?```", "", SPEC_MD, flags=re.S)
     spans = re.findall(r"`([^`]+)`", prose) + re.findall(r"^#+ (.+)$", prose, flags=re.M)
     words = {word for span in spans for word in re.findall(r"[A-Za-z0-9]+", span)}
-    missing = [p for p in field_paths(EvaluationSpec) if p.rsplit(".", 1)[1] not in words]
+    missing = [p for p in field_paths(EvaluationResourceSpec) if p.rsplit(".", 1)[1] not in words]
     assert not missing, f"docs/spec.md does not mention: {missing}"
 
 
@@ -72,13 +72,24 @@ def test_spec_doc_has_a_section_per_top_level_field() -> None:
         assert any(alias in heading for heading in headings), f"no section for {alias}"
 
 
+def doc_models() -> FileModels:
+    """The Model documents of docs/spec.md, for the modelRefs of its other examples."""
+    models = FileModels()
+    for index, text in enumerate(yaml_blocks(SPEC_MD)):
+        block = yaml.safe_load(text)
+        if block.get("kind") == "Model":
+            models.add(block, f"docs/spec.md yaml block {index}", DOCS)
+    assert models.errors == [] and models.models
+    return models
+
+
 @pytest.mark.parametrize("index", range(len(yaml_blocks(SPEC_MD))))
 def test_spec_doc_examples_validate(index: int) -> None:
     """Full documents validate as they are; fragments validate merged into a small spec."""
     block = yaml.safe_load(yaml_blocks(SPEC_MD)[index])
     if "apiVersion" in block:
         try:
-            parse_resource(block, source=f"docs/spec.md yaml block {index}")  # either kind
+            parse_resource(block, f"docs/spec.md yaml block {index}", doc_models())  # any kind
         except SpecValidationError as exc:
             pytest.fail(str(exc))
         return
@@ -256,7 +267,8 @@ def _resolves(tp: Any, parts: list[str]) -> bool:
 
 def test_every_documented_field_exists() -> None:
     """`spec.x.y` and `status.x` in the README and docs are fields of the ModelEvaluation
-    (its generated CRD) or of the EvaluationSweep, or of a kind listed in OTHER_KINDS."""
+    (its generated CRD), the EvaluationSweep or the Model, or of a kind in OTHER_KINDS."""
+    from mlmodelscope.spec.manifest import ModelManifestSpec
     from mlmodelscope.spec.status import EvaluationStatus
     from mlmodelscope.spec.sweep import SweepSpec, SweepStatus
 
@@ -269,7 +281,7 @@ def test_every_documented_field_exists() -> None:
                 if parts[-1] in ("yaml", "json", "md", "py") or ".".join(parts[:2]) in OTHER_KINDS:
                     continue
                 roots = (
-                    (EvaluationSpec, SweepSpec)
+                    (EvaluationResourceSpec, SweepSpec, ModelManifestSpec)
                     if parts[0] == "spec"
                     else (EvaluationStatus, SweepStatus)
                 )

@@ -12,7 +12,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 GITOPS = ROOT / "examples" / "gitops"
 SCRIPT = (GITOPS / "health.lua").read_text()
-KINDS = ("ModelEvaluation", "EvaluationSweep")
+KINDS = ("ModelEvaluation", "EvaluationSweep", "Model")
 
 lupa = pytest.importorskip("lupa.lua51", reason="pip install lupa (the dev extra has it)")
 
@@ -44,7 +44,7 @@ def condition(kind: str, reason: str = "", message: str = "", status: str = "Tru
     return {"type": kind, "status": status, "reason": reason, "message": message}
 
 
-def test_argocd_cm_holds_the_script_for_both_kinds() -> None:
+def test_argocd_cm_holds_the_script_for_every_kind() -> None:
     cm = yaml.safe_load((GITOPS / "argocd-cm.yaml").read_text())
     assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "argocd-cm"
     for kind in KINDS:
@@ -216,6 +216,28 @@ def test_sweep_without_status_or_of_an_older_generation_is_progressing() -> None
     assert health(sweep(None))["status"] == "Progressing"
     older = health(sweep({"phase": "Succeeded", "observedGeneration": 1}, generation=2))
     assert older["status"] == "Progressing"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param(
+            {"model": {"name": "digits-cnn", "format": "onnx"}},
+            "Model manifest: digits-cnn (onnx)",
+            id="model",
+        ),
+        pytest.param(
+            {"basedOn": {"name": "digits-cnn"}},
+            "Model manifest based on digits-cnn",
+            id="variant",
+        ),
+    ],
+)
+def test_a_model_manifest_is_healthy(spec: dict[str, Any], message: str) -> None:
+    """A Model has no status (nothing reconciles it): stored is healthy."""
+    obj = {"apiVersion": BASE["apiVersion"], "kind": "Model",
+           "metadata": {"name": "m", "generation": 1}, "spec": spec}  # fmt: skip
+    assert health(obj) == {"status": "Healthy", "message": message}
 
 
 def test_applications_point_at_the_chart_and_an_evaluations_folder() -> None:

@@ -133,6 +133,9 @@ def test_compare_page_shows_each_run_with_the_documents_numbers(
     assert "<b>digits-onnxruntime</b>" in page  # the reference
     assert "stack.backend.framework_version" in page
     assert "spec.framework.name" in page
+    # the frameworks' numerical agreement, from the predictions the real runs recorded
+    assert "<h2>Numerical agreement</h2>" in page and '<table class="agreement">' in page
+    assert "Not shown" not in page.split("<h2>Numerical agreement</h2>")[1].split("<h2>")[0]
     # the reference's own rows have no deltas; the others do
     torch = documents[evaluation_name("pytorch")]["results"][0]
     ort = documents[evaluation_name("onnxruntime")]["results"][0]

@@ -52,8 +52,8 @@ def test_crd_identity() -> None:
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
-        "Phase", "Model", "Framework", "Device", "Scenario", "p50(ms)", "Throughput",
-        "Accuracy", "Recorded", "Age",
+        "Phase", "Model", "ModelRef", "Framework", "Device", "Scenario", "p50(ms)",
+        "Throughput", "Accuracy", "Recorded", "Age",
     ]  # fmt: skip
 
 

@@ -25,7 +25,7 @@ from mlmodelscope.spec import (
     parse_sweep,
     sweep_problems,
 )
-from mlmodelscope.spec.resources import check_file
+from mlmodelscope.spec.resources import check_files
 from mlmodelscope.spec.sweep import (
     LABEL_BATCH_SIZE,
     LABEL_DEVICE,
@@ -38,6 +38,7 @@ from mlmodelscope.spec.sweep import (
 )
 
 ROOT = Path(__file__).parents[2]
+CATALOG = ROOT / "examples" / "catalog"
 EXAMPLE_FILES = sorted((ROOT / "examples").rglob("*.yaml"))
 RESOURCE_EXAMPLES = [
     p for p in EXAMPLE_FILES if p.parent.name != "gitops" and "kind: " in p.read_text()
@@ -487,8 +488,10 @@ def test_status_round_trips_with_camel_case() -> None:
     "example", RESOURCE_EXAMPLES, ids=lambda p: str(p.relative_to(ROOT / "examples"))
 )
 def test_every_example_validates(example: Path) -> None:
-    checked = check_file(example)
-    assert checked
+    """Each example on its own, its modelRefs resolved against the catalog (as
+    `mlms validate EXAMPLE --models examples/catalog/` does)."""
+    checked, unusable = check_files([example], [CATALOG] if CATALOG.is_dir() else [])
+    assert checked and unusable == []
     assert [str(c.error) for c in checked if c.error] == []
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for the telemetry tests: the digits models and a quick ModelEvaluation builder."""
+"""Fixtures for the telemetry tests: a quick ModelEvaluation builder."""
 
 from __future__ import annotations
 
@@ -9,14 +9,6 @@ import pytest
 import yaml
 
 QUICK = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms", "stability": {"maxWindows": 2}}
-
-
-@pytest.fixture(scope="session")
-def digits_models() -> Path:
-    """The example CNN in every format (built once per machine into the model cache)."""
-    from mlmodelscope.agent.digits import ensure_digits_models
-
-    return ensure_digits_models()
 
 
 @pytest.fixture(scope="session")

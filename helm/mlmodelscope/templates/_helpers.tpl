@@ -95,6 +95,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["mlmodelscope.io"]
   resources: ["evaluationsweeps/finalizers"]
   verbs: ["update"]
+# Read Models (reusable model manifests) to resolve modelRef; never written.
+- apiGroups: ["mlmodelscope.io"]
+  resources: ["models"]
+  verbs: ["get"]
 # The evaluation Job of each ModelEvaluation (owner references clean them up).
 - apiGroups: ["batch"]
   resources: ["jobs"]
@@ -108,6 +112,11 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+# Kueue's Workloads, read only: why Kueue has not admitted (or evicted) an evaluation's
+# suspended Job, shown in the evaluation's status. Harmless where Kueue is not installed.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "list"]
 # Kopf posts progress and errors as Events on the ModelEvaluation.
 - apiGroups: [""]
   resources: ["events"]

@@ -29,9 +29,17 @@ from pydantic import ValidationError
 from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
 from mlmodelscope.agent.hooks import HooksFactory, ProgressHook, Reporter, RunHooks, no_hooks
-from mlmodelscope.contract.result import RESULT_API_VERSION, RESULT_KIND, ResultDocument
+from mlmodelscope.contract.result import (
+    PREDICTIONS_LIMIT,
+    RESULT_API_VERSION,
+    RESULT_KIND,
+    ModelManifestRef,
+    ResultDocument,
+    SamplePredictions,
+)
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
 from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 from mlmodelscope.spec.status import BatchResult, LatencySummary
 
 log = logging.getLogger(__name__)
@@ -107,7 +115,10 @@ def accuracy_pass(
     progress: ProgressHook,
 ) -> tuple[dict[str, Any], np.ndarray]:
     """Every sample once, in dataset order, at a fixed batch size: deterministic, so the same
-    spec on the same stack gives the same outputs bit for bit (``outputs_sha256`` shows it)."""
+    spec on the same stack gives the same outputs bit for bit (``outputs_sha256`` shows it).
+    ``predictions`` keeps each sample's top-1 class and raw score (the first
+    :data:`~mlmodelscope.contract.result.PREDICTIONS_LIMIT` samples), so `mlms compare` can
+    say where two runs disagree and by how much."""
     from mlmodelscope.agent.processing import Predictions, accuracy
 
     outputs: list[np.ndarray] = []
@@ -135,7 +146,50 @@ def accuracy_pass(
         "top1": None if labels is None else top1_hits / count,
         "top5": None if labels is None else top5_hits / count,
     }
+    if (recorded := sample_predictions(stacked)) is not None:
+        result["predictions"] = recorded.to_json_dict()
     return result, stacked
+
+
+PROBABILITY_TOLERANCE = 1e-3
+"""How far from 1 a row of probabilities may sum (float32 softmax outputs sum to 1 +- 1e-6)."""
+
+
+def sample_predictions(
+    outputs: np.ndarray, limit: int = PREDICTIONS_LIMIT
+) -> SamplePredictions | None:
+    """The first ``limit`` samples' top-1 class and the raw output's value there, from the
+    accuracy pass's first output (``(N, classes)``, or ``(N,)`` class indices); None for an
+    output with no sample axis."""
+    if outputs.ndim == 0 or len(outputs) == 0:
+        return None
+    head = outputs[:limit]
+    dtype = outputs.dtype.name
+    if head.ndim == 1 and np.issubdtype(head.dtype, np.integer):
+        return SamplePredictions.of(
+            head.astype(np.int64).tolist(),
+            None,
+            output_dtype=dtype,
+            classes=None,
+            score_scale="none",
+        )
+    scores = head.reshape(len(head), -1)
+    keyed = scores if np.issubdtype(scores.dtype, np.floating) else scores.astype(np.float64)
+    best = np.argmax(keyed, axis=1)  # the first of equal maxima: the lower index
+    chosen = np.take_along_axis(scores, best[:, np.newaxis], axis=1)[:, 0]
+    finite = bool(np.all(np.isfinite(keyed)))
+    probability = (
+        finite
+        and bool(np.all((keyed >= 0) & (keyed <= 1)))
+        and bool(np.all(np.abs(keyed.sum(axis=1, dtype=np.float64) - 1) <= PROBABILITY_TOLERANCE))
+    )
+    return SamplePredictions.of(
+        best.tolist(),
+        chosen.astype(np.float32).tolist(),
+        output_dtype=dtype,
+        classes=scores.shape[1],
+        score_scale="probability" if probability else "logit",
+    )
 
 
 def headline(measurement: dict[str, Any], accuracy: dict[str, Any] | None) -> BatchResult:
@@ -157,6 +211,20 @@ def headline(measurement: dict[str, Any], accuracy: dict[str, Any] | None) -> Ba
         valid=measurement["verdict"]["valid"],
         invalid_reasons=measurement["verdict"]["reasons"],
     )
+
+
+def _model_manifest(annotations: dict[str, str]) -> dict[str, Any]:
+    """The Model manifest a modelRef resolved to, as the resolver recorded it (unreadable
+    records are dropped, not fatal: the spec itself already holds the resolved model)."""
+    text = annotations.get(ANNOTATION_MANIFEST)
+    if not text:
+        return {}
+    try:
+        record = ModelManifestRef.model_validate_json(text)
+    except ValueError:
+        log.warning("ignoring an unreadable %s annotation", ANNOTATION_MANIFEST)
+        return {}
+    return {"model_manifest": record.to_json_dict()}
 
 
 def evaluate(
@@ -191,6 +259,7 @@ def evaluate(
             "generation": evaluation.metadata.generation,
             "source": loaded.source,
             **({"labels": dict(labels)} if (labels := evaluation.metadata.labels) else {}),
+            **_model_manifest(evaluation.metadata.annotations),
         },
         "agent_version": __version__,
         "started_at": _now(),

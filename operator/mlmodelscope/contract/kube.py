@@ -23,6 +23,7 @@ JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"
+MODELS: Final = "models"
 
 
 class KubeError(RuntimeError):
@@ -65,6 +66,11 @@ def pod_path(namespace: str, name: str = "") -> str:
 
 def evaluation_path(namespace: str, name: str = "") -> str:
     return namespaced(namespace, EVALUATIONS, name, group=API_GROUP, version=API_VERSION)
+
+
+def model_path(namespace: str, name: str = "") -> str:
+    """A Model (the reusable model manifest kind) or the namespace's Models."""
+    return namespaced(namespace, MODELS, name, group=API_GROUP, version=API_VERSION)
 
 
 def all_evaluations_path() -> str:

@@ -15,7 +15,11 @@ in an older operator.
 
 from __future__ import annotations
 
+import array
+import base64
 import json
+import sys
+from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
@@ -55,6 +59,31 @@ class ResultError(ContractModel):
     """The spec field at fault, when the spec is (then retrying cannot help)."""
 
 
+class ManifestVersion(ContractModel):
+    """One Model manifest as it was read: which object, at which version."""
+
+    name: str
+    uid: str | None = None
+    resource_version: str | None = None
+    """The Model's metadata.resourceVersion when it was read (cluster runs)."""
+    source: str | None = None
+    """The file it was read from (local runs)."""
+
+
+class ModelManifestRef(ContractModel):
+    """The Model a ModelEvaluation's ``spec.modelRef`` named, resolved when the run started:
+    the model, processing and labels in the document's ``spec`` are those of these versions,
+    so a later edit of the Model does not rewrite this run's history."""
+
+    name: str
+    """The Model that spec.modelRef named."""
+    namespace: str | None = None
+    chain: list[ManifestVersion]
+    """That Model first, then the Models it is basedOn, in order."""
+    task: str | None = None
+    dataset: str | None = None
+
+
 class EvaluationRef(ContractModel):
     """Which ModelEvaluation, and which generation of its spec, this run evaluated."""
 
@@ -68,6 +97,8 @@ class EvaluationRef(ContractModel):
     """The ModelEvaluation's ``metadata.labels`` (absent when it has none), e.g.
     ``mlmodelscope.io/sweep: <sweep>`` on a child of an EvaluationSweep: the store keeps them
     with the run."""
+    model_manifest: ModelManifestRef | None = None
+    """The Model manifest the spec's modelRef resolved to (absent for an inline model)."""
 
 
 class ModelInfo(ContractModel):
@@ -133,6 +164,90 @@ class StackInfo(ContractModel):
     backend: dict[str, Any] | None = None
 
 
+PREDICTIONS_LIMIT: Final = 4096
+"""Samples whose predictions the accuracy pass records (the first ones, in dataset order):
+at most 4096 x 8 bytes, 44 KB of base64, so a result document still fits its ConfigMap."""
+Base64 = Annotated[str, Field(pattern=r"^[A-Za-z0-9+/]*={0,2}$")]
+
+
+def _pack(typecode: str, values: Sequence[float] | Sequence[int]) -> str:
+    packed = array.array(typecode, values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def _unpack(typecode: str, text: str, count: int) -> array.array[Any]:
+    unpacked = array.array(typecode)
+    unpacked.frombytes(base64.b64decode(text, validate=True))
+    if sys.byteorder == "big":
+        unpacked.byteswap()
+    if len(unpacked) != count:
+        raise ValueError(f"{len(unpacked)} values encoded, but count says {count}")
+    return unpacked
+
+
+class SamplePredictions(ContractModel):
+    """What the model answered for each of the first ``count`` samples of the accuracy pass, in
+    dataset order, compactly: enough for `mlms compare` to say where two runs of the same
+    dataset disagree and by how much, not only whether (``outputs_sha256``). Read the arrays
+    with :meth:`classes_list` and :meth:`scores_list`."""
+
+    count: Annotated[int, Field(ge=0)]
+    """Samples recorded: the first ``min(samples, 4096)`` of the pass."""
+    output_dtype: str
+    """The numpy dtype of the raw first output, e.g. ``float32``."""
+    classes: Annotated[int, Field(ge=1)] | None = None
+    """Classes per sample: the size of the first output's last axis; null when the model
+    outputs class indices itself."""
+    score_scale: Literal["probability", "logit", "none"]
+    """What ``top1_score`` is: ``probability`` when every recorded output row lies in [0, 1] and
+    sums to 1 (within 1e-3: the model ends in a softmax), ``logit`` for any other real-valued
+    output, ``none`` when the model outputs class indices (no scores)."""
+    top1_class: Base64
+    """Base64 of little-endian int32, one per sample: the index of the largest value of the raw
+    first output (the lower index on ties); the output itself for a model that outputs class
+    indices."""
+    top1_score: Base64 | None = None
+    """Base64 of little-endian float32, one per sample: the raw first output's value at
+    ``top1_class``, i.e. the model's own score of its choice as the model outputs it (a logit
+    or a probability, see ``score_scale``), before any postprocessing step; float64 outputs
+    are rounded to float32. Null when the model outputs class indices."""
+
+    @classmethod
+    def of(
+        cls,
+        top1_class: Sequence[int],
+        top1_score: Sequence[float] | None,
+        *,
+        output_dtype: str,
+        classes: int | None,
+        score_scale: Literal["probability", "logit", "none"],
+    ) -> SamplePredictions:
+        """Encode per-sample top-1 classes (and their scores) as the document carries them."""
+        if top1_score is not None and len(top1_score) != len(top1_class):
+            raise ValueError(f"{len(top1_class)} classes but {len(top1_score)} scores")
+        return cls(
+            count=len(top1_class),
+            output_dtype=output_dtype,
+            classes=classes,
+            score_scale=score_scale,
+            top1_class=_pack("i", top1_class),
+            top1_score=None if top1_score is None else _pack("f", top1_score),
+        )
+
+    def classes_list(self) -> list[int]:
+        """The top-1 class of each recorded sample, in dataset order."""
+        return _unpack("i", self.top1_class, self.count).tolist()
+
+    def scores_list(self) -> list[float] | None:
+        """The raw output's value at the top-1 class of each recorded sample (as float32
+        values), in dataset order; None when the model outputs class indices."""
+        if self.top1_score is None:
+            return None
+        return _unpack("f", self.top1_score, self.count).tolist()
+
+
 class AccuracyResult(ContractModel):
     """The separate accuracy pass: every sample once, in dataset order."""
 
@@ -144,6 +259,9 @@ class AccuracyResult(ContractModel):
     bit-identical results."""
     top1: Annotated[float, Field(ge=0, le=1)] | None
     top5: Annotated[float, Field(ge=0, le=1)] | None
+    predictions: SamplePredictions | None = None
+    """Each sample's top-1 class and its raw score, for the first 4096 samples (absent in
+    documents of older agents)."""
 
 
 class TracingLevelResult(ContractModel):

@@ -30,6 +30,7 @@ from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
 from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList
+from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 
 CACHE_DIR: Final = "/var/cache/mlmodelscope"
 TMP_DIR: Final = "/tmp"
@@ -65,6 +66,13 @@ def _metadata(evaluation: ModelEvaluation, name: str) -> dict[str, Any]:
     }
 
 
+def _manifest_annotation(annotations: dict[str, str]) -> dict[str, Any]:
+    """The resolved modelRef's record, which the agent copies into the result."""
+    if ANNOTATION_MANIFEST not in annotations:
+        return {}
+    return {"annotations": {ANNOTATION_MANIFEST: annotations[ANNOTATION_MANIFEST]}}
+
+
 def evaluation_document(evaluation: ModelEvaluation) -> dict[str, Any]:
     """The evaluation as the agent reads it: identity plus the validated spec."""
     meta = evaluation.metadata
@@ -77,6 +85,7 @@ def evaluation_document(evaluation: ModelEvaluation) -> dict[str, Any]:
             "uid": meta.uid,
             "generation": generation_of(evaluation),
             **({"labels": dict(meta.labels)} if meta.labels else {}),
+            **_manifest_annotation(meta.annotations),
         },
         "spec": evaluation.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
     }

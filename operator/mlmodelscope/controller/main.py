@@ -8,8 +8,9 @@ would put a finalizer on every evaluation for them, and a stopped operator would
 deletions; queued evaluations are admitted when a Job ends instead, and results the store
 could not take are retried by a plain thread (:class:`.recording.RecordRetrier`) that the
 startup and cleanup handlers start and stop; EvaluationSweeps are resynced by another such
-thread (:class:`.handle_sweep.SweepResync`). Every handler is
-registered through one wrapper, ``Instruments.handler`` (:mod:`.instrument`), which measures
+thread (:class:`.handle_sweep.SweepResync`), and Kueue's reason for a Job it holds back is read
+from its Workload by a third (:class:`.kueue.KueueWatch`, fed by the Job handler). Every handler
+is registered through one wrapper, ``Instruments.handler`` (:mod:`.instrument`), which measures
 it and records its span; the handlers themselves know nothing of metrics or traces.
 """
 
@@ -26,7 +27,7 @@ import urllib3
 
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
-from mlmodelscope.controller import builders, names, recording, status
+from mlmodelscope.controller import builders, kueue, names, recording, status
 from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
     handle_delete,
@@ -122,17 +123,20 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     measured = instruments or Instruments()
     retrier = recording.RecordRetrier(replace(ctx, post_event=api_event_poster(ctx.kube)))
     resync = handle_sweep.SweepResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
+    kueue_watch = kueue.KueueWatch(replace(ctx, post_event=api_event_poster(ctx.kube)))
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         handle_startup.configure(settings)
         retrier.start()
         resync.start()
+        kueue_watch.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_retrying(**_: Any) -> None:
         retrier.stop()
         resync.stop()
+        kueue_watch.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -171,7 +175,9 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
     @measured.handler("job", Run.of_job)
     def job_progressed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        outcome = handle_job.job_progressed(body, ctx, deleted=event["type"] == "DELETED")
+        deleted = event["type"] == "DELETED"
+        kueue_watch.observe(body, deleted=deleted)  # Jobs waiting for Kueue: read their Workload
+        outcome = handle_job.job_progressed(body, ctx, deleted=deleted)
         log.debug("job %s: %s", body["metadata"]["name"], outcome)
 
     @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)

@@ -23,7 +23,6 @@ The ``store`` extra is imported only when a store URL is set.
 
 from __future__ import annotations
 
-import contextvars
 import fnmatch
 import json
 import logging
@@ -40,6 +39,7 @@ from mlmodelscope.contract.kube import configmap_path
 from mlmodelscope.contract.wire import RESULT_KEY
 from mlmodelscope.controller import names, status
 from mlmodelscope.controller.instrument import StartupError
+from mlmodelscope.controller.periodic import Periodic
 
 if TYPE_CHECKING:
     from mlmodelscope.controller.context import Context
@@ -441,41 +441,28 @@ def retry_pending(ctx: Context) -> int:
     return waiting
 
 
-class RecordRetrier:
-    """A daemon thread: a retry pass at start, then every ``record_retry_seconds`` until
-    :meth:`stop` (not a Kopf timer, which would put a finalizer on every evaluation)."""
+class RecordRetrier(Periodic):
+    """A retry pass at start, then every ``record_retry_seconds`` (see :mod:`.periodic`)."""
+
+    name = "record-retry"
+    first_tick_at_start = True
 
     def __init__(self, ctx: Context) -> None:
+        super().__init__()
         self.ctx = ctx
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+
+    def interval(self) -> float:
+        return self.ctx.settings.record_retry_seconds
+
+    def tick(self) -> None:
+        retry_pending(self.ctx)
 
     def start(self) -> None:
-        """Start the thread, in a copy of the caller's context: called from Kopf's startup
-        handler, the thread can then post Events through Kopf as handlers do."""
         if self.ctx.recorder is None or self._thread is not None:
             return
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._loop,), name="mlmodelscope-record-retry", daemon=True
-        )
-        self._thread.start()
+        super().start()
         log.info(
             "recording finished runs in %s (retries every %gs)",
             self.ctx.recorder.url,
             self.ctx.settings.record_retry_seconds,
         )
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                retry_pending(self.ctx)
-            except Exception as exc:  # the API server is away: try again next time
-                log.warning("retrying unrecorded results failed: %s", exc)
-            self._stop.wait(self.ctx.settings.record_retry_seconds)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None

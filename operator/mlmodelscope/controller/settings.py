@@ -87,6 +87,9 @@ class OperatorSettings:
     password (the store shows its URL with the password hidden)."""
     record_retry_seconds: float = 30.0
     """How often results the store could not take are tried again."""
+    kueue_poll_seconds: float = 5.0
+    """How often the Workloads of Jobs waiting for Kueue are read, to show Kueue's reason in
+    their evaluations' status (nothing is read while no Job waits)."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
@@ -128,6 +131,7 @@ class OperatorSettings:
             metrics_port=reader.port("METRICS_PORT", 9090),
             store_url=reader.store_url("STORE_URL"),
             record_retry_seconds=reader.seconds("RECORD_RETRY_SECONDS", 30.0),
+            kueue_poll_seconds=reader.seconds("KUEUE_POLL_SECONDS", 5.0),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -151,6 +155,7 @@ KNOWN_VARIABLES: Final = (
     "METRICS_PORT",
     "STORE_URL",
     "RECORD_RETRY_SECONDS",
+    "KUEUE_POLL_SECONDS",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""

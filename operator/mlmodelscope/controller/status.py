@@ -10,7 +10,8 @@ describes that run.
 
 Phases: Pending (Job created) -> Queued (held back by a concurrency limit) -> Running ->
 Succeeded | Failed. An evaluation submitted to Kueue is Queued *with* its (suspended) Job until
-Kueue admits it, then Pending -> Running as usual (and Queued again if Kueue evicts it).
+Kueue admits it, then Pending -> Running as usual (and Queued again if Kueue evicts it); while
+it waits, :func:`kueue_waiting` puts Kueue's own reason (from the Job's Workload) in it.
 Conditions follow metav1.Condition; ``Succeeded`` and ``Failed`` appear
 only when a run ends and are removed when a new generation starts, so
 ``kubectl wait --for=condition=Succeeded`` always waits for the current spec's run.
@@ -18,6 +19,7 @@ only when a run ends and are removed when a new generation starts, so
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -367,8 +369,8 @@ def waiting_for_kueue(
         and status.get("jobName") == job_name
     )
     old = condition(status, ConditionType.QUEUED)
-    if was_queued and old is not None and old.get("message") == message:
-        return NO_CHANGE
+    if was_queued and old is not None and old.get("status") == "True":
+        return NO_CHANGE  # keeps Kueue's reason (kueue_waiting) across repeated Job events
     patch, conditions = _begin_run(status, generation)
     patch.update(
         phase=Phase.QUEUED.value,
@@ -393,6 +395,60 @@ def waiting_for_kueue(
     return StatusChange(patch, event)
 
 
+_CONDITION_REASON = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+def kueue_message(queue: str | None, detail: str, evicted: bool = False) -> str:
+    """The evaluation's message while Kueue holds its Job, with Kueue's own words."""
+    where = f" in queue {queue}" if queue else ""
+    if evicted:
+        return f"evicted by Kueue, waiting for readmission{where}: {detail}"
+    return f"waiting for Kueue admission{where}: {detail}"
+
+
+def kueue_waiting(
+    status: Mapping[str, Any],
+    generation: int,
+    job_name: str,
+    queue: str | None,
+    reason: str,
+    detail: str,
+    timestamp: str,
+    evicted: bool = False,
+) -> StatusChange:
+    """Still Queued, now with Kueue's reason: ``reason`` and ``detail`` are the Workload's
+    (e.g. ``Pending``, "couldn't assign flavors to pod set main: insufficient unused quota for
+    cpu ..."; ``evicted``: an Evicted reason such as ``Preempted``). They become the ``Queued``
+    and ``Running`` conditions' reason and the message. Only while the status shows this Job
+    waiting; an Event (a Warning for an eviction) only when the reason changes."""
+    if not _active(status, generation, job_name) or status.get("phase") != Phase.QUEUED.value:
+        return NO_CHANGE
+    old = condition(status, ConditionType.QUEUED)
+    if old is None or old.get("status") != "True":
+        return NO_CHANGE
+    if len(reason) > 1024 or not _CONDITION_REASON.match(reason):
+        reason = Reason.WAITING_FOR_KUEUE
+    message = _clip(kueue_message(queue, detail, evicted))
+    if old.get("reason") == reason and old.get("message") == message:
+        return NO_CHANGE
+    patch = {
+        "message": message,
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [
+                Cond(ConditionType.QUEUED, "True", reason, message),
+                Cond(ConditionType.RUNNING, "False", reason, message),
+            ],
+            generation,
+            timestamp,
+        ),
+    }
+    event = None
+    if old.get("reason") != reason:
+        event = Event("Warning" if evicted else "Normal", reason, message)
+    return StatusChange(patch, event)
+
+
 def unsuspended(
     status: Mapping[str, Any], generation: int, job_name: str, timestamp: str
 ) -> StatusChange:
@@ -400,7 +456,8 @@ def unsuspended(
     if not _active(status, generation, job_name) or status.get("phase") != Phase.QUEUED.value:
         return NO_CHANGE
     queued_cond = condition(status, ConditionType.QUEUED) or {}
-    by_kueue = queued_cond.get("reason") == Reason.WAITING_FOR_KUEUE
+    # Any reason but JobSuspended (no queue label) is Kueue's: WaitingForKueue or its own.
+    by_kueue = queued_cond.get("reason") not in (None, Reason.JOB_SUSPENDED)
     message = f"{'Kueue admitted' if by_kueue else 'unsuspended'} Job {job_name}"
     patch = {
         "phase": Phase.PENDING.value,

@@ -6,12 +6,14 @@ the results store (by run UUID). Every document is validated with the contract's
 document fails with its name rather than with a ``KeyError`` somewhere below.
 
 The first run is the reference: each row carries its relative difference from the reference's
-row of the same scenario and batch size.
+row of the same scenario and batch size, and each run that evaluated the reference's dataset
+its numerical agreement with the reference, sample by sample (:class:`NumericalAgreement`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.contract.result import ResultDocument, SamplePredictions
 
 NOT_RESULTS = ("comparison.json",)
 """Files `mlms run` writes next to the result documents that are not result documents."""
@@ -167,6 +169,61 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class SampleDifference:
+    """One sample whose top-1 class differs between the reference and a run."""
+
+    index: int
+    """The sample's position in dataset order (0-based)."""
+    reference_class: int
+    run_class: int
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How one run's per-sample outputs agree with the reference run's, on the same dataset.
+
+    The counts and score differences cover the samples both documents recorded predictions of
+    (``samples``); they are ``None`` when either document has none (``note`` says why)."""
+
+    run: str
+    bit_identical: bool | None
+    """Equal ``outputs_sha256``: the raw first output of every sample is the same bit for bit
+    (``None`` when a run has no accuracy pass)."""
+    samples: int | None = None
+    """Samples compared: those both runs recorded predictions of."""
+    top1_agree: int | None = None
+    top1_differ: int | None = None
+    top1_agreement: float | None = None
+    """``top1_agree / samples``."""
+    first_differences: list[SampleDifference] = field(default_factory=list)
+    """The first samples (at most :data:`FIRST_DIFFERENCES`) whose top-1 class differs."""
+    same_class_samples: int | None = None
+    """Samples where both picked the same class: what the score differences are over."""
+    max_abs_score_diff: float | None = None
+    """Max |run's score - reference's score| of the chosen class, over ``same_class_samples``
+    (``None`` when the scores are not comparable)."""
+    mean_abs_score_diff: float | None = None
+    score_scale: str | None = None
+    """``logit`` or ``probability``: what the scores are (the run's, when both agree)."""
+    note: str | None = None
+    """Why something is not compared, or why the scores are not comparable."""
+
+
+@dataclass(frozen=True)
+class NumericalAgreement:
+    """Where the runs that evaluated the reference's dataset disagree with it numerically,
+    pairwise against the reference, from the accuracy pass each run recorded."""
+
+    reference: str
+    dataset: str
+    """The dataset and its sample count, e.g. ``digits/test (360 samples)``."""
+    pairs: list[Agreement]
+    """One per other run on the same dataset, in run order."""
+    other_datasets: list[str] = field(default_factory=list)
+    """Runs left out: they evaluated another dataset (or none)."""
+
+
+@dataclass(frozen=True)
 class Comparison:
     reference: str
     """The label of the first run, which the relative differences are against."""
@@ -176,6 +233,9 @@ class Comparison:
     """HW/SW stack keys (``stack.*``, ``image``, ``agent_version``) that differ."""
     spec: list[Difference]
     """Spec keys (``spec.*``, camelCase) that differ."""
+    agreement: NumericalAgreement | None = None
+    """Numerical agreement with the reference; ``None`` when no other run evaluated the
+    reference's dataset (or the reference has no accuracy pass)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -263,6 +323,113 @@ def _stack(doc: ResultDocument) -> dict[str, Any]:
     return flat
 
 
+FIRST_DIFFERENCES = 5
+"""Samples with a different top-1 class listed per run."""
+NOT_RECORDED = "per-sample predictions not recorded by this agent version"
+
+
+def _dataset_key(doc: ResultDocument) -> tuple[str, Any, int] | None:
+    if doc.dataset is None:
+        return None
+    split = (doc.spec.get("dataset") or {}).get("split")
+    return doc.dataset.name, split, doc.dataset.samples
+
+
+_PLURAL = {"logit": "logits", "probability": "probabilities"}
+
+
+def _score_note(reference: SamplePredictions, run: SamplePredictions) -> tuple[bool, str | None]:
+    """(whether the chosen-class scores can be subtracted, a note about them)."""
+    if reference.score_scale == "none" or run.score_scale == "none":
+        return False, "no scores: a model outputs class indices"
+    if reference.score_scale != run.score_scale:
+        return False, (
+            f"scores not comparable: the reference outputs {_PLURAL[reference.score_scale]}, "
+            f"this run {_PLURAL[run.score_scale]}"
+        )
+    if reference.output_dtype != run.output_dtype:
+        return True, (
+            f"output dtypes differ ({reference.output_dtype} vs {run.output_dtype}): "
+            "Δ score includes the narrower type's rounding"
+        )
+    return True, None
+
+
+def agreement_of(reference: ResultDocument, run: ResultDocument, label: str) -> Agreement:
+    """``run``'s per-sample agreement with ``reference`` (both evaluated the same dataset)."""
+    ref_acc, run_acc = reference.accuracy, run.accuracy
+    if ref_acc is None or run_acc is None:
+        which = "the reference" if ref_acc is None else "this run"
+        return Agreement(label, None, note=f"no accuracy pass in {which}")
+    identical = ref_acc.outputs_sha256 == run_acc.outputs_sha256
+    ref_pred, run_pred = ref_acc.predictions, run_acc.predictions
+    if ref_pred is None or run_pred is None:
+        which = "the reference" if ref_pred is None else "this run"
+        return Agreement(label, identical, note=f"{NOT_RECORDED} ({which})")
+    count = min(ref_pred.count, run_pred.count)
+    ref_classes, run_classes = ref_pred.classes_list()[:count], run_pred.classes_list()[:count]
+    differ = [i for i in range(count) if ref_classes[i] != run_classes[i]]
+    same = [i for i in range(count) if ref_classes[i] == run_classes[i]]
+    comparable, note = _score_note(ref_pred, run_pred)
+    max_diff = mean_diff = None
+    ref_scores, run_scores = ref_pred.scores_list(), run_pred.scores_list()
+    if comparable and ref_scores is not None and run_scores is not None and same:
+        deltas = [abs(run_scores[i] - ref_scores[i]) for i in same]
+        finite = [d for d in deltas if math.isfinite(d)]
+        if len(finite) < len(deltas):
+            note = f"{len(deltas) - len(finite)} samples with a non-finite score left out" + (
+                f"; {note}" if note else ""
+            )
+        if finite:
+            max_diff, mean_diff = max(finite), math.fsum(finite) / len(finite)
+    if count < min(ref_acc.samples, run_acc.samples):
+        extra = f"the first {count} samples compared (only they were recorded)"
+        note = f"{extra}; {note}" if note else extra
+    return Agreement(
+        run=label,
+        bit_identical=identical,
+        samples=count,
+        top1_agree=count - len(differ),
+        top1_differ=len(differ),
+        top1_agreement=(count - len(differ)) / count if count else None,
+        first_differences=[
+            SampleDifference(i, ref_classes[i], run_classes[i]) for i in differ[:FIRST_DIFFERENCES]
+        ],
+        same_class_samples=len(same),
+        max_abs_score_diff=max_diff,
+        mean_abs_score_diff=mean_diff,
+        score_scale=run_pred.score_scale if comparable else None,
+        note=note,
+    )
+
+
+def numerical_agreement(
+    runs: Sequence[LoadedRun], labels: Sequence[str]
+) -> NumericalAgreement | None:
+    """Each run that evaluated the reference's dataset (same name, split and sample count)
+    against the reference; ``None`` when there is none, or the reference has no accuracy
+    pass."""
+    reference = runs[0].document
+    key = _dataset_key(reference)
+    if key is None or reference.accuracy is None:
+        return None
+    pairs: list[Agreement] = []
+    others: list[str] = []
+    for run, label in zip(runs[1:], labels[1:], strict=True):
+        if _dataset_key(run.document) == key:
+            pairs.append(agreement_of(reference, run.document, label))
+        else:
+            others.append(label)
+    if not pairs:
+        return None
+    return NumericalAgreement(
+        reference=labels[0],
+        dataset=f"{key[0]} ({key[2]} samples)",
+        pairs=pairs,
+        other_datasets=others,
+    )
+
+
 def compare(runs: Sequence[LoadedRun]) -> Comparison:
     """Compare ``runs``; the first is the reference."""
     if not runs:
@@ -301,4 +468,5 @@ def compare(runs: Sequence[LoadedRun]) -> Comparison:
         rows=rows,
         stack=differences([_stack(run.document) for run in runs]),
         spec=differences([flatten(run.document.spec, "spec") for run in runs]),
+        agreement=numerical_agreement(runs, labels),
     )

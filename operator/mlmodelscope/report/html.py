@@ -1,9 +1,10 @@
 """`mlms report`: a comparison as one self-contained HTML file.
 
-The same runs and the same :class:`~mlmodelscope.report.compare.Comparison` as `mlms compare`,
-written as a page that needs nothing but itself: no external CSS, script, font or image, so it
-opens offline and can be attached to a ticket. The plots are inline SVG drawn here (latency CDF
-per run, throughput against batch size, accuracy against p50 latency).
+The same runs and the same :class:`~mlmodelscope.report.compare.Comparison` as `mlms compare`
+(numerical agreement included), written as a page that needs nothing but itself: no external
+CSS, script, font or image, so it opens offline and can be attached to a ticket. The plots are
+inline SVG drawn here (latency CDF per run, throughput against batch size, accuracy against p50
+latency).
 
 Every string that comes from a document is escaped. Every number in a table carries its exact
 value in a ``data-value`` attribute (``repr`` of the float), next to the rounded text a reader
@@ -20,7 +21,14 @@ from html import escape
 from typing import Any
 
 from mlmodelscope.contract.result import Measurement, ResultDocument
-from mlmodelscope.report.compare import Comparison, Difference, LoadedRun, RunInfo, compare
+from mlmodelscope.report.compare import (
+    Comparison,
+    Difference,
+    LoadedRun,
+    NumericalAgreement,
+    RunInfo,
+    compare,
+)
 
 PALETTE = (
     "#4e79a7",
@@ -516,6 +524,104 @@ def differences_table(name: str, comparison: Comparison, found: Sequence[Differe
     return f'<table class="{name}"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
 
 
+def _yes_no(value: bool | None) -> str:
+    if value is None:
+        return '<td class="identical none" data-column="bit_identical">-</td>'
+    kind = "valid" if value else "invalid"
+    return (
+        f'<td class="identical {kind}" data-column="bit_identical" '
+        f'data-value="{str(value).lower()}">{"yes" if value else "no"}</td>'
+    )
+
+
+def agreement_table(agreement: NumericalAgreement) -> str:
+    """One row per run on the reference's dataset: bit-identical outputs, top-1 agreement, the
+    first samples whose top-1 class differs, and the chosen-class score differences."""
+    rows = []
+    for pair in agreement.pairs:
+        share = pair.top1_agreement
+        agree = (
+            "-"
+            if share is None or pair.samples is None
+            else f"{100 * share:.2f}% ({pair.top1_agree}/{pair.samples})"
+        )
+        first = "".join(
+            f'<li data-index="{d.index}" data-reference-class="{d.reference_class}" '
+            f'data-run-class="{d.run_class}">#{d.index}: {d.reference_class} → {d.run_class}</li>'
+            for d in pair.first_differences
+        )
+        more = (
+            "<li>…</li>"
+            if pair.top1_differ and pair.top1_differ > len(pair.first_differences)
+            else ""
+        )
+        rows.append(
+            f'<tr data-run="{esc(pair.run)}"><td>{esc(pair.run)}</td>'
+            + _yes_no(pair.bit_identical)
+            + number("top1_agreement", share, agree)
+            + number(
+                "top1_differ",
+                pair.top1_differ,
+                "" if pair.top1_differ is None else str(pair.top1_differ),
+            )
+            + (f'<td><ul class="samples">{first}{more}</ul></td>' if first else "<td>-</td>")
+            + number(
+                "max_abs_score_diff",
+                pair.max_abs_score_diff,
+                f"{pair.max_abs_score_diff:.3g}" if pair.max_abs_score_diff is not None else "",
+            )
+            + number(
+                "mean_abs_score_diff",
+                pair.mean_abs_score_diff,
+                f"{pair.mean_abs_score_diff:.3g}" if pair.mean_abs_score_diff is not None else "",
+            )
+            + f'<td class="scale">{esc(pair.score_scale or "-")}</td>'
+            + f'<td class="note">{esc(pair.note or "")}</td></tr>'
+        )
+    head = "".join(
+        f"<th>{esc(c)}</th>"
+        for c in (
+            "run",
+            "bit-identical",
+            "top-1 agree",
+            "differ",
+            "first differing samples",
+            "max |Δ score|",
+            "mean |Δ score|",
+            "scores",
+            "note",
+        )
+    )
+    return (
+        f'<table class="agreement"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def agreement_section(comparison: Comparison) -> str:
+    """The "Numerical agreement" section: what it compares, then :func:`agreement_table`."""
+    agreement = comparison.agreement
+    if agreement is None:
+        return (
+            '<p class="agreement none">Not shown: no other run evaluated the reference\'s '
+            "dataset, or the reference has no accuracy pass.</p>"
+        )
+    others = (
+        " Other datasets, not compared sample by sample: "
+        f"{esc(', '.join(agreement.other_datasets))}."
+        if agreement.other_datasets
+        else ""
+    )
+    return (
+        f"<p>Each run against the reference, <b>{esc(agreement.reference)}</b>, on "
+        f"{esc(agreement.dataset)}, from the accuracy pass: bit-identical means equal "
+        "<code>outputs_sha256</code>; <i>#i: a → b</i> is sample i (dataset order), whose top-1 "
+        "class is a in the reference and b in the run; |Δ score| is the difference of the raw "
+        "first output at the chosen class, over the samples where both chose the same class."
+        f"{others}</p>{agreement_table(agreement)}"
+    )
+
+
 # ------------------------------------------------------------------------------ page
 
 STYLE = """
@@ -531,7 +637,7 @@ height:10px;margin-right:6px}code{font-size:.95em}.notes{font-size:.85em}
 figure{margin:1em 0}figcaption{font-size:.85em;color:#555;max-width:760px}
 svg.chart{font-size:11px;background:#fff}svg .frame{fill:none;stroke:#999}
 svg .grid{stroke:#eee}svg .tick{fill:#555}svg .label{fill:#222;font-size:12px}
-svg .note{fill:#777}
+svg .note{fill:#777}ul.samples{margin:0;padding-left:1.2em}
 """
 
 
@@ -553,6 +659,7 @@ def render_html(runs: Sequence[LoadedRun], comparison: Comparison | None = None)
         f"<h2>Comparison</h2><p>Δ: value / reference - 1, against the row of the same "
         f"scenario and batch size of the reference run, <b>{esc(comparison.reference)}</b>; "
         f"empty where it has none.</p>{results_table(comparison)}"
+        f"<h2>Numerical agreement</h2>{agreement_section(comparison)}"
         f"<h2>Plots</h2>{figures}"
         f"<h2>HW/SW stack differences</h2>"
         f"{differences_table('stack', comparison, comparison.stack)}"

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlmodelscope.report.compare import Comparison, Difference
+from mlmodelscope.report.compare import Agreement, Comparison, Difference, NumericalAgreement
 
 
 def _number(value: float | None, digits: int) -> str:
@@ -122,13 +122,98 @@ def differences_table(title: str, comparison: Comparison, found: list[Difference
     return table
 
 
+def _yes_no(value: bool | None) -> str:
+    if value is None:
+        return "-"
+    return "[green]yes[/green]" if value else "[yellow]no[/yellow]"
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def agreement_text(pair: Agreement) -> tuple[str, str, str]:
+    """(top-1 agreement, samples that differ, the first of them) as plain text."""
+    if pair.samples is None or pair.top1_agree is None:
+        return "-", "-", "-"
+    share = "-" if pair.top1_agreement is None else f"{100 * pair.top1_agreement:.2f}%"
+    first = ", ".join(
+        f"#{d.index}: {d.reference_class}→{d.run_class}" for d in pair.first_differences
+    )
+    if pair.top1_differ and pair.top1_differ > len(pair.first_differences):
+        first += ", …"
+    return f"{share} ({pair.top1_agree}/{pair.samples})", str(pair.top1_differ), first or "-"
+
+
+NO_AGREEMENT = (
+    "numerical agreement: not shown (no other run evaluated the reference's dataset, or the "
+    "reference has no accuracy pass)"
+)
+
+
+def agreement_table(agreement: NumericalAgreement) -> Table:
+    """One row per run on the reference's dataset: bit-identical outputs, top-1 agreement, the
+    first samples that differ (reference class → run class) and the chosen-class score
+    differences where both picked the same class."""
+    table = Table(
+        title=f"numerical agreement with {escape(agreement.reference)} on "
+        f"{escape(agreement.dataset)}",
+        title_justify="left",
+        caption="bit-identical: equal outputs_sha256; #i: a→b: sample i, the reference's top-1 "
+        "class a, this run's b; |Δ score|: the raw output at the chosen class, over the samples "
+        "where both chose the same class",
+        caption_justify="left",
+        pad_edge=False,
+    )
+    for column, justify in (
+        ("run", "left"),
+        ("bit-identical", "left"),
+        ("top-1 agree", "right"),
+        ("differ", "right"),
+        ("first differing samples", "left"),
+        ("max |Δ score|", "right"),
+        ("mean |Δ score|", "right"),
+        ("scores", "left"),
+        ("note", "left"),
+    ):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for pair in agreement.pairs:
+        agree, differ, first = agreement_text(pair)
+        if pair.top1_differ:
+            differ = f"[yellow]{differ}[/yellow]"
+        table.add_row(
+            escape(pair.run),
+            _yes_no(pair.bit_identical),
+            agree,
+            differ,
+            escape(first),
+            _score(pair.max_abs_score_diff),
+            _score(pair.mean_abs_score_diff),
+            pair.score_scale or "-",
+            escape(pair.note or ""),
+        )
+    return table
+
+
 def render(console: Console, comparison: Comparison) -> None:
-    """Print the comparison: runs, headline numbers, then the stack and spec differences."""
+    """Print the comparison: runs, headline numbers, numerical agreement, then the stack and
+    spec differences."""
     console.print(runs_table(comparison))
     table, notes = results_table(comparison)
     console.print(table)
     for note in notes:
         console.print(note, highlight=False, markup=False)
+    if comparison.agreement is not None:
+        console.print(agreement_table(comparison.agreement))
+        if comparison.agreement.other_datasets:
+            console.print(
+                "other datasets, not compared sample by sample: "
+                + ", ".join(comparison.agreement.other_datasets),
+                highlight=False,
+                markup=False,
+            )
+    else:
+        console.print(NO_AGREEMENT, highlight=False, markup=False)
     for title, found in (
         ("HW/SW stack differences", comparison.stack),
         ("spec differences", comparison.spec),

@@ -16,7 +16,14 @@ import yaml
 
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.spec.document import KIND, PLURAL
-from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.spec.evaluation import EvaluationResourceSpec
+from mlmodelscope.spec.manifest import (
+    MAX_BASED_ON,
+    MODEL_KIND,
+    MODEL_PLURAL,
+    MODEL_SHORT_NAME,
+    ModelManifestSpec,
+)
 from mlmodelscope.spec.status import EvaluationStatus
 from mlmodelscope.spec.sweep import (
     MAX_CHILDREN,
@@ -29,6 +36,7 @@ from mlmodelscope.spec.sweep import (
 
 CRD_FILENAME = f"{API_GROUP}_{PLURAL}.yaml"
 SWEEP_CRD_FILENAME = f"{API_GROUP}_{SWEEP_PLURAL}.yaml"
+MODEL_CRD_FILENAME = f"{API_GROUP}_{MODEL_PLURAL}.yaml"
 
 _DROP = {"title", "additionalProperties", "$defs", "discriminator"}
 _SCALAR_TYPES = {"string", "integer", "number", "boolean"}
@@ -36,6 +44,12 @@ _SCALAR_TYPES = {"string", "integer", "number", "boolean"}
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+    {
+        "name": "ModelRef",
+        "type": "string",
+        "jsonPath": ".spec.modelRef.name",
+        "description": "The Model manifest the evaluation uses, when it names one",
+    },
     {"name": "Framework", "type": "string", "jsonPath": ".spec.framework.name"},
     {"name": "Device", "type": "string", "jsonPath": ".spec.hardware.device"},
     {"name": "Scenario", "type": "string", "jsonPath": ".spec.scenario.type"},
@@ -106,6 +120,32 @@ SWEEP_PRINTER_COLUMNS: list[dict[str, Any]] = [
         "type": "string",
         "jsonPath": ".spec.failurePolicy",
         "description": "What a failed child does to the rest: Continue or Stop",
+        "priority": 1,
+    },
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+MODEL_PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {
+        "name": "Model",
+        "type": "string",
+        "jsonPath": ".spec.model.name",
+        "description": "The model's name (empty when inherited through basedOn)",
+    },
+    {"name": "Format", "type": "string", "jsonPath": ".spec.model.format"},
+    {"name": "Task", "type": "string", "jsonPath": ".spec.task"},
+    {"name": "Dataset", "type": "string", "jsonPath": ".spec.dataset"},
+    {
+        "name": "BasedOn",
+        "type": "string",
+        "jsonPath": ".spec.basedOn.name",
+        "description": "The Model this one derives from",
+    },
+    {
+        "name": "URI",
+        "type": "string",
+        "jsonPath": ".spec.model.uri",
         "priority": 1,
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -230,24 +270,26 @@ def _schema_of(model: type[Any], *, defaults: bool) -> dict[str, Any]:
 
 
 def _object_schema(
-    description: str, spec: type[Any], spec_description: str, status: type[Any]
+    description: str, spec: type[Any], spec_description: str, status: type[Any] | None
 ) -> dict[str, Any]:
     spec_schema = _schema_of(spec, defaults=True)
-    status_schema = _schema_of(status, defaults=False)
     spec_schema["description"] = spec_description
-    status_schema["description"] = "Observed state, written by the operator."
+    properties: dict[str, Any] = {
+        "apiVersion": {"type": "string", "description": "API version of this object."},
+        "kind": {"type": "string", "description": "Kind of this object."},
+        # The API server forbids anything but the type on metadata: it validates it itself.
+        "metadata": {"type": "object"},
+        "spec": spec_schema,
+    }
+    if status is not None:
+        status_schema = _schema_of(status, defaults=False)
+        status_schema["description"] = "Observed state, written by the operator."
+        properties["status"] = status_schema
     return {
         "type": "object",
         "description": description,
         "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string", "description": "API version of this object."},
-            "kind": {"type": "string", "description": "Kind of this object."},
-            # The API server forbids anything but the type on metadata: it validates it itself.
-            "metadata": {"type": "object"},
-            "spec": spec_schema,
-            "status": status_schema,
-        },
+        "properties": properties,
     }
 
 
@@ -256,8 +298,9 @@ def openapi_schema() -> dict[str, Any]:
     return _object_schema(
         "A ModelEvaluation evaluates one model with one framework on one dataset under "
         "an MLPerf scenario, and reports accuracy, latency, throughput and the HW/SW stack.",
-        EvaluationSpec,
-        "What to evaluate: a model, framework, dataset, scenario and hardware.",
+        EvaluationResourceSpec,
+        "What to evaluate: a model (inline, or a Model by modelRef), framework, dataset, "
+        "scenario and hardware.",
         EvaluationStatus,
     )
 
@@ -274,12 +317,28 @@ def sweep_openapi_schema() -> dict[str, Any]:
     )
 
 
+def model_openapi_schema() -> dict[str, Any]:
+    """The openAPIV3Schema of Model (no status: nothing reconciles a Model)."""
+    return _object_schema(
+        "A Model is a reusable model manifest: the model file and its formats, the "
+        "preprocessing and postprocessing it needs, and labels such as task and dataset. "
+        "ModelEvaluations and EvaluationSweeps name it with modelRef; each evaluation "
+        "resolves it when it starts and records the version it used.",
+        ModelManifestSpec,
+        f"The model, its exports, processing and labels; or basedOn another Model whose "
+        f"fields this one inherits (chains up to {MAX_BASED_ON} Models, no cycles).",
+        None,
+    )
+
+
 def _crd(
     kind: str,
     plural: str,
     short_names: list[str],
     columns: list[dict[str, Any]],
     schema: dict[str, Any],
+    *,
+    status: bool = True,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -304,7 +363,7 @@ def _crd(
                     "name": API_VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    **({"subresources": {"status": {}}} if status else {}),
                     "additionalPrinterColumns": columns,
                     "schema": {"openAPIV3Schema": schema},
                 }
@@ -325,6 +384,18 @@ def build_sweep_crd() -> dict[str, Any]:
     )
 
 
+def build_model_crd() -> dict[str, Any]:
+    """The Model CustomResourceDefinition as a dict."""
+    return _crd(
+        MODEL_KIND,
+        MODEL_PLURAL,
+        [MODEL_SHORT_NAME],
+        MODEL_PRINTER_COLUMNS,
+        model_openapi_schema(),
+        status=False,
+    )
+
+
 HEADER = "# Generated by `mlms crd` from mlmodelscope.spec: do not edit by hand.\n"
 
 
@@ -332,7 +403,11 @@ def render_crds() -> dict[str, str]:
     """File name -> YAML text of every CRD the project defines."""
     return {
         name: HEADER + yaml.safe_dump(crd, sort_keys=False, width=100, allow_unicode=True)
-        for name, crd in ((CRD_FILENAME, build_crd()), (SWEEP_CRD_FILENAME, build_sweep_crd()))
+        for name, crd in (
+            (CRD_FILENAME, build_crd()),
+            (SWEEP_CRD_FILENAME, build_sweep_crd()),
+            (MODEL_CRD_FILENAME, build_model_crd()),
+        )
     }
 
 

@@ -23,6 +23,7 @@ from mlmodelscope.spec.evaluation import (
     FORMATS_BY_FRAMEWORK,
     NAME_PATTERN,
     Device,
+    EvaluationResourceSpec,
     EvaluationSpec,
 )
 from mlmodelscope.spec.status import EvaluationStatus
@@ -54,6 +55,19 @@ class ModelEvaluation(BaseModel):
     kind: Literal["ModelEvaluation"]
     metadata: ObjectMeta
     spec: EvaluationSpec
+    status: EvaluationStatus | None = None
+
+
+class ModelEvaluationResource(BaseModel):
+    """A ModelEvaluation as written, before its spec.modelRef (if any) is resolved: the
+    schema of the CRD. Everything that runs reads the resolved :class:`ModelEvaluation`."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    api_version: Literal["mlmodelscope.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["ModelEvaluation"]
+    metadata: ObjectMeta
+    spec: EvaluationResourceSpec
     status: EvaluationStatus | None = None
 
 
@@ -220,6 +234,9 @@ def parse_evaluation(document: Any, source: str = "<document>") -> ModelEvaluati
                 )
             ],
         )
+    spec = document.get("spec")
+    if isinstance(spec, dict) and ("modelRef" in spec or "model" not in spec):
+        return _unresolved(document, source)
     try:
         evaluation = ModelEvaluation.model_validate(document)
     except ValidationError as exc:
@@ -228,6 +245,27 @@ def parse_evaluation(document: Any, source: str = "<document>") -> ModelEvaluati
     if semantic:
         raise SpecValidationError(source, semantic)
     return evaluation
+
+
+def _unresolved(document: dict[str, Any], source: str) -> ModelEvaluation:
+    """A document that names a Model (or no model at all): report its own problems first,
+    then that the reference needs resolving (callers that can resolve do so first)."""
+    try:
+        ModelEvaluationResource.model_validate(document)
+    except ValidationError as exc:
+        problems = problems_from_validation_error(exc, ModelEvaluationResource)
+        raise SpecValidationError(source, problems) from None
+    name = (document["spec"].get("modelRef") or {}).get("name")
+    raise SpecValidationError(
+        source,
+        [
+            Problem(
+                "spec.modelRef",
+                f"names Model {name!r}, which was not given: pass the file that defines it "
+                "too (mlms validate|run --models FILE_OR_DIR), or inline spec.model",
+            )
+        ],
+    )
 
 
 def iter_documents(text: str) -> Iterator[Any]:

@@ -15,6 +15,8 @@ from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 URI_PATTERN = r"^(file://|https?://|s3://|pvc://|/|\.{0,2}/?[A-Za-z0-9_])"
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""A Kubernetes object name (DNS subdomain)."""
 
 
 class ModelFormat(StrEnum):
@@ -155,6 +157,46 @@ class ModelSource(SpecModel):
     credentials_secret_ref: SecretReference | None = None
     """Secret holding credentials for the model source (e.g. AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY for s3://), exposed to the evaluation job as environment variables."""
+
+
+class ModelExport(SpecModel):
+    """The same model serialized in another format, for frameworks that cannot load the
+    primary one (e.g. a TorchScript file for pytorch next to the ONNX file for onnxruntime)."""
+
+    format: ModelFormat
+    """Serialization format of this copy: onnx, torchscript, torch-export or savedmodel."""
+
+    uri: Annotated[str, Field(min_length=1, max_length=2048, pattern=URI_PATTERN)]
+    """Where this copy lives (same schemes as model.uri)."""
+
+    sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
+    """Expected SHA-256 of this copy, as `mlms hash PATH` prints it."""
+
+
+EXPORT_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel="!has(self.exports) || !has(self.model) || "
+        "self.exports.all(e, e.format != self.model.format)",
+        message="an export repeats model.format; exports are for the other formats",
+        field="exports",
+        check=lambda m: m.model is None or all(e.format != m.model.format for e in m.exports),
+    ),
+    Rule(
+        cel="!has(self.exports) || self.exports.all(e, "
+        "self.exports.exists_one(f, f.format == e.format))",
+        message="each format may appear once in exports",
+        field="exports",
+        check=lambda m: len({e.format for e in m.exports}) == len(m.exports),
+    ),
+)
+"""The rules of an ``exports`` list beside an optional ``model`` (a sweep entry, a Model)."""
+
+
+class ModelReference(SpecModel):
+    """A Model (kind Model, a reusable model manifest) in the same namespace."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=OBJECT_NAME_PATTERN)]
+    """Name of the Model."""
 
 
 # ------------------------------------------------------------------------------ processing
@@ -714,3 +756,20 @@ class EvaluationSpec(SpecModel):
 
     ttl_after_finished: Duration | None = None
     """Delete the finished Job (not the results) after this long, e.g. '24h'."""
+
+
+class EvaluationResourceSpec(EvaluationSpec):
+    """What to evaluate, as written in a ModelEvaluation: the model inline (model) or a
+    reusable Model manifest (modelRef). The operator, ``mlms run`` and ``mlms validate``
+    resolve modelRef into an :class:`EvaluationSpec` before anything runs."""
+
+    model: ModelSource | None = None  # type: ignore[assignment]
+    """The model and where to fetch it; or name a Model with modelRef instead."""
+
+    model_ref: ModelReference | None = None
+    """A Model in the same namespace whose model, exports, preprocessing and postprocessing
+    this evaluation uses; the evaluation's own preprocessing or postprocessing, when set,
+    replaces the Model's. Resolved once, when the evaluation starts: the run records the
+    manifest and its resourceVersion, so editing the Model later changes no past result."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (exactly_one_of("model", "modelRef"),)

@@ -20,11 +20,12 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mlmodelscope.spec.base import Duration, Rule, SpecModel
+from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of
 from mlmodelscope.spec.document import (
     API_VERSION_FULL,
     KIND,
     ModelEvaluation,
+    ModelEvaluationResource,
     ObjectMeta,
     Problem,
     SpecValidationError,
@@ -32,20 +33,28 @@ from mlmodelscope.spec.document import (
     semantic_problems,
 )
 from mlmodelscope.spec.evaluation import (
+    EXPORT_RULES,
     FORMATS_BY_FRAMEWORK,
-    SHA256_PATTERN,
-    URI_PATTERN,
     Dataset,
     Device,
     FrameworkName,
     Hardware,
-    ModelFormat,
+    ModelExport,
+    ModelReference,
     ModelSource,
     PostprocessStep,
     PreprocessStep,
     Scenario,
     ScenarioType,
     Tracing,
+)
+from mlmodelscope.spec.manifest import (
+    ModelLookup,
+    ResolvedModel,
+    UnresolvedModelError,
+    framework_mismatch,
+    resolve_evaluation,
+    resolve_model,
 )
 from mlmodelscope.spec.status import Condition, Phase
 
@@ -97,57 +106,46 @@ class SweepPhase(StrEnum):
 # ------------------------------------------------------------------------------------- matrix
 
 
-class ModelExport(SpecModel):
-    """The same model serialized in another format, for frameworks that cannot load the
-    primary one (e.g. a TorchScript file for pytorch next to the ONNX file for onnxruntime)."""
-
-    format: ModelFormat
-    """Serialization format of this copy: onnx, torchscript, torch-export or savedmodel."""
-
-    uri: Annotated[str, Field(min_length=1, max_length=2048, pattern=URI_PATTERN)]
-    """Where this copy lives (same schemes as model.uri)."""
-
-    sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
-    """Expected SHA-256 of this copy, as `mlms hash PATH` prints it."""
-
-
 class SweepModel(SpecModel):
-    """One model of the matrix, with optional processing that replaces the template's."""
+    """One model of the matrix, inline (model) or a Model manifest (modelRef), with optional
+    processing that replaces the template's (or the Model's)."""
 
     name: Annotated[str, Field(min_length=1, max_length=40, pattern=DNS_LABEL_PATTERN)]
     """Short name of this entry (a DNS label: lower-case letters, digits, '-'), used in child
     names and the mlmodelscope.io/sweep-model label; unique within the sweep. Two entries may
     use the same model with different processing."""
 
-    model: ModelSource
-    """The model and where to fetch it (the same fields as a ModelEvaluation's spec.model)."""
+    model: ModelSource | None = None
+    """The model and where to fetch it (the same fields as a ModelEvaluation's spec.model);
+    or name a Model with modelRef instead."""
+
+    model_ref: ModelReference | None = None
+    """A Model in the sweep's namespace: each child names it in its own spec.modelRef and
+    resolves it when it starts (the Model's exports cover the other frameworks)."""
 
     exports: Annotated[list[ModelExport], Field(max_length=4)] = []
     """The same model in other formats: each child uses model.uri when its framework loads
-    model.format, otherwise the first export in a format the framework loads."""
+    model.format, otherwise the first export in a format the framework loads (inline models
+    only: a Model keeps its own exports)."""
 
     preprocessing: Annotated[list[PreprocessStep] | None, Field(max_length=32)] = None
     """Per-sample steps for this model, replacing spec.template.preprocessing (unset: the
-    template's)."""
+    template's if set there, otherwise the Model's for a modelRef)."""
 
     postprocessing: Annotated[list[PostprocessStep] | None, Field(max_length=16)] = None
     """Steps from model output to predictions for this model, replacing
-    spec.template.postprocessing (unset: the template's)."""
+    spec.template.postprocessing (unset: the template's if set there, otherwise the
+    Model's for a modelRef)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        exactly_one_of("model", "modelRef"),
         Rule(
-            cel="!has(self.exports) || self.exports.all(e, e.format != self.model.format)",
-            message="an export repeats model.format; exports are for the other formats",
+            cel="!has(self.exports) || has(self.model)",
+            message="exports go with an inline model; for a modelRef, list them in the Model",
             field="exports",
-            check=lambda m: all(e.format != m.model.format for e in m.exports),
+            check=lambda m: not m.exports or m.model is not None,
         ),
-        Rule(
-            cel="!has(self.exports) || self.exports.all(e, "
-            "self.exports.exists_one(f, f.format == e.format))",
-            message="each format may appear once in exports",
-            field="exports",
-            check=lambda m: len({e.format for e in m.exports}) == len(m.exports),
-        ),
+        *EXPORT_RULES,
     )
 
 
@@ -465,9 +463,12 @@ def _explain(problem: Problem) -> Problem:
     return problem
 
 
-def parse_sweep(document: Any, source: str = "<document>") -> EvaluationSweep:
+def parse_sweep(
+    document: Any, source: str = "<document>", models: ModelLookup | None = None
+) -> EvaluationSweep:
     """Validate one parsed document, raising SpecValidationError that names every bad field,
-    including every child the matrix would create (an axis combination that is invalid)."""
+    including every child the matrix would create (an axis combination that is invalid).
+    ``models`` resolves modelRef entries (see :func:`expand`)."""
     if not isinstance(document, dict):
         raise SpecValidationError(
             source, [Problem("", "expected a mapping (a YAML object)")], SWEEP_KIND
@@ -490,7 +491,7 @@ def parse_sweep(document: Any, source: str = "<document>") -> EvaluationSweep:
     except ValidationError as exc:
         problems = [_explain(p) for p in problems_from_validation_error(exc, EvaluationSweep)]
         raise SpecValidationError(source, problems, SWEEP_KIND) from None
-    _, problems = _expand(sweep)
+    _, problems = _expand(sweep, models)
     if problems:
         raise SpecValidationError(source, problems, SWEEP_KIND)
     return sweep
@@ -548,6 +549,7 @@ def _child_name(sweep: str, parts: list[str]) -> str:
 
 def _model_for(entry: SweepModel, framework: FrameworkName) -> dict[str, Any] | None:
     """The model document for a framework: model itself, or the first export it can load."""
+    assert entry.model is not None, "called for inline models only"
     loads = FORMATS_BY_FRAMEWORK[framework]
     model = entry.model.model_dump(mode="json", by_alias=True, exclude_unset=True)
     if entry.model.format in loads:
@@ -566,8 +568,10 @@ def _sweep_path(child_path: str, pick: _Pick, entry: SweepModel) -> str:
     field = field.split("[", 1)[0]
     sub = rest[len(field) + 1 :]
     models = f"spec.matrix.models[{pick.model}]"
-    if field == "model":
-        return f"{models}.model{sub}"
+    if field == "model" and entry.model_ref is not None:
+        return f"{models}.modelRef.name"
+    if field in ("model", "modelRef"):
+        return f"{models}.{field}{sub}"
     if field == "framework":
         return f"spec.matrix.frameworks[{pick.framework}]"
     if field in ("preprocessing", "postprocessing") and getattr(entry, field) is not None:
@@ -584,17 +588,38 @@ def _sweep_path(child_path: str, pick: _Pick, entry: SweepModel) -> str:
 
 
 def _child_problems(
-    document: dict[str, Any], name: str, pick: _Pick, entry: SweepModel
+    document: dict[str, Any],
+    name: str,
+    pick: _Pick,
+    entry: SweepModel,
+    models: ModelLookup | None,
 ) -> list[Problem]:
-    try:
-        evaluation = ModelEvaluation.model_validate(document)
-    except ValidationError as exc:
-        found = problems_from_validation_error(exc)
+    found: list[Problem]
+    if entry.model_ref is not None and models is None:
+        try:  # the schema alone: the child resolves its Model when it starts
+            ModelEvaluationResource.model_validate(document)
+        except ValidationError as exc:
+            found = problems_from_validation_error(exc, ModelEvaluationResource)
+        else:
+            found = []
     else:
-        found = semantic_problems(evaluation.spec)
-    return [
-        Problem(_sweep_path(p.path, pick, entry), f"{p.message} (in child {name})") for p in found
-    ]
+        if models is not None:
+            try:
+                document = resolve_evaluation(document, models, name)
+            except SpecValidationError as exc:
+                found = exc.problems
+                return [_in_child(p, name, pick, entry) for p in found]
+        try:
+            evaluation = ModelEvaluation.model_validate(document)
+        except ValidationError as exc:
+            found = problems_from_validation_error(exc)
+        else:
+            found = semantic_problems(evaluation.spec)
+    return [_in_child(p, name, pick, entry) for p in found]
+
+
+def _in_child(problem: Problem, name: str, pick: _Pick, entry: SweepModel) -> Problem:
+    return Problem(_sweep_path(problem.path, pick, entry), f"{problem.message} (in child {name})")
 
 
 def _dump(model: BaseModel) -> dict[str, Any]:
@@ -604,17 +629,21 @@ def _dump(model: BaseModel) -> dict[str, Any]:
 def _child(
     sweep: EvaluationSweep,
     pick: _Pick,
-    model: dict[str, Any],
+    model: dict[str, Any] | None,
     template: dict[str, Any],
 ) -> SweepChild:
-    """The child ModelEvaluation of one combination of axis entries."""
+    """The child ModelEvaluation of one combination of axis entries; ``model`` is None for
+    a modelRef entry, whose child names the Model itself."""
     matrix, defaults = sweep.spec.matrix, sweep.spec.template
     entry, framework = matrix.models[pick.model], matrix.frameworks[pick.framework]
     target = None if pick.hardware is None else (matrix.hardware or [])[pick.hardware]
     scenario = None if pick.scenario is None else (matrix.scenarios or [])[pick.scenario]
     batch = None if pick.batch is None else (matrix.batch_sizes or [])[pick.batch]
 
-    spec: dict[str, Any] = {"model": model, **template, "framework": {"name": framework.value}}
+    source: dict[str, Any] = (
+        {"model": model} if entry.model_ref is None else {"modelRef": _dump(entry.model_ref)}
+    )
+    spec: dict[str, Any] = {**source, **template, "framework": {"name": framework.value}}
     if entry.preprocessing is not None:
         spec["preprocessing"] = [_dump(s) for s in entry.preprocessing]
     if entry.postprocessing is not None:
@@ -680,8 +709,36 @@ def _indices(axis: list[Any] | None) -> list[int | None]:
     return [None] if axis is None else list(range(len(axis)))
 
 
-def _expand(sweep: EvaluationSweep) -> tuple[list[SweepChild], list[Problem]]:
+def _memo(models: ModelLookup) -> ModelLookup:
+    """One lookup per Model name per expansion (the operator's lookup reads the API)."""
+    seen: dict[str, Any] = {}
+
+    def lookup(name: str) -> Any:
+        if name not in seen:
+            seen[name] = models(name)
+        return seen[name]
+
+    return lookup
+
+
+def _resolved(
+    entry: SweepModel, index: int, models: ModelLookup | None
+) -> tuple[ResolvedModel | None, Problem | None]:
+    """The Model of a modelRef entry, when there are Models to resolve it against."""
+    if entry.model_ref is None or models is None:
+        return None, None
+    try:
+        field = f"spec.matrix.models[{index}].modelRef.name"
+        return resolve_model(entry.model_ref.name, models, field), None
+    except UnresolvedModelError as exc:
+        return None, exc.problem
+
+
+def _expand(
+    sweep: EvaluationSweep, models: ModelLookup | None = None
+) -> tuple[list[SweepChild], list[Problem]]:
     matrix = sweep.spec.matrix
+    models = None if models is None else _memo(models)
     template = _dump(sweep.spec.template)
     children: list[SweepChild] = []
     problems: dict[tuple[str, str], Problem] = {}
@@ -691,9 +748,16 @@ def _expand(sweep: EvaluationSweep) -> tuple[list[SweepChild], list[Problem]]:
         problems.setdefault((problem.path, problem.message.split(" (in child ")[0]), problem)
 
     for mi, entry in enumerate(matrix.models):
+        resolved, unresolved = _resolved(entry, mi, models)
+        if unresolved is not None:
+            add(unresolved)
+            continue
         for fi, framework in enumerate(matrix.frameworks):
-            model = _model_for(entry, framework)
-            if model is None:
+            if resolved is not None and resolved.model_for(framework) is None:
+                add(framework_mismatch(resolved, framework, f"spec.matrix.models[{mi}]"))
+                continue
+            model = _model_for(entry, framework) if entry.model is not None else None
+            if model is None and entry.model is not None:
                 loads = ", ".join(sorted(f.value for f in FORMATS_BY_FRAMEWORK[framework]))
                 add(
                     Problem(
@@ -709,7 +773,7 @@ def _expand(sweep: EvaluationSweep) -> tuple[list[SweepChild], list[Problem]]:
             ):
                 pick = _Pick(mi, fi, hi, si, bi)
                 child = _child(sweep, pick, model, template)
-                for problem in _child_problems(child.document, child.name, pick, entry):
+                for problem in _child_problems(child.document, child.name, pick, entry, models):
                     add(problem)
                 children.append(child)
     repeated = collections.Counter(c.name for c in children)
@@ -725,17 +789,22 @@ def _expand(sweep: EvaluationSweep) -> tuple[list[SweepChild], list[Problem]]:
     return children, list(problems.values())
 
 
-def sweep_problems(sweep: EvaluationSweep) -> list[Problem]:
+def sweep_problems(sweep: EvaluationSweep, models: ModelLookup | None = None) -> list[Problem]:
     """Problems of the children the matrix makes (the CRD schema cannot see them); the
     operator ends such sweeps Failed with reason InvalidSpec."""
-    return _expand(sweep)[1]
+    return _expand(sweep, models)[1]
 
 
-def expand(sweep: EvaluationSweep) -> list[SweepChild]:
+def expand(sweep: EvaluationSweep, models: ModelLookup | None = None) -> list[SweepChild]:
     """The sweep's children, in matrix order (models x frameworks x hardware x scenarios x
     batchSizes), each a complete ModelEvaluation document; raises SpecValidationError naming
-    the axis entry at fault when a combination is invalid."""
-    children, problems = _expand(sweep)
+    the axis entry at fault when a combination is invalid.
+
+    A modelRef entry's children name the Model (each resolves it when it starts). With
+    ``models``, those references are resolved here too, so an unknown Model, a basedOn
+    cycle or a format no framework of the matrix loads is refused; without, only the schema
+    of such children is checked."""
+    children, problems = _expand(sweep, models)
     if problems:
         raise SpecValidationError(f"{SWEEP_KIND} {sweep.metadata.name}", problems, SWEEP_KIND)
     return children

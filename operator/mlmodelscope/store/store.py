@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.spec.status import BatchResult, LatencySummary
+from mlmodelscope.spec.sweep import LABEL_SWEEP
 from mlmodelscope.store.schema import run_results, runs
 
 MIGRATIONS: Final = Path(__file__).parent / "migrations"
@@ -104,9 +105,13 @@ class RunFilter:
     namespace: str | None = None
     status: str | None = None
     scenario: str | None = None
+    sweep: str | None = None
+    """The EvaluationSweep a run was a child of: its ``mlmodelscope.io/sweep`` label."""
 
     def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
         """``query`` (over ``runs``) restricted to the runs that match."""
+        if self.sweep is not None:
+            query = query.where(runs.c.labels[LABEL_SWEEP].as_string() == self.sweep)
         columns = {
             "model": runs.c.model_name,
             "framework": runs.c.framework,
@@ -119,7 +124,7 @@ class RunFilter:
         }
         for item in fields(self):
             value = getattr(self, item.name)
-            if value is not None:
+            if value is not None and item.name in columns:
                 query = query.where(columns[item.name] == value)
         return query
 
@@ -206,9 +211,11 @@ class Store:
         evaluation: str | None = None,
         namespace: str | None = None,
         status: str | None = None,
+        sweep: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> list[RunSummary]:
-        """Recorded runs, newest first, filtered by exact values (None: any)."""
+        """Recorded runs, newest first, filtered by exact values (None: any); ``sweep``: the
+        runs labelled ``mlmodelscope.io/sweep=<sweep>``."""
         where = RunFilter(
             model=model,
             framework=framework,
@@ -217,6 +224,7 @@ class Store:
             evaluation=evaluation,
             namespace=namespace,
             status=status,
+            sweep=sweep,
         )
         query = where.apply(sa.select(*SUMMARY_COLUMNS)).order_by(*NEWEST_FIRST).limit(limit)
         with self.engine.connect() as conn:

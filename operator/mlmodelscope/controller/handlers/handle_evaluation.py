@@ -13,13 +13,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mlmodelscope.contract.kube import (
+    Kube,
     all_evaluations_path,
     all_jobs_path,
     configmap_path,
     evaluation_path,
     job_path,
 )
-from mlmodelscope.controller import builders, instrument, names, queue, status
+from mlmodelscope.controller import builders, instrument, model_refs, names, queue, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evaluation
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
@@ -32,9 +33,10 @@ class InvalidSpecError(Exception):
     """The spec cannot run as written; status already says Failed/InvalidSpec."""
 
 
-def parse_body(body: Mapping[str, Any]) -> ModelEvaluation:
+def parse_body(body: Mapping[str, Any], kube: Kube) -> ModelEvaluation:
     """Validate a stored object with the same rules as `mlms validate` (pydantic plus the
-    semantic checks the CRD schema cannot express); raises SpecValidationError."""
+    semantic checks the CRD schema cannot express), its modelRef resolved (once per run:
+    see :mod:`..model_refs`); raises SpecValidationError."""
     meta = body.get("metadata") or {}
     document = {
         "apiVersion": body.get("apiVersion", API_VERSION_FULL),
@@ -42,7 +44,8 @@ def parse_body(body: Mapping[str, Any]) -> ModelEvaluation:
         "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
         "spec": body.get("spec"),
     }
-    return parse_evaluation(document, source=f"{meta.get('namespace')}/{meta.get('name')}")
+    source = f"{meta.get('namespace')}/{meta.get('name')}"
+    return parse_evaluation(model_refs.resolve(kube, document, source), source=source)
 
 
 def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
@@ -55,8 +58,10 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
         return "gone"
     if int(current["metadata"].get("generation") or 1) != generation:
         return "stale"  # a newer generation exists; its own update event handles it
+    if status.is_terminal(current.get("status") or {}, generation):
+        return "finished"  # before parsing: a Model deleted since cannot touch a past run
     try:
-        evaluation = parse_body(body)
+        evaluation = parse_body(body, ctx.kube)
     except SpecValidationError as exc:
         message = "; ".join(str(p) for p in exc.problems) or str(exc)
         ctx.update_status(
@@ -66,8 +71,6 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
         )
         delete_outdated_jobs(ctx, namespace, name, generation)
         raise InvalidSpecError(message) from None
-    if status.is_terminal(current.get("status") or {}, generation):
-        return "finished"
     delete_outdated_jobs(ctx, namespace, name, generation)
     ensure_configmaps(ctx, evaluation)
     return admit(ctx, evaluation)
@@ -224,7 +227,7 @@ def admit_queued(ctx: Context) -> list[str]:
     started = []
     for item in sorted(queued, key=queue.QueueEntry.of):
         try:
-            evaluation = parse_body(item)
+            evaluation = parse_body(item, ctx.kube)
         except SpecValidationError:
             continue  # its own handler reports it
         if admit(ctx, evaluation) == "job created":

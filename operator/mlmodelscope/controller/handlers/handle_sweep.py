@@ -16,18 +16,18 @@ the evaluations have none: Kopf would put a finalizer on every sweep for a timer
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import KubeError, evaluation_path
-from mlmodelscope.controller import recording, sweeps
+from mlmodelscope.controller import model_refs, recording, sweeps
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers.handle_evaluation import InvalidSpecError
+from mlmodelscope.controller.periodic import Periodic
 from mlmodelscope.spec import SpecValidationError
+from mlmodelscope.spec.manifest import ModelLookup
 from mlmodelscope.spec.sweep import (
     SWEEP_PLURAL,
     EvaluationSweep,
@@ -44,9 +44,10 @@ KEPT_METADATA: Final = ("name", "namespace", "uid", "generation", "creationTimes
 _PLAIN_NAMESPACE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def parse_body(body: Mapping[str, Any]) -> EvaluationSweep:
+def parse_body(body: Mapping[str, Any], models: ModelLookup | None = None) -> EvaluationSweep:
     """Validate a stored sweep with the same rules as `mlms validate`, its expanded children
-    included; raises SpecValidationError."""
+    included (their modelRefs resolved against ``models`` when given); raises
+    SpecValidationError."""
     meta = body.get("metadata") or {}
     document = {
         "apiVersion": body.get("apiVersion"),
@@ -54,7 +55,22 @@ def parse_body(body: Mapping[str, Any]) -> EvaluationSweep:
         "metadata": {k: meta[k] for k in KEPT_METADATA if k in meta},
         "spec": body.get("spec"),
     }
-    return parse_sweep(document, source=f"{meta.get('namespace')}/{meta.get('name')}")
+    return parse_sweep(document, f"{meta.get('namespace')}/{meta.get('name')}", models)
+
+
+def _models_to_check(ctx: Context, namespace: str, body: Mapping[str, Any]) -> ModelLookup | None:
+    """The namespace's Models while the sweep still creates children, so an unknown Model,
+    a basedOn cycle or a missing format is refused before any child exists; None once every
+    child of this generation exists (each child resolved its Model when it started, and a
+    Model deleted since must not turn a finished sweep Failed)."""
+    current = body.get("status") or {}
+    generation = int(body["metadata"].get("generation") or 1)
+    settled = (
+        current.get("observedGeneration") == generation
+        and int(current.get("total") or 0) > 0
+        and int(current.get("created") or 0) >= int(current.get("total") or 0)
+    )
+    return None if settled else model_refs.api_lookup(ctx.kube, namespace)
 
 
 def lock_key(name: str) -> str:
@@ -94,9 +110,10 @@ def reconcile(ctx: Context, namespace: str, name: str, uid: str | None = None) -
             return "another sweep of that name"
         generation = int(body["metadata"].get("generation") or 1)
         current = body.get("status") or {}
+        models = _models_to_check(ctx, namespace, body)
         try:
-            sweep = parse_body(body)
-            children = expand(sweep)
+            sweep = parse_body(body, models)
+            children = expand(sweep, models)
         except SpecValidationError as exc:
             message = "; ".join(str(p) for p in exc.problems) or str(exc)
             _write_status(ctx, body, sweeps.invalid(generation, message, current, ctx.clock()))
@@ -183,40 +200,23 @@ def resync(ctx: Context) -> dict[str, str]:
     return done
 
 
-class SweepResync:
-    """A daemon thread: :func:`resync` every ``interval`` seconds until :meth:`stop`."""
+class SweepResync(Periodic):
+    """:func:`resync` every ``interval`` seconds (see :mod:`..periodic`); Kopf's resume
+    handlers reconcile every sweep at start, so the first pass waits."""
+
+    name = "sweep-resync"
 
     def __init__(self, ctx: Context, interval: float = RESYNC_SECONDS) -> None:
+        super().__init__()
         self.ctx = ctx
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.seconds = interval
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._loop,), name="mlmodelscope-sweep-resync", daemon=True
-        )
-        self._thread.start()
+    def interval(self) -> float:
+        return self.seconds
 
-    def _loop(self) -> None:
-        # Kopf's resume handlers reconcile every sweep at start; the first pass waits.
-        while not self._stop.wait(self.interval):
-            try:
-                outcome = resync(self.ctx)
-                log.debug("sweep resync: %s", outcome)
-            except KubeError as exc:
-                if exc.status == 404:  # the EvaluationSweep CRD is not installed
-                    continue
-                log.warning("sweep resync failed: %s", exc)
-            except Exception as exc:  # the API server is away: try again next time
-                log.warning("sweep resync failed: %s", exc)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
+    def tick(self) -> None:
+        try:
+            log.debug("sweep resync: %s", resync(self.ctx))
+        except KubeError as exc:
+            if exc.status != 404:  # 404: the EvaluationSweep CRD is not installed
+                raise

@@ -282,6 +282,7 @@ def compare_page(runs: Sequence[LoadedRun], comparison: Comparison) -> str:
         "where it has none. Green is better, red worse.</p>"
         f'<div class="scroll">{report.results_table(comparison)}</div>'
         f"<h2>Plots</h2>{_figures(runs, comparison, all_plots)}"
+        f"<h2>Numerical agreement</h2>{report.agreement_section(comparison)}"
         f"<h2>HW/SW stack differences</h2>"
         f'<div class="scroll">'
         f"{report.differences_table('stack', comparison, comparison.stack)}</div>"
@@ -314,6 +315,13 @@ def _facts(doc: ResultDocument) -> str:
     if doc.model is not None:
         facts.append(("model", f"{doc.model.name} ({doc.model.format})"))
         facts.append(("model sha256", doc.model.sha256))
+    manifest = doc.evaluation.model_manifest
+    if manifest is not None:
+        versions = " ← ".join(
+            f"{m.name}@{m.resource_version}" if m.resource_version else m.name
+            for m in manifest.chain
+        )
+        facts.append(("Model manifest", versions))
     if doc.dataset is not None:
         facts.append(("dataset", f"{doc.dataset.name}, {doc.dataset.samples} samples"))
     facts += [
