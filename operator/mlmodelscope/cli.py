@@ -468,8 +468,9 @@ SelectedSweep = Annotated[
     typer.Option(
         "--sweep",
         metavar="NAME",
-        help="Also compare the runs in the results store labelled mlmodelscope.io/sweep=NAME "
-        "(an EvaluationSweep's children), oldest first, after any SOURCES given.",
+        help="Also compare the runs in the results store (or the --server) labelled "
+        "mlmodelscope.io/sweep=NAME (an EvaluationSweep's children), oldest first, after any "
+        "SOURCES given.",
     ),
 ]
 
@@ -560,19 +561,19 @@ def _load_compared(
     try:
         if sweep is not None:
             if server:
-                raise CompareError(
-                    f"--sweep {sweep}: selecting a sweep's runs needs the results store "
-                    "(--store); with --server, give its run ids"
-                )
-            results_store = _compare_store(store, [], sweep)
-            found = results_store.list_runs(sweep=sweep, limit=SWEEP_RUNS_LIMIT)
+                results_store, found = _remote_sweep(server, sweep)
+            else:
+                results_store = _compare_store(store, [], sweep)
+                found = [
+                    r.run_id for r in results_store.list_runs(sweep=sweep, limit=SWEEP_RUNS_LIMIT)
+                ]
             if not found:
                 raise CompareError(
                     f"--sweep {sweep}: no runs labelled mlmodelscope.io/sweep={sweep} in the "
                     f"results store {results_store.url}"
                 )
             given = set(sources)
-            sources = [*sources, *(r.run_id for r in reversed(found) if r.run_id not in given)]
+            sources = [*sources, *(r for r in reversed(found) if r not in given)]
             return load_runs(sources, results_store)
         run_ids = [source for source in sources if not Path(source).exists()]
         if run_ids and server:
@@ -589,6 +590,18 @@ def _load_compared(
     finally:
         if results_store is not None:
             results_store.close()
+
+
+def _remote_sweep(server: str, sweep: str) -> tuple[Any, list[str]]:
+    """The remote `mlms serve` and the run ids of ``sweep`` it has, newest first."""
+    from mlmodelscope.report.compare import CompareError
+    from mlmodelscope.server.client import TOKEN_ENV, RemoteError, RemoteRuns
+
+    try:
+        remote = RemoteRuns(server, os.environ.get(TOKEN_ENV))
+        return remote, remote.sweep_run_ids(sweep, SWEEP_RUNS_LIMIT)
+    except RemoteError as exc:
+        raise CompareError(f"--sweep {sweep}: {exc}") from None
 
 
 def _compare_store(url: str | None, run_ids: list[str], sweep: str | None = None) -> Any:

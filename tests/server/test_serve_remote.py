@@ -142,3 +142,33 @@ def test_the_client_reads_documents_and_the_real_server_takes_writes(
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 403
+
+
+def test_a_sweeps_runs_from_the_server(live_server: LiveServer, docs: Docs) -> None:
+    """`--sweep NAME --server URL`: the server's runs labelled with the sweep, oldest first."""
+    sweep = f"sweep-{uuid.uuid4().hex[:8]}"
+    posted = []
+    for name in ("srv-ort-a", "srv-torch"):
+        document = json.loads(json.dumps(docs[name]))
+        document["run_id"] = str(uuid.uuid4())
+        document["evaluation"]["labels"] = {"mlmodelscope.io/sweep": sweep}
+        request = urllib.request.Request(
+            f"{live_server.url}/api/v1/runs",
+            data=json.dumps(document).encode(),
+            headers={**bearer(live_server.write_token), "Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 201
+        posted.append(document)
+    client = RemoteRuns(live_server.url, live_server.read_token)
+    newest_first = sorted(posted, key=lambda d: d["started_at"], reverse=True)
+    assert client.sweep_run_ids(sweep, 10) == [d["run_id"] for d in newest_first]
+    result = mlms("compare", "--sweep", sweep, "--server", live_server.url, "--json",
+                  token=live_server.read_token)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert [r["run_id"] for r in runs] == [d["run_id"] for d in reversed(newest_first)]
+    missing = mlms("compare", "--sweep", "no-such-sweep", "--server", live_server.url,
+                   token=live_server.read_token)  # fmt: skip
+    assert missing.exit_code == 1 and "no runs labelled" in missing.output

@@ -180,6 +180,9 @@ def run_filter(
     namespace: Annotated[str | None, _text("Namespace of the ModelEvaluation.")] = None,
     status: Annotated[str | None, _text("Succeeded or Failed.")] = None,
     scenario: Annotated[str | None, _text("SingleStream, MultiStream, Server, Offline.")] = None,
+    sweep: Annotated[
+        str | None, _text("EvaluationSweep whose children ran it (label mlmodelscope.io/sweep).")
+    ] = None,
 ) -> RunFilter:
     """The filters of ``GET /api/v1/runs`` (exact values; absent: any)."""
     return RunFilter(
@@ -191,6 +194,7 @@ def run_filter(
         namespace=namespace,
         status=status,
         scenario=scenario,
+        sweep=sweep,
     )
 
 

@@ -2,7 +2,8 @@
 and `mlms report --server` read run ids through it instead of the local results store.
 
 :class:`RemoteRuns` has the one method :class:`~mlmodelscope.report.compare.RunStore` asks
-for, ``get(run_id)``; errors are :class:`RemoteError` with a message that says what to do.
+for, ``get(run_id)``, and lists a sweep's runs for ``--sweep``; errors are
+:class:`RemoteError` with a message that says what to do.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ class RemoteRuns:
         if not isinstance(found, dict):
             raise RemoteError(f"{self.url}{path}: not a JSON object")
         return found
+
+    def sweep_run_ids(self, sweep: str, limit: int) -> list[str]:
+        """Run ids of the runs labelled ``mlmodelscope.io/sweep=<sweep>``, newest first."""
+        query = urllib.parse.urlencode({"sweep": sweep, "limit": limit})
+        page = self._get_json(f"/api/v1/runs?{query}")
+        if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+            raise RemoteError(f"{self.url}/api/v1/runs: not a page of runs")
+        return [str(item["run_id"]) for item in page["items"]]
 
     def close(self) -> None:
         """Nothing to release (one connection per request); here for symmetry with a store."""
