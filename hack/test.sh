@@ -12,6 +12,7 @@ stage "debian packages (prometheus, pushgateway, postgresql, chromium)" ensure_d
   prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium
 stage "python environment" ensure_venv "all,dev"
 stage "example models (cached)" "$PY" -m mlmodelscope.agent.digits
+source "$ROOT/hack/images.sh"  # >>> issue 14: Docker engine + CPU images, built/cached (review) <<<
 stage "go builds finished" wait_go_builds
 read -r -a LINTED <<< "$(ls -d operator tests examples benchmarks 2>/dev/null | tr '\n' ' ')"
 stage "ruff check" "$VENV/bin/ruff" check "${LINTED[@]}"

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The evaluation agent (`mlms agent ...`), one image per framework and device. Everything that
 # differs between the six images is a build argument; docker-bake.json holds the matrix:
 #
@@ -14,6 +13,11 @@
 # BASE_IMAGE is python:3.11-slim-bookworm for CPU images and an nvidia/cuda Ubuntu 24.04 image
 # for GPU images (Python 3.12 from the distribution). Pin a digest by passing
 # BASE_IMAGE=name:tag@sha256:... (docker-bake.json does, once CI has resolved one).
+#
+# No `# syntax=` line: the Dockerfile frontend built into BuildKit (Docker >= 20.10) has every
+# feature used here (RUN --mount=type=secret), and a machine without a registry cannot pull one.
+# Where there is no registry, `python -m mlmodelscope.devtools.images build` builds these images
+# from a Debian base it bootstraps, a local wheelhouse and an optional CA bundle (images/README.md).
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
@@ -58,9 +62,17 @@ COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
 COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
 COPY operator/mlmodelscope/agent/ operator/mlmodelscope/agent/
 COPY operator/mlmodelscope/telemetry/ operator/mlmodelscope/telemetry/
-RUN /opt/venv/bin/pip install --no-cache-dir \
+# WHEELHOUSE: install only from this --find-links location (no index), e.g. a folder of wheels
+# served on the build host and reached with `docker build --network host`. The secret "ca"
+# (`--secret id=ca,src=bundle.pem`): a CA bundle pip trusts in this step only, for a proxy that
+# intercepts TLS; a secret mount is never written to a layer, and this stage is not the image.
+ARG WHEELHOUSE=""
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && /opt/venv/bin/pip install --no-cache-dir \
       -c constraints.txt -c images/constraints-images.txt \
       ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
+      ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} \
       ".[${EXTRAS}]" \
     && /opt/venv/bin/pip check \
     && /opt/venv/bin/mlms version

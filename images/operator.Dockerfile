@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # The operator (`mlms operator`): Kopf, the Kubernetes client, telemetry and the results store
 # (SQLAlchemy, Alembic, psycopg: MLMS_OPERATOR_STORE_URL); no framework. The same image runs the
 # results service (`mlms serve`: FastAPI, uvicorn), which the chart deploys when server.enabled.
@@ -6,6 +5,9 @@
 #   docker build -f images/operator.Dockerfile \
 #     --build-arg MLMS_IMAGE=ghcr.io/mlmodelscope/operator:0.1.0 \
 #     -t ghcr.io/mlmodelscope/operator:0.1.0 .
+#
+# WHEELHOUSE and the secret "ca" work as in agent.Dockerfile (no registry, a TLS-intercepting
+# proxy): `python -m mlmodelscope.devtools.images build` passes them.
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
 
@@ -26,7 +28,12 @@ COPY operator/mlmodelscope/controller/ operator/mlmodelscope/controller/
 COPY operator/mlmodelscope/store/ operator/mlmodelscope/store/
 COPY operator/mlmodelscope/report/ operator/mlmodelscope/report/
 COPY operator/mlmodelscope/server/ operator/mlmodelscope/server/
-RUN /opt/venv/bin/pip install --no-cache-dir -c constraints.txt ".[operator,telemetry,serve]" \
+ARG WHEELHOUSE=""
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && /opt/venv/bin/pip install --no-cache-dir -c constraints.txt \
+      ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} \
+      ".[operator,telemetry,serve]" \
     && /opt/venv/bin/pip check \
     && /opt/venv/bin/mlms version
 

@@ -4,6 +4,7 @@ stays fast and a missing framework only matters to the command that uses it."""
 from __future__ import annotations
 
 import os
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -186,6 +187,13 @@ def hash_model(
     )
 
 
+class RunRuntime(StrEnum):
+    """Where `mlms run` runs an evaluation."""
+
+    LOCAL = "local"
+    DOCKER = "docker"
+
+
 @app.command()
 def run(
     spec: Annotated[
@@ -216,8 +224,25 @@ def run(
         bool, typer.Option("--no-store", help="Do not record the runs in a results store.")
     ] = False,
     models: Annotated[list[Path] | None, typer.Option("--models", help=MODELS_HELP)] = None,
+    runtime: Annotated[
+        RunRuntime,
+        typer.Option(
+            "--runtime",
+            help="local: in this process; docker: each evaluation in its framework's agent "
+            "image (the software stack of a cluster Job), through the Docker engine.",
+        ),
+    ] = RunRuntime.LOCAL,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image",
+            help="--runtime docker: the image to run every evaluation in (default: "
+            "spec.framework.image, else the operator's image for the framework and device).",
+        ),
+    ] = None,
 ) -> None:
-    """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run."""
+    """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run, in
+    this process or (--runtime docker) in the framework's container image."""
     import json
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -238,6 +263,9 @@ def run(
     outcomes: list[RunOutcome] = []
     failed = 0
     recorder = _Recorder(None if no_store else store or "")
+    if runtime is RunRuntime.DOCKER:
+        outcomes, failed = _run_in_docker(loaded, output, raw=raw, image=image, recorder=recorder)
+        loaded = []  # ran above; the table and the comparison below are shared
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -283,6 +311,66 @@ def run(
                 console.print(f"top-1 spread across evaluations: {spread:.2f} percentage points")
             (output / "comparison.json").write_text(json.dumps(check, indent=1) + "\n")
     raise typer.Exit(1 if failed else 0)
+
+
+def _run_in_docker(
+    loaded: list[Any], output: Path, *, raw: bool, image: str | None, recorder: _Recorder
+) -> tuple[list[Any], int]:
+    """``mlms run --runtime docker``: each evaluation in its image (mlmodelscope.agent.container);
+    the result documents land in ``output`` and the store as a local run's do. Returns the
+    outcomes and how many evaluations failed."""
+    from mlmodelscope.agent.container import ContainerRuntimeError, connect, run_in_container
+    from mlmodelscope.agent.runner import RunOutcome, write_document
+
+    def image_for(item: Any) -> str:
+        if image:
+            return image
+        spec = item.evaluation.spec
+        if spec.framework.image:
+            return str(spec.framework.image)
+        try:
+            from mlmodelscope.controller.settings import default_image
+        except ModuleNotFoundError:  # an agent image carries no controller
+            fail("--runtime docker here needs --image (no default image names in this install)")
+            raise typer.Exit(2) from None
+        return default_image(spec.framework.name, spec.hardware.device)
+
+    try:
+        client = connect()
+    except ContainerRuntimeError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    outcomes: list[Any] = []
+    failed = 0
+    for item in loaded:
+        name = item.evaluation.metadata.name
+        ref = image_for(item)
+        errors.print(f"{name}: running in {ref}", highlight=False, soft_wrap=True)
+        try:
+            result = run_in_container(
+                item.evaluation,
+                item.base_dir,
+                ref,
+                raw=raw,
+                client=client,
+                log=lambda line: errors.print(f"  │ {escape(line)}", highlight=False),
+            )
+        except ContainerRuntimeError as exc:
+            failed += 1
+            fail(f"{name}: {exc}")
+            continue
+        path = output / f"{name}.json"
+        if result.document is not None:
+            write_document(result.document, path)
+            recorder.record(name, result.document)
+        if result.succeeded:
+            assert result.document is not None
+            outcomes.append(RunOutcome(result.document, path, None))
+            console.print(f"[green]✓[/green] {name} → {path} (in {escape(ref)})")
+        else:
+            failed += 1
+            fail(f"{name}: {result.error()}")
+    return outcomes, failed
 
 
 class _Recorder:
