@@ -284,6 +284,7 @@ def test_operator_service_account_can_do_its_job_and_nothing_broader(release: Re
         ("create", "events", *ns),
         ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
         ("get", "models.mlmodelscope.io", *ns),
+        ("list", "events", *ns),
     ]
     denied = [
         ("patch", "models.mlmodelscope.io", *ns),

@@ -125,6 +125,36 @@ BAD_SPECS = [
         "required when type is imagefolder",
     ),
     bad("bad duration", "spec.timeout", "ten minutes", "spec.timeout", "not a duration"),
+    # Values the API server would refuse in the Job (issue 15, defect 1): refused in the spec.
+    bad(
+        "memory quantity",
+        "spec.hardware",
+        {"resources": {"requests": {"memory": "4GB!"}}},
+        "spec.hardware.resources.requests.memory",
+        "not a Kubernetes quantity",
+    ),
+    bad(
+        "gpu product label value",
+        "spec.hardware",
+        {"device": "gpu", "gpuProduct": "NVIDIA A100"},
+        "spec.hardware.gpuProduct",
+        "should match pattern",
+    ),
+    bad(
+        "exists toleration with value",
+        "spec.hardware",
+        {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]},
+        "spec.hardware.tolerations[0].value",
+        "leave value empty",
+    ),
+    bad(
+        "ttl overflows int32",
+        "spec.ttlAfterFinished",
+        "1000000h",
+        "spec.ttlAfterFinished",
+        "must be at most 596523h",
+    ),
+    bad("timeout overflows int32", "spec.timeout", "1000000h", "spec.timeout", "at most 596523h"),
     bad("bad sha256", "spec.model.sha256", "abc", "spec.model.sha256", "should match pattern"),
     bad("missing uri", "spec.model.uri", ..., "spec.model.uri", "required field is missing"),
     bad(

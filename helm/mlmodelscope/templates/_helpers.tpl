@@ -117,10 +117,11 @@ app.kubernetes.io/component: operator
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["get", "list"]
-# Kopf posts progress and errors as Events on the ModelEvaluation.
+# Kopf posts progress and errors as Events on the ModelEvaluation; the operator lists a Job's
+# FailedCreate Events to name why its pod never started (e.g. a missing ServiceAccount).
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]

@@ -5,13 +5,15 @@ Each decorator says what it reacts to and how errors are classified; what happen
 its thread pool. They are registered into a registry built per operator instance and bound to
 its :class:`Context`, so tests can run one in-process. There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
-deletions; queued evaluations are admitted when a Job ends instead, and results the store
-could not take are retried by a plain thread (:class:`.recording.RecordRetrier`) that the
-startup and cleanup handlers start and stop; EvaluationSweeps are resynced by another such
-thread (:class:`.handle_sweep.SweepResync`), and Kueue's reason for a Job it holds back is read
-from its Workload by a third (:class:`.kueue.KueueWatch`, fed by the Job handler). Every handler
-is registered through one wrapper, ``Instruments.handler`` (:mod:`.instrument`), which measures
-it and records its span; the handlers themselves know nothing of metrics or traces.
+deletions. Queued evaluations are admitted when a Job ends; work on a clock runs in plain
+threads (:mod:`.periodic`) that the startup and cleanup handlers start and stop: results the
+store could not take are retried (:class:`.recording.RecordRetrier`), EvaluationSweeps are
+resynced (:class:`.handle_sweep.SweepResync`), Kueue's reason for a Job it holds back is read
+from its Workload (:class:`.kueue.KueueWatch`, fed by the Job handler), and unfinished
+evaluations are reconciled against their Jobs (:class:`.resync.EvaluationResync`), as lost Job
+events are never redelivered. Every handler is registered through one wrapper,
+``Instruments.handler`` (:mod:`.instrument`), which measures it and records its span; the
+handlers themselves know nothing of metrics or traces.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import urllib3
 
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
-from mlmodelscope.controller import builders, kueue, names, recording, status
+from mlmodelscope.controller import builders, kueue, names, recording, resync, status
 from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
     handle_delete,
@@ -85,6 +87,8 @@ def _classified(
         outcome = action()
     except handle_evaluation.InvalidSpecError as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from None
+    except handle_evaluation.ForeignChildError as exc:  # wait for the garbage collector
+        raise kopf.TemporaryError(str(exc), delay=TRANSIENT_DELAY) from None
     except KubeError as exc:
         if exc.status in (409, 429) or exc.status >= 500:
             raise kopf.TemporaryError(str(exc), delay=TRANSIENT_DELAY) from exc
@@ -122,21 +126,25 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     registry = kopf.OperatorRegistry()
     measured = instruments or Instruments()
     retrier = recording.RecordRetrier(replace(ctx, post_event=api_event_poster(ctx.kube)))
-    resync = handle_sweep.SweepResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
+    sweep_resync = handle_sweep.SweepResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
     kueue_watch = kueue.KueueWatch(replace(ctx, post_event=api_event_poster(ctx.kube)))
+    # Shares ctx's locks (status writes, admission) with the handlers; posts Events itself.
+    evaluation_resync = resync.EvaluationResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         handle_startup.configure(settings)
         retrier.start()
-        resync.start()
+        sweep_resync.start()
         kueue_watch.start()
+        evaluation_resync.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_retrying(**_: Any) -> None:
         retrier.stop()
-        resync.stop()
+        sweep_resync.stop()
         kueue_watch.stop()
+        evaluation_resync.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

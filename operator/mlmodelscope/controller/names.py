@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from mlmodelscope import API_GROUP
 
@@ -66,6 +66,16 @@ def labels(evaluation: str, generation: int) -> dict[str, str]:
         LABEL_EVALUATION: evaluation,
         LABEL_GENERATION: str(generation),
     }
+
+
+def owned_by(child: Mapping[str, Any] | None, uid: str | None) -> bool:
+    """``child`` has an ownerReference to the object with ``uid``: it is that evaluation's, not
+    a leftover of an earlier evaluation of the same name waiting to be garbage-collected
+    (names and labels are the same for both; only the owner's UID tells them apart)."""
+    if child is None or not uid:
+        return False
+    refs = (child.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid for ref in refs)
 
 
 def kueue_queue(labels: Mapping[str, str] | None) -> str | None:

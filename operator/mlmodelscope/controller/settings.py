@@ -90,6 +90,13 @@ class OperatorSettings:
     kueue_poll_seconds: float = 5.0
     """How often the Workloads of Jobs waiting for Kueue are read, to show Kueue's reason in
     their evaluations' status (nothing is read while no Job waits)."""
+    start_timeout_seconds: float = 300.0
+    """How long an evaluation pod may fail to start (a missing Secret or ServiceAccount, an
+    image that cannot be pulled) before the evaluation ends Failed with the reason; a pod that
+    merely waits for a node (Unschedulable) is not a start failure."""
+    resync_seconds: float = 30.0
+    """How often evaluations whose run has not ended are reconciled against their Jobs (Job
+    events that were lost, Jobs deleted while the operator was away, pods that never start)."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
@@ -132,6 +139,8 @@ class OperatorSettings:
             store_url=reader.store_url("STORE_URL"),
             record_retry_seconds=reader.seconds("RECORD_RETRY_SECONDS", 30.0),
             kueue_poll_seconds=reader.seconds("KUEUE_POLL_SECONDS", 5.0),
+            start_timeout_seconds=reader.seconds("START_TIMEOUT_SECONDS", 300.0),
+            resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -156,6 +165,8 @@ KNOWN_VARIABLES: Final = (
     "STORE_URL",
     "RECORD_RETRY_SECONDS",
     "KUEUE_POLL_SECONDS",
+    "START_TIMEOUT_SECONDS",
+    "RESYNC_SECONDS",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""

@@ -59,6 +59,7 @@ class Reason:
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     EVALUATION_FAILED = "EvaluationFailed"
     JOB_DELETED = "JobDeleted"
+    JOB_REJECTED = "JobRejected"
     RECORDED = "Recorded"
     RECORD_PENDING = "RecordPending"
     NOT_RECORDED = "NotRecorded"
@@ -234,6 +235,34 @@ def invalid_spec(
         and failed.get("reason") == Reason.INVALID_SPEC
     ):
         return NO_CHANGE
+    return _failed_before_start(
+        status, generation, Reason.INVALID_SPEC, ConditionType.VALID, message, timestamp
+    )
+
+
+def job_rejected(
+    status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
+) -> StatusChange:
+    """Failed/JobRejected: the API server refused to create the Job (``message`` is its own
+    answer). The run never started, so nothing but the status records it."""
+    if is_terminal(status, generation):
+        return NO_CHANGE
+    text = f"the API server rejected Job {job_name}: {message}"
+    return _failed_before_start(
+        status, generation, Reason.JOB_REJECTED, ConditionType.RUNNING, text, timestamp
+    )
+
+
+def _failed_before_start(
+    status: Mapping[str, Any],
+    generation: int,
+    reason: str,
+    first: str,
+    message: str,
+    timestamp: str,
+) -> StatusChange:
+    """Failed with ``reason`` before any pod ran: ``first`` (Valid or Running) False, then
+    Succeeded False and Failed True, all with ``message``, and a Warning Event."""
     patch, conditions = _begin_run(status, generation)
     patch.update(
         phase=Phase.FAILED.value,
@@ -243,16 +272,16 @@ def invalid_spec(
         conditions=merge_conditions(
             conditions,
             [
-                Cond(ConditionType.VALID, "False", Reason.INVALID_SPEC, message),
-                Cond(ConditionType.SUCCEEDED, "False", Reason.INVALID_SPEC, message),
-                Cond(ConditionType.FAILED, "True", Reason.INVALID_SPEC, message),
+                Cond(first, "False", reason, message),
+                Cond(ConditionType.SUCCEEDED, "False", reason, message),
+                Cond(ConditionType.FAILED, "True", reason, message),
             ],
             generation,
             timestamp,
             drop=RUN_CONDITIONS,
         ),
     )
-    return StatusChange(patch, Event("Warning", Reason.INVALID_SPEC, _clip(message)))
+    return StatusChange(patch, Event("Warning", reason, _clip(message)))
 
 
 def queued(
@@ -292,7 +321,8 @@ def job_created(
     trace_id: str | None,
     timestamp: str,
 ) -> StatusChange:
-    """Pending: admitted, the Job exists (or is about to), the pod is not running yet."""
+    """Pending: admitted, the Job exists (written only after the API server created it, so a
+    rejected Job never shows as created), the pod is not running yet."""
     if is_current(status, generation) and status.get("phase") not in (
         Phase.QUEUED.value,
         Phase.PENDING.value,

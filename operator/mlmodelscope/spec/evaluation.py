@@ -5,18 +5,45 @@ Field docstrings become the CRD's descriptions (``kubectl explain``), so write t
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
-from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of
+from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of, parse_duration
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 URI_PATTERN = r"^(file://|https?://|s3://|pvc://|/|\.{0,2}/?[A-Za-z0-9_])"
 SHA256_PATTERN = r"^[a-f0-9]{64}$"
 OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 """A Kubernetes object name (DNS subdomain)."""
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""A non-negative Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity), e.g.
+'500m', '4Gi', '1.5', '1e3'."""
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+"""A Kubernetes label value (at most 63 characters): what a nodeSelector value must be."""
+MAX_JOB_SECONDS = 2**31 - 1
+"""The Job's ttlSecondsAfterFinished is an int32: durations that become seconds of a Job field
+must fit in it (596523h is the largest whole number of hours that does)."""
+MAX_JOB_DURATION = "596523h"
+
+
+def _fits_a_job(value: str | None) -> bool:
+    return value is None or parse_duration(value) <= MAX_JOB_SECONDS
+
+
+def _job_seconds_rule(field: str) -> Rule:
+    """``field`` (a duration) becomes seconds of a Job field: it must fit in an int32."""
+    return Rule(
+        cel=f"!has(self.{field}) || duration(self.{field}) <= duration('{MAX_JOB_DURATION}')",
+        message=f"must be at most {MAX_JOB_DURATION} (the Job keeps it as 32-bit seconds)",
+        field=field,
+        check=lambda m: _fits_a_job(getattr(m, re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower())),
+    )
 
 
 class ModelFormat(StrEnum):
@@ -630,10 +657,31 @@ class Toleration(SpecModel):
     toleration_seconds: int | None = None
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="!has(self.value) || self.value == '' || "
+            "!has(self.operator) || self.operator != 'Exists'",
+            message="a toleration with operator Exists matches any value: leave value empty",
+            field="value",
+            check=lambda m: not m.value or m.operator != "Exists",
+        ),
+    )
+
+
+def _quantity(value: int | str) -> int | str:
+    if isinstance(value, bool) or (isinstance(value, int) and value < 0):
+        raise ValueError("must be a non-negative quantity, e.g. '500m', '4Gi'")
+    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+        raise ValueError(
+            f"{value!r} is not a Kubernetes quantity; write e.g. '500m', '2', '512Mi', '4Gi'"
+        )
+    return value
+
 
 Quantity = Annotated[
     int | str,
-    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+    AfterValidator(_quantity),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN}),
 ]
 
 
@@ -666,7 +714,9 @@ class Hardware(SpecModel):
     gpus: Annotated[int, Field(ge=0, le=64)] = 0
     """Number of GPUs (nvidia.com/gpu) for device gpu; 0 means 1 when device is gpu."""
 
-    gpu_product: Annotated[str | None, Field(max_length=128)] = None
+    gpu_product: Annotated[
+        str | None, Field(max_length=63, pattern=LABEL_VALUE_PATTERN, min_length=1)
+    ] = None
     """GPU model as GPU Feature Discovery labels it (nvidia.com/gpu.product), e.g.
     NVIDIA-A100-SXM4-80GB; the job is pinned to nodes with that label."""
 
@@ -757,6 +807,11 @@ class EvaluationSpec(SpecModel):
     ttl_after_finished: Duration | None = None
     """Delete the finished Job (not the results) after this long, e.g. '24h'."""
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        _job_seconds_rule("timeout"),
+        _job_seconds_rule("ttlAfterFinished"),
+    )
+
 
 class EvaluationResourceSpec(EvaluationSpec):
     """What to evaluate, as written in a ModelEvaluation: the model inline (model) or a
@@ -772,4 +827,7 @@ class EvaluationResourceSpec(EvaluationSpec):
     replaces the Model's. Resolved once, when the evaluation starts: the run records the
     manifest and its resourceVersion, so editing the Model later changes no past result."""
 
-    rules: ClassVar[tuple[Rule, ...]] = (exactly_one_of("model", "modelRef"),)
+    rules: ClassVar[tuple[Rule, ...]] = (
+        exactly_one_of("model", "modelRef"),
+        *EvaluationSpec.rules,
+    )

@@ -14,14 +14,24 @@ from typing import Any
 
 from mlmodelscope.contract.kube import (
     Kube,
+    KubeError,
     all_evaluations_path,
     all_jobs_path,
     configmap_path,
     evaluation_path,
     job_path,
 )
-from mlmodelscope.controller import builders, instrument, model_refs, names, queue, status
+from mlmodelscope.controller import (
+    builders,
+    instrument,
+    model_refs,
+    names,
+    queue,
+    runs,
+    status,
+)
 from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.runs import ForeignChildError
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evaluation
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
@@ -31,6 +41,9 @@ KEPT_METADATA = ("name", "namespace", "uid", "generation", "creationTimestamp", 
 
 class InvalidSpecError(Exception):
     """The spec cannot run as written; status already says Failed/InvalidSpec."""
+
+
+__all__ = ["ForeignChildError", "InvalidSpecError", "admit", "evaluation_changed"]
 
 
 def parse_body(body: Mapping[str, Any], kube: Kube) -> ModelEvaluation:
@@ -72,8 +85,29 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
         delete_outdated_jobs(ctx, namespace, name, generation)
         raise InvalidSpecError(message) from None
     delete_outdated_jobs(ctx, namespace, name, generation)
+    finished = finish_published_run(ctx, evaluation)
+    if finished is not None:
+        return finished
     ensure_configmaps(ctx, evaluation)
     return admit(ctx, evaluation)
+
+
+def finish_published_run(ctx: Context, evaluation: ModelEvaluation) -> str | None:
+    """The run of this generation already happened when its Job is gone but the agent's
+    result for this generation is in the evaluation's results ConfigMap (the Job finished
+    and was TTL-deleted while the operator was away): end the run from that result instead
+    of running it a second time. None when there is no such result."""
+    namespace = evaluation.metadata.namespace or "default"
+    name = evaluation.metadata.name
+    generation = builders.generation_of(evaluation)
+    job_name = names.job_name(name, generation)
+    uid = evaluation.metadata.uid
+    published = runs.published_outcome(ctx, namespace, name, uid, generation)
+    if published is None or ctx.kube.get_or_none(job_path(namespace, job_name)) is not None:
+        return None  # not run yet, or its Job still exists and its events finish it
+    outcome = runs.finish(ctx, namespace, name, generation, job_name, published)
+    log.info("%s/%s: generation %d already ran: %s", namespace, name, generation, outcome)
+    return f"already ran: {outcome}"
 
 
 def delete_outdated_jobs(ctx: Context, namespace: str, name: str, generation: int) -> list[str]:
@@ -81,7 +115,11 @@ def delete_outdated_jobs(ctx: Context, namespace: str, name: str, generation: in
     spec replaces the run, it does not queue behind it. Finished ones stay for their logs."""
     selector = f"{names.LABEL_EVALUATION}={name},{names.MANAGED_SELECTOR}"
     deleted = []
+    uid = ctx.kube.get_or_none(evaluation_path(namespace, name))
+    owner = (uid or {}).get("metadata", {}).get("uid")
     for job in ctx.kube.list(job_path(namespace), selector):
+        if not names.owned_by(job, owner):
+            continue  # an earlier evaluation's of the same name: the garbage collector's
         labels = job["metadata"].get("labels") or {}
         if labels.get(names.LABEL_GENERATION) == str(generation) or not queue.is_active_job(job):
             continue
@@ -104,6 +142,11 @@ def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> None:
         if ctx.kube.create_if_absent(configmap_path(namespace), body):
             continue
         existing = ctx.kube.get(configmap_path(namespace, name))
+        if not names.owned_by(existing, evaluation.metadata.uid):
+            raise ForeignChildError(
+                f"ConfigMap {name} belongs to another object (an earlier evaluation of the same "
+                "name?); waiting for it to be garbage-collected"
+            )
         labels = existing["metadata"].get("labels") or {}
         if labels.get(names.LABEL_GENERATION) == generation:
             continue
@@ -121,8 +164,9 @@ def _waiting(evaluations: list[dict[str, Any]]) -> list[queue.QueueEntry]:
         generation = int(meta.get("generation") or 1)
         if meta.get("deletionTimestamp"):
             continue
-        if status.is_current(st, generation) and st.get("phase") != "Queued":
-            continue
+        if not status.is_current(st, generation) or st.get("phase") != "Queued":
+            continue  # only what admission queued waits ahead: an evaluation that never got
+            # a status (its handler failed, or nobody watches its namespace) must not block
         if names.kueue_queue(meta.get("labels")):
             continue  # Kueue queues it, not the operator
         waiting.append(queue.QueueEntry.of(item))
@@ -162,6 +206,11 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
     results_cm = names.results_configmap_name(name)
     with ctx.admission_lock:
         existing = ctx.kube.get_or_none(job_path(namespace, job_name))
+        if existing is not None and not names.owned_by(existing, evaluation.metadata.uid):
+            raise ForeignChildError(
+                f"Job {job_name} belongs to another object (an earlier evaluation of the same "
+                "name?); waiting for it to be garbage-collected"
+            )
         if existing is None and not limits.unlimited and not kueue:
             jobs = _list_everywhere(ctx, job_path, all_jobs_path(), names.MANAGED_SELECTOR)
             evaluations = _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None)
@@ -180,7 +229,29 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                 )
                 return "queued"
         trace_id = builders.trace_context(evaluation)[0] if settings.otlp_endpoint else None
-        if kueue and (existing is None or queue.is_suspended(existing)):
+        outcome = "job exists"
+        if existing is None:
+            # The Job first, then the status that names it: a Job the API server rejects ends
+            # the run Failed with the server's words, never Pending with a JobCreated event.
+            job = builders.build_job(evaluation, settings)
+            try:
+                created = ctx.kube.create_if_absent(job_path(namespace), job)
+            except KubeError as exc:
+                if not runs.is_rejection(exc):
+                    raise
+                answer = exc.message
+                ctx.update_status(
+                    namespace,
+                    name,
+                    lambda st: status.job_rejected(st, generation, job_name, answer, ctx.clock()),
+                )
+                log.warning("%s/%s: Job %s rejected: %s", namespace, name, job_name, answer)
+                return "job rejected"
+            if created:
+                instrument.job_created(evaluation)
+                outcome = "job created"
+            existing = job
+        if kueue and queue.is_suspended(existing):
             ctx.update_status(
                 namespace,
                 name,
@@ -189,7 +260,7 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                 ),
             )
         else:
-            if kueue and existing is not None:  # admitted while the operator was away
+            if kueue and outcome == "job exists":  # admitted while the operator was away
                 ctx.update_status(
                     namespace,
                     name,
@@ -202,12 +273,7 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                     st, generation, job_name, results_cm, trace_id, ctx.clock()
                 ),
             )
-        if existing is None:
-            job = builders.build_job(evaluation, settings)
-            if ctx.kube.create_if_absent(job_path(namespace), job):
-                instrument.job_created(evaluation)
-            return "job created"
-    return "job exists"
+    return outcome
 
 
 def admit_queued(ctx: Context) -> list[str]:

@@ -26,6 +26,7 @@ from mlmodelscope.controller import (
     queue,
     recording,
     results,
+    runs,
     simulated,
     status,
 )
@@ -35,7 +36,7 @@ from mlmodelscope.controller.status import Reason
 
 log = logging.getLogger(__name__)
 
-JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+JOB_NAME_LABEL = runs.JOB_NAME_LABEL
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
 """Watch events are not redelivered, so transient API errors are retried in the handler."""
 SPEC_ERROR_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded")
@@ -74,12 +75,20 @@ def owner_of(job: Mapping[str, Any]) -> tuple[str, str, int] | None:
 
 
 def collect_outcome(
-    ctx: Context, namespace: str, evaluation: str, job_name: str, generation: int
+    ctx: Context,
+    namespace: str,
+    evaluation: str,
+    job_name: str,
+    generation: int,
+    uid: str | None = None,
 ) -> results.Outcome | None:
-    """The agent's outcome: the results ConfigMap, else the newest termination message."""
+    """The agent's outcome: the results ConfigMap (the evaluation's own, when its ``uid`` is
+    given), else the newest termination message."""
     configmap = ctx.kube.get_or_none(
         configmap_path(namespace, names.results_configmap_name(evaluation))
     )
+    if uid is not None and not names.owned_by(configmap, uid):
+        configmap = None  # an earlier evaluation's of the same name, about to be collected
     outcome = results.outcome_from_configmap(configmap, generation)
     if outcome is not None:
         return outcome
@@ -114,6 +123,9 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     evaluation = ctx.kube.get_or_none(evaluation_path(namespace, name))
     if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
         return "evaluation gone"
+    uid = evaluation["metadata"].get("uid")
+    if not names.owned_by(job, uid):
+        return "not ours"  # an earlier evaluation's of the same name, about to be collected
     current = evaluation.get("status") or {}
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
         return "other generation"
@@ -125,7 +137,12 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             log.info("%s/%s: finished run found unrecorded: %s", namespace, name, found)
         return "already final"
     now = ctx.clock
-    if deleted:
+    if deleted and not _ended(job):
+        # Deleted before the Job said it ended: the agent may still have published the
+        # result (a Job deleted right after its pod finished); that result stands.
+        published = runs.published_outcome(ctx, namespace, name, uid, generation)
+        if published is not None:
+            return runs.finish(ctx, namespace, name, generation, job_name, published)
         message = f"Job {job_name} was deleted before it finished"
         ctx.update_status(
             namespace,
@@ -133,8 +150,10 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             lambda st: status.failed(st, generation, job_name, Reason.JOB_DELETED, message, now()),
         )
         return "job deleted"
+    # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
+    # last state says: the results ConfigMap outlives it.
     if _condition(job, "Complete") is not None:
-        outcome = collect_outcome(ctx, namespace, name, job_name, generation)
+        outcome = collect_outcome(ctx, namespace, name, job_name, generation, uid)
         if outcome is not None and outcome.succeeded and outcome.rows:
             done = outcome
             ctx.update_status(
@@ -164,7 +183,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         return reason
     failed_condition = _condition(job, "Failed")
     if failed_condition is not None:
-        outcome = collect_outcome(ctx, namespace, name, job_name, generation)
+        outcome = collect_outcome(ctx, namespace, name, job_name, generation, uid)
         timeout = (evaluation.get("spec") or {}).get("timeout")
         reason, message = failure(failed_condition, outcome, timeout)
         ctx.update_status(
@@ -193,7 +212,35 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             namespace, name, lambda st: status.running(st, generation, job_name, now())
         )
         return "running"
+    not_started = runs.fail_start(ctx, namespace, name, generation, job)
+    if not_started is not None:
+        return not_started
     return "waiting"
+
+
+def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> str:
+    """The evaluation's status names a Job of its current run that no longer exists (deleted
+    while the operator was away, or its DELETED event was lost): finish from what the agent
+    published, else Failed/JobDeleted."""
+    meta = evaluation["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    generation = int(meta.get("generation") or 1)
+    current = evaluation.get("status") or {}
+    job_name = str(current.get("jobName") or "")
+    if not job_name or not status.is_current(current, generation):
+        return "no job"
+    published = runs.published_outcome(ctx, namespace, name, meta.get("uid"), generation)
+    if published is not None:
+        return runs.finish(ctx, namespace, name, generation, job_name, published)
+    message = f"Job {job_name} was deleted before it finished"
+    _, change = ctx.update_status(
+        namespace,
+        name,
+        lambda st: status.failed(
+            st, generation, job_name, Reason.JOB_DELETED, message, ctx.clock()
+        ),
+    )
+    return "job deleted" if change else "already final"
 
 
 def transient(exc: Exception) -> bool:

@@ -1,0 +1,77 @@
+"""The evaluation resync: every ``MLMS_OPERATOR_RESYNC_SECONDS``, each evaluation whose run has
+not ended is reconciled against its Job.
+
+Job events are not redelivered: one the handler could not apply (the API server away for a
+while), or one that happened while the operator was down (a Job deleted, or TTL-deleted after
+it completed), would otherwise leave the evaluation Pending or Running for good. Level-based,
+like the handlers: an existing Job (of this evaluation's UID) is handled as if it had just
+changed (which also ends a run whose pod never starts, after the start timeout); a Job that no
+longer exists ends the run from the agent's published result, else Failed/JobDeleted; queued
+evaluations are offered the free slots. A plain thread (:class:`.periodic.Periodic`), not a
+Kopf timer, so no evaluation carries a finalizer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from mlmodelscope.contract.kube import KubeError, all_evaluations_path, evaluation_path, job_path
+from mlmodelscope.controller import names, status
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.handlers import handle_evaluation, handle_job
+from mlmodelscope.controller.periodic import Periodic
+
+log = logging.getLogger(__name__)
+
+UNFINISHED = ("Queued", "Pending", "Running")
+
+
+def resync_one(ctx: Context, evaluation: dict[str, Any]) -> str:
+    """Reconcile one listed evaluation against its Job; returns what it did (for logs)."""
+    meta = evaluation["metadata"]
+    current = evaluation.get("status") or {}
+    generation = int(meta.get("generation") or 1)
+    if meta.get("deletionTimestamp") or not status.is_current(current, generation):
+        return "not mine to resync"  # its create/update handler owns it
+    if current.get("phase") not in UNFINISHED or not current.get("jobName"):
+        return "nothing to resync"
+    namespace = str(meta["namespace"])
+    job = ctx.kube.get_or_none(job_path(namespace, str(current["jobName"])))
+    if job is None:
+        return handle_job.job_vanished(ctx, evaluation)
+    if not names.owned_by(job, meta.get("uid")):
+        return "not ours"
+    return handle_job.job_changed(job, ctx)
+
+
+class EvaluationResync(Periodic):
+    """Reconciles unfinished evaluations against their Jobs on a clock (see the module)."""
+
+    name: ClassVar[str] = "evaluation-resync"
+    first_tick_at_start: ClassVar[bool] = True
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    def interval(self) -> float:
+        return self.ctx.settings.resync_seconds
+
+    def tick(self) -> None:
+        ctx = self.ctx
+        evaluations = handle_evaluation._list_everywhere(
+            ctx, evaluation_path, all_evaluations_path(), None
+        )
+        for item in evaluations:
+            meta = item["metadata"]
+            try:
+                outcome = resync_one(ctx, item)
+            except (KubeError, OSError) as exc:  # the next tick tries again
+                log.warning("resync of %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+                continue
+            if outcome not in handle_job.QUIET and "resync" not in outcome:
+                log.info("resync %s/%s: %s", meta.get("namespace"), meta.get("name"), outcome)
+        started = handle_evaluation.admit_queued(ctx)
+        if started:
+            log.info("resync started %s", ", ".join(started))

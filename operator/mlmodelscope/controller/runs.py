@@ -1,0 +1,218 @@
+"""What the evaluation handler, the Job handler and the resync share about one run: its owned
+children, finishing it from what the agent published, and why its pod never started.
+
+Children are matched by their owner's UID (ownerReferences), never only by name and labels: a
+ModelEvaluation deleted and re-created under the same name leaves Jobs and ConfigMaps with the
+same names and labels that the garbage collector is about to delete, and they are not the new
+evaluation's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from mlmodelscope.contract.kube import KubeError, configmap_path, job_path, pod_path
+from mlmodelscope.controller import instrument, names, recording, results, status
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.status import Reason
+
+log = logging.getLogger(__name__)
+
+JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+START_FAILURES: Final = (
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "RunContainerError",
+)
+"""Waiting reasons of a container that will not start by itself (a missing Secret or
+ConfigMap, an image that cannot be pulled): after the start timeout the run ends Failed."""
+REJECTED: Final = (400, 422)
+"""Answers to creating a Job that no retry can change (the Job is invalid as built)."""
+
+
+class ForeignChildError(Exception):
+    """A Job or ConfigMap of this evaluation's name belongs to another object (an earlier
+    evaluation of the same name, about to be garbage-collected): wait for it to go."""
+
+
+def is_rejection(exc: KubeError) -> bool:
+    """The API server refuses the object itself (invalid, or forbidden by policy), as opposed
+    to a transient refusal (conflict, throttling, a full quota, a server error)."""
+    if exc.status in REJECTED:
+        return True
+    return exc.status == 403 and "exceeded quota" not in exc.message
+
+
+def owned_configmap(
+    ctx: Context, namespace: str, name: str, uid: str | None
+) -> dict[str, Any] | None:
+    """The evaluation's results ConfigMap, if it exists and is this evaluation's."""
+    configmap = ctx.kube.get_or_none(configmap_path(namespace, names.results_configmap_name(name)))
+    return configmap if names.owned_by(configmap, uid) else None
+
+
+def published_outcome(
+    ctx: Context, namespace: str, name: str, uid: str | None, generation: int
+) -> results.Outcome | None:
+    """What the agent published for ``generation`` in the evaluation's own results ConfigMap
+    (an outcome that names another generation, or none, is not this run's)."""
+    outcome = results.outcome_from_configmap(owned_configmap(ctx, namespace, name, uid), generation)
+    if outcome is None or outcome.generation != generation:
+        return None
+    return outcome
+
+
+def finish(
+    ctx: Context,
+    namespace: str,
+    name: str,
+    generation: int,
+    job_name: str,
+    outcome: results.Outcome,
+) -> str:
+    """End the run of ``job_name`` from what the agent published (its Job may be gone: deleted
+    after it completed, or TTL-deleted while the operator was away). Returns the outcome."""
+    now = ctx.clock
+    ctx.update_status(
+        namespace,
+        name,
+        lambda st: (
+            status.job_created(
+                st, generation, job_name, names.results_configmap_name(name), None, now()
+            )
+            if not status.is_current(st, generation) or not st.get("jobName")
+            else status.NO_CHANGE
+        ),
+    )
+    if outcome.succeeded and outcome.rows:
+        ctx.update_status(
+            namespace, name, lambda st: status.succeeded(st, generation, job_name, outcome, now())
+        )
+        instrument.results_collected(namespace)
+        recording.record_finished(ctx, namespace, name, generation, outcome.run_id)
+        return "succeeded"
+    message = outcome.error or "the agent reported Failed"
+    ctx.update_status(
+        namespace,
+        name,
+        lambda st: status.failed(
+            st, generation, job_name, Reason.EVALUATION_FAILED, message, now(), outcome
+        ),
+    )
+    recording.record_finished(ctx, namespace, name, generation, outcome.run_id)
+    return Reason.EVALUATION_FAILED
+
+
+def _age_seconds(obj: Mapping[str, Any]) -> float | None:
+    stamp = str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+    try:
+        created = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return (datetime.now(UTC) - created).total_seconds()
+
+
+def _waiting_reason(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    pod_status = pod.get("status") or {}
+    for container in [
+        *(pod_status.get("initContainerStatuses") or []),
+        *(pod_status.get("containerStatuses") or []),
+    ]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        if reason in START_FAILURES:
+            detail = str(waiting.get("message") or "").strip()
+            return reason, f"{reason}: {detail}" if detail else reason
+    return None
+
+
+def _failed_create(ctx: Context, job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The Job controller's FailedCreate (a pod it cannot create, e.g. its ServiceAccount
+    does not exist): a Job condition where the version has one, else the Job's Event."""
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("reason") == "FailedCreate" and cond.get("status") == "True":
+            return "FailedCreate", f"FailedCreate: {cond.get('message') or ''}".strip()
+    meta = job.get("metadata") or {}
+    selector = f"involvedObject.kind=Job,involvedObject.name={meta.get('name')},reason=FailedCreate"
+    try:
+        answer = ctx.kube.request(
+            "GET",
+            f"/api/v1/namespaces/{meta.get('namespace')}/events",
+            params={"fieldSelector": selector},
+        )
+    except KubeError as exc:  # e.g. no permission to list Events: say nothing
+        log.debug("reading the events of Job %s: %s", meta.get("name"), exc)
+        return None
+    uid = meta.get("uid")
+    found = [
+        e
+        for e in (answer or {}).get("items") or []
+        if not uid or (e.get("involvedObject") or {}).get("uid") in (None, uid)
+    ]
+    if not found:
+        return None
+    newest = max(found, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""))
+    return "FailedCreate", f"FailedCreate: {newest.get('message') or ''}".strip()
+
+
+def start_failure(ctx: Context, job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(reason, message) when the Job's pod has not started within the start timeout and
+    will not by itself: a container waiting with a reason such as CreateContainerConfigError
+    (secret "x" not found) or ImagePullBackOff, or the Job unable to create its pod at all
+    (FailedCreate: its ServiceAccount is missing). None while it is young, running, waiting
+    for a node or for Kueue."""
+    if (job.get("spec") or {}).get("suspend"):
+        return None
+    if int((job.get("status") or {}).get("ready") or 0) > 0:
+        return None
+    age = _age_seconds(job)
+    if age is None or age < ctx.settings.start_timeout_seconds:
+        return None
+    meta = job.get("metadata") or {}
+    pods = ctx.kube.list(
+        pod_path(str(meta.get("namespace"))), f"{JOB_NAME_LABEL}={meta.get('name')}"
+    )
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") == "Running":
+            return None
+    for pod in pods:
+        found = _waiting_reason(pod)
+        if found is not None:
+            return found
+    if not any((p.get("status") or {}).get("phase") in ("Pending", "Running") for p in pods):
+        return _failed_create(ctx, job)
+    return None
+
+
+def fail_start(
+    ctx: Context, namespace: str, name: str, generation: int, job: Mapping[str, Any]
+) -> str | None:
+    """End the run Failed when its pod did not start (see :func:`start_failure`), naming the
+    reason, and delete the Job so the kubelet stops retrying. Returns the reason, or None."""
+    found = start_failure(ctx, job)
+    if found is None:
+        return None
+    reason, detail = found
+    job_name = str(job["metadata"]["name"])
+    limit = f"{ctx.settings.start_timeout_seconds:g}s"
+    message = f"the evaluation pod of Job {job_name} did not start within {limit}: {detail}"
+    evaluation, change = ctx.update_status(
+        namespace,
+        name,
+        lambda st: status.failed(st, generation, job_name, reason, message, ctx.clock()),
+    )
+    current = (evaluation or {}).get("status") or {}
+    if not status.is_terminal(current, generation) or current.get("jobName") != job_name:
+        return None
+    ctx.kube.delete(job_path(namespace, job_name))  # the kubelet would retry it forever
+    if change:
+        log.info("%s/%s: %s", namespace, name, message)
+        recording.record_finished(ctx, namespace, name, generation, None)
+    return reason

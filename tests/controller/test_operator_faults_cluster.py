@@ -1,0 +1,273 @@
+"""Faults the operator must survive on the real control plane (issue 15, defects 1 to 5).
+
+Each test runs its own `mlms operator --standalone` subprocess on the test's namespace (the
+fixtures of conftest.py); evaluations that produce results run on the exec node, where the
+agent really runs. docs/reliability.md lists which defect each test covers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_process import OperatorProcess
+from test_operator_cluster import (
+    apply,
+    condition,
+    evaluation,
+    events,
+    get,
+    gone,
+    jobs,
+    wait_phase,
+)
+
+from mlmodelscope.contract.kube import Kube, configmap_path, job_path, pod_path
+from mlmodelscope.contract.wire import CONTAINER_NAME
+from mlmodelscope.controller import names
+from mlmodelscope.controller.runs import JOB_NAME_LABEL
+from mlmodelscope.devcluster.cluster import Cluster
+from mlmodelscope.devcluster.pytest_plugin import wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+FAST = {"MLMS_OPERATOR_RESYNC_SECONDS": "1", "MLMS_OPERATOR_START_TIMEOUT_SECONDS": "3"}
+"""Resync and start timeout short enough for a test (the defaults are 30 s and 300 s)."""
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., OperatorProcess], agent_rbac: str) -> OperatorProcess:
+    """An operator whose Jobs run as the agent ServiceAccount, resyncing every second."""
+    return start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **FAST)
+
+
+def reasons(kube: Kube, namespace: str, name: str) -> list[str]:
+    return [e["reason"] for e in events(kube, namespace, name)]
+
+
+def patch_status(cluster: Cluster, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    cluster.kubectl(
+        "patch", "meval", name, "-n", namespace, "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": patch}),
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------ defect 1: Job rejected
+
+
+def test_a_job_the_api_server_rejects_ends_failed_with_its_message(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    """A spec the CRD accepts but whose Job the API server refuses (a nodeSelector value that
+    is no label value): Failed/JobRejected with the server's words, never Pending/JobCreated."""
+    manifest = evaluation(
+        "rejected", digits_onnx, hardware={"nodeSelector": {"mlmodelscope.io/pool": "a b!"}}
+    )
+    apply(cluster, namespace, manifest)
+    ev = wait_phase(kube, namespace, "rejected", ("Failed", "Succeeded"), 60)
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "JobRejected", failed
+    assert "nodeSelector" in failed["message"] and "a b!" in failed["message"], failed
+    assert "jobName" not in ev["status"]
+    assert "JobCreated" not in reasons(kube, namespace, "rejected")
+    assert "JobRejected" in reasons(kube, namespace, "rejected")
+    assert jobs(kube, namespace) == []
+
+
+# ------------------------------------------------- defect 2: children matched by owner UID
+
+
+def test_a_recreated_evaluation_does_not_adopt_children_it_does_not_own(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    """A Job and results ConfigMap with the evaluation's names and labels but another owner
+    (as an earlier evaluation of the same name leaves them until the garbage collector runs)
+    are not adopted: the operator waits for them to go, then runs its own Job."""
+    owner = kube.create(
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "earlier-owner"}},
+    )
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "earlier-owner",
+        "uid": owner["metadata"]["uid"],
+    }
+    labels = names.labels("twin", 1)
+    metadata = {"labels": labels, "ownerReferences": [reference]}
+    kube.create(
+        configmap_path(namespace),
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "twin-results", **metadata}},
+    )
+    kube.create(
+        job_path(namespace),
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "twin-g1", **metadata},
+            "spec": {
+                "suspend": True,  # never runs: only its name and labels matter
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "busybox", "command": ["true"]}],
+                    },
+                },
+            },
+        },
+    )
+    apply(cluster, namespace, evaluation("twin", digits_onnx))
+    wait_for(
+        "the operator to report the foreign children",
+        lambda: "waiting for it to be garbage-collected" in operator.tail(200),
+        60,
+    )
+    status = get(kube, namespace, "twin").get("status") or {}
+    assert status.get("jobName") is None and status.get("phase") is None, status
+    # The garbage collector removes them once their owner is gone; then the run is ours.
+    cluster.kubectl("delete", "configmap", "earlier-owner", "-n", namespace)
+    ev = wait_phase(kube, namespace, "twin", ("Succeeded", "Failed"), 180)
+    assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+    uid = ev["metadata"]["uid"]
+    for path in (job_path(namespace, "twin-g1"), configmap_path(namespace, "twin-results")):
+        child = kube.get(path)
+        assert [r["uid"] for r in child["metadata"]["ownerReferences"]] == [uid], path
+
+
+# --------------------------------------------------- defect 3: a pod that never starts
+
+
+def test_pods_that_never_start_fail_within_the_start_timeout_naming_the_reason(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **FAST)
+    no_secret = evaluation(
+        "no-secret", digits_onnx, model={"credentialsSecretRef": {"name": "no-such-secret"}}
+    )
+    apply(cluster, namespace, no_secret)
+    ev = wait_phase(kube, namespace, "no-secret", ("Failed", "Succeeded"), 120)
+    # The exec node's kubelet fails such a pod at once (BackoffLimitExceeded); a real kubelet
+    # keeps it waiting in CreateContainerConfigError, which the next case shows.
+    assert 'secret "no-such-secret" not found' in condition(ev, "Failed")["message"]
+    # A pod that waits for good: the kubelet's report (here written into the status of a pod
+    # no node takes, as a kubelet would write it) ends the run after the start timeout.
+    apply(
+        cluster,
+        namespace,
+        evaluation("no-image", digits_onnx, hardware={"nodeSelector": {"no-such-node": "x"}}),
+    )
+    pod = wait_for(
+        "the evaluation pod",
+        lambda: next(iter(kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}=no-image-g1")), None),
+        60,
+    )
+    waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'}
+    container = {
+        "name": CONTAINER_NAME,
+        "image": "nope:1",
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"waiting": waiting},
+    }
+    cluster.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"containerStatuses": [container]}}),
+    )  # fmt: skip
+    ev = wait_phase(kube, namespace, "no-image", ("Failed", "Succeeded"), 120)
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "ImagePullBackOff", failed
+    assert 'ImagePullBackOff: Back-off pulling image "nope:1"' in failed["message"], failed
+    assert "did not start within 3s" in failed["message"]
+    wait_for(
+        "the stuck Job to be deleted", lambda: gone(kube, job_path(namespace, "no-image-g1")), 60
+    )
+
+
+def test_a_missing_service_account_fails_naming_it(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    digits_onnx: Path,
+) -> None:
+    start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT="nobody", **FAST)
+    apply(cluster, namespace, evaluation("no-account", digits_onnx))
+    ev = wait_phase(kube, namespace, "no-account", ("Failed", "Succeeded"), 120)
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "FailedCreate", failed
+    assert "nobody" in failed["message"] and "not found" in failed["message"], failed
+
+
+# ------------------------------------- defect 4: deleted after completion; lost Job events
+
+
+def test_lost_job_events_are_resynced_and_a_deleted_finished_job_keeps_its_result(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **FAST)
+    apply(cluster, namespace, evaluation("lost", digits_onnx))
+    done = wait_phase(kube, namespace, "lost", ("Succeeded", "Failed"), 120)
+    assert done["status"]["phase"] == "Succeeded", done["status"].get("message")
+    run_id = done["status"]["runId"]
+    # The Job's Complete event was never applied (as when its retries ran out): the status
+    # still says Running while the Job has completed; no Job event will come again.
+    patch_status(cluster, namespace, "lost", {"phase": "Running"})
+    ev = wait_phase(kube, namespace, "lost", ("Succeeded", "Failed"), 60)
+    assert ev["status"]["phase"] == "Succeeded" and ev["status"]["runId"] == run_id
+    # Again, and now the completed Job is deleted as well: its result still stands.
+    patch_status(cluster, namespace, "lost", {"phase": "Running"})
+    cluster.kubectl("delete", "job", "lost-g1", "-n", namespace, "--wait=false")
+    wait_for("the Job to go", lambda: gone(kube, job_path(namespace, "lost-g1")), 60)
+    ev = wait_phase(kube, namespace, "lost", ("Succeeded", "Failed"), 60)
+    assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+    assert ev["status"]["runId"] == run_id
+    assert "JobDeleted" not in reasons(kube, namespace, "lost")
+
+
+# ----------------------------------------------- defect 5: a run never executes twice
+
+
+def test_a_run_finished_and_ttl_deleted_while_the_operator_was_down_is_not_run_again(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    start_operator: Callable[..., OperatorProcess],
+    agent_rbac: str,
+    digits_onnx: Path,
+) -> None:
+    first = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    apply(cluster, namespace, evaluation("once", digits_onnx, ttlAfterFinished="1s"))
+    wait_phase(kube, namespace, "once", ("Pending", "Running"), 60)
+    first.kill()
+    # While the operator is down the run finishes and the TTL controller deletes its Job.
+    results = configmap_path(namespace, "once-results")
+
+    def published() -> bool:
+        data = (kube.get_or_none(results) or {}).get("data") or {}
+        return "summary.json" in data
+
+    wait_for("the agent's result", published, 120)
+    wait_for("the TTL to delete the Job", lambda: gone(kube, job_path(namespace, "once-g1")), 60)
+    run_id = json.loads(kube.get(results)["data"]["summary.json"])["run_id"]
+    start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    ev = wait_phase(kube, namespace, "once", ("Succeeded", "Failed"), 120)
+    assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
+    assert ev["status"]["runId"] == run_id  # the first run's result, not a second run's
+    assert reasons(kube, namespace, "once").count("JobCreated") == 1
+    assert json.loads(kube.get(results)["data"]["summary.json"])["run_id"] == run_id
+    assert jobs(kube, namespace) == []
