@@ -218,22 +218,30 @@ def semantic_problems(spec: EvaluationSpec) -> list[Problem]:
 # ----------------------------------------------------------------------------- loading
 
 
-def parse_evaluation(document: Any, source: str = "<document>") -> ModelEvaluation:
-    """Validate one parsed document, raising SpecValidationError that names every bad field."""
+def check_kind(document: Any, source: str, kind: str) -> dict[str, Any]:
+    """``document`` as a mapping of ``kind`` (apiVersion mlmodelscope.io/v1alpha1), before
+    its fields are validated; SpecValidationError naming kind or apiVersion otherwise."""
     if not isinstance(document, dict):
-        raise SpecValidationError(source, [Problem("", "expected a mapping (a YAML object)")])
-    kind, api_version = document.get("kind"), document.get("apiVersion")
-    if kind != KIND or api_version != API_VERSION_FULL:
+        raise SpecValidationError(source, [Problem("", "expected a mapping (a YAML object)")], kind)
+    found, api_version = document.get("kind"), document.get("apiVersion")
+    if found != kind or api_version != API_VERSION_FULL:
         raise SpecValidationError(
             source,
             [
                 Problem(
-                    "kind" if kind != KIND else "apiVersion",
-                    f"expected apiVersion: {API_VERSION_FULL} and kind: {KIND}, "
-                    f"got apiVersion: {api_version} and kind: {kind}",
+                    "kind" if found != kind else "apiVersion",
+                    f"expected apiVersion: {API_VERSION_FULL} and kind: {kind}, "
+                    f"got apiVersion: {api_version} and kind: {found}",
                 )
             ],
+            kind,
         )
+    return document
+
+
+def parse_evaluation(document: Any, source: str = "<document>") -> ModelEvaluation:
+    """Validate one parsed document, raising SpecValidationError that names every bad field."""
+    document = check_kind(document, source, KIND)
     spec = document.get("spec")
     if isinstance(spec, dict) and ("modelRef" in spec or "model" not in spec):
         return _unresolved(document, source)

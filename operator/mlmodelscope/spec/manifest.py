@@ -22,11 +22,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlmodelscope.spec.base import Rule, SpecModel
 from mlmodelscope.spec.document import (
-    API_VERSION_FULL,
     ModelEvaluationResource,
     ObjectMeta,
     Problem,
     SpecValidationError,
+    check_kind,
     problems_from_validation_error,
 )
 from mlmodelscope.spec.evaluation import (
@@ -110,23 +110,7 @@ class ModelManifest(BaseModel):
 
 def parse_model(document: Any, source: str = "<document>") -> ModelManifest:
     """Validate one Model document, raising SpecValidationError that names every bad field."""
-    if not isinstance(document, dict):
-        raise SpecValidationError(
-            source, [Problem("", "expected a mapping (a YAML object)")], MODEL_KIND
-        )
-    kind, api_version = document.get("kind"), document.get("apiVersion")
-    if kind != MODEL_KIND or api_version != API_VERSION_FULL:
-        raise SpecValidationError(
-            source,
-            [
-                Problem(
-                    "kind" if kind != MODEL_KIND else "apiVersion",
-                    f"expected apiVersion: {API_VERSION_FULL} and kind: {MODEL_KIND}, "
-                    f"got apiVersion: {api_version} and kind: {kind}",
-                )
-            ],
-            MODEL_KIND,
-        )
+    document = check_kind(document, source, MODEL_KIND)
     try:
         return ModelManifest.model_validate(document)
     except ValidationError as exc:

@@ -29,6 +29,7 @@ from mlmodelscope.spec.document import (
     ObjectMeta,
     Problem,
     SpecValidationError,
+    check_kind,
     problems_from_validation_error,
     semantic_problems,
 )
@@ -469,23 +470,7 @@ def parse_sweep(
     """Validate one parsed document, raising SpecValidationError that names every bad field,
     including every child the matrix would create (an axis combination that is invalid).
     ``models`` resolves modelRef entries (see :func:`expand`)."""
-    if not isinstance(document, dict):
-        raise SpecValidationError(
-            source, [Problem("", "expected a mapping (a YAML object)")], SWEEP_KIND
-        )
-    kind, api_version = document.get("kind"), document.get("apiVersion")
-    if kind != SWEEP_KIND or api_version != API_VERSION_FULL:
-        raise SpecValidationError(
-            source,
-            [
-                Problem(
-                    "kind" if kind != SWEEP_KIND else "apiVersion",
-                    f"expected apiVersion: {API_VERSION_FULL} and kind: {SWEEP_KIND}, "
-                    f"got apiVersion: {api_version} and kind: {kind}",
-                )
-            ],
-            SWEEP_KIND,
-        )
+    document = check_kind(document, source, SWEEP_KIND)
     try:
         sweep = EvaluationSweep.model_validate(document)
     except ValidationError as exc:
@@ -709,18 +694,6 @@ def _indices(axis: list[Any] | None) -> list[int | None]:
     return [None] if axis is None else list(range(len(axis)))
 
 
-def _memo(models: ModelLookup) -> ModelLookup:
-    """One lookup per Model name per expansion (the operator's lookup reads the API)."""
-    seen: dict[str, Any] = {}
-
-    def lookup(name: str) -> Any:
-        if name not in seen:
-            seen[name] = models(name)
-        return seen[name]
-
-    return lookup
-
-
 def _resolved(
     entry: SweepModel, index: int, models: ModelLookup | None
 ) -> tuple[ResolvedModel | None, Problem | None]:
@@ -738,7 +711,6 @@ def _expand(
     sweep: EvaluationSweep, models: ModelLookup | None = None
 ) -> tuple[list[SweepChild], list[Problem]]:
     matrix = sweep.spec.matrix
-    models = None if models is None else _memo(models)
     template = _dump(sweep.spec.template)
     children: list[SweepChild] = []
     problems: dict[tuple[str, str], Problem] = {}
