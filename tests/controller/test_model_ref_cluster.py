@@ -171,7 +171,7 @@ def test_an_evaluation_resolves_its_model_once_and_records_the_version(
 
     table = cluster.kubectl("get", "meval", "-n", namespace).stdout
     assert "MODELREF" in table and "digits-unscaled" in table, table
-    models_table = cluster.kubectl("get", "models.mlmodelscope.io", "-n", namespace).stdout
+    models_table = cluster.kubectl("get", "mlmodel", "-n", namespace).stdout  # the short name
     assert models_table.split("\n")[0].split()[:6] == [
         "NAME", "MODEL", "FORMAT", "TASK", "DATASET", "BASEDON",
     ], models_table  # fmt: skip
