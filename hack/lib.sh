@@ -74,7 +74,7 @@ ensure_debs() {
 
 # The Go-built tools, each `python -m MODULE ARGS` with its own log under the cache.
 GO_BUILDS=(
-  "control-plane:mlmodelscope.devcluster.build"
+  "control-plane:mlmodelscope.devcluster.build control-plane node"
   "kueue:mlmodelscope.devcluster.build kueue"
   "jaeger:mlmodelscope.devtools.jaeger build"
   "helm:mlmodelscope.devtools.helm"

@@ -12,9 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from mlmodelscope.devcluster.cluster import Cluster
+    from mlmodelscope.devtools.images import Built
 
 pytest_plugins = [
     "mlmodelscope.devcluster.pytest_plugin",
@@ -23,6 +27,7 @@ pytest_plugins = [
 ]
 
 MACHINE_SKIPS = ("GPU", "CUDA", "gpu", "cuda")
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 def _strict() -> bool:
@@ -80,3 +85,47 @@ def digits_models() -> Path:
     from mlmodelscope.agent.digits import ensure_digits_models
 
     return ensure_digits_models()
+
+
+@pytest.fixture(scope="session")
+def docker_host() -> Iterator[str]:
+    """A Docker engine's DOCKER_HOST (started by the images tool if none answers), exported
+    for the processes the tests start."""
+    from mlmodelscope.devtools import images
+
+    try:
+        host = images.ensure_engine()
+    except images.ImageBuildError as exc:
+        pytest.skip(f"no Docker engine: {exc}")
+    saved = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host
+    yield host
+    if saved is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = saved
+
+
+@pytest.fixture(scope="session")
+def built(docker_host: str) -> dict[str, Built]:
+    """Every CPU image of the bake file, built (or found up to date) as hack/images.sh does."""
+    from mlmodelscope.devtools import images
+
+    ca = HOST_CA_BUNDLE if HOST_CA_BUNDLE.is_file() else None
+    try:
+        results = images.build(ca_bundle=ca)
+    except images.ImageBuildError as exc:
+        pytest.skip(f"cannot build the images here: {exc}")
+    return {r.name: r for r in results}
+
+
+@pytest.fixture(scope="session")
+def node_images(real_node: str, cluster: Cluster, built: dict[str, Built]) -> dict[str, str]:
+    """The CPU images, loaded into the real node's containerd (once per image id, cached
+    across sessions): image name in the bake file → reference a pod uses."""
+    from mlmodelscope.devcluster import node
+
+    paths = cluster.node_paths
+    refs = {name: b.tag for name, b in built.items()}
+    node.load_images(paths.socket, paths.images_stamp, list(refs.values()), ["docker"], cluster.log)
+    return refs

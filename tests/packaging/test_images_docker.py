@@ -19,7 +19,6 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,34 +37,6 @@ SCENARIO = {"batchSizes": [1, 8], "warmup": 2, "minQueryCount": 20, "minDuration
 
 
 # ----------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="session")
-def docker_host() -> Iterator[str]:
-    """A Docker engine's DOCKER_HOST (started by the images tool if none answers), exported
-    for the processes the tests start."""
-    try:
-        host = images.ensure_engine()
-    except images.ImageBuildError as exc:
-        pytest.skip(f"no Docker engine: {exc}")
-    saved = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
-    yield host
-    if saved is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = saved
-
-
-@pytest.fixture(scope="session")
-def built(docker_host: str) -> dict[str, images.Built]:
-    """Every CPU image of the bake file, built (or found up to date) as hack/images.sh does."""
-    ca = HOST_CA_BUNDLE if HOST_CA_BUNDLE.is_file() else None
-    try:
-        results = images.build(ca_bundle=ca)
-    except images.ImageBuildError as exc:
-        pytest.skip(f"cannot build the images here: {exc}")
-    return {r.name: r for r in results}
 
 
 @pytest.fixture(scope="session")

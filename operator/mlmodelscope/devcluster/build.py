@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from mlmodelscope.devcluster import versions as v
 
@@ -25,6 +26,39 @@ Log = Callable[[str], None]
 KUBE_MODULE = "mlmodelscope.local/devcluster/kubernetes"
 ETCD_MODULE = "mlmodelscope.local/devcluster/etcd"
 KUEUE_MODULE = "mlmodelscope.local/devcluster/kueue"
+PAUSE_MODULE = "mlmodelscope.local/devcluster/pause"
+KUBE_BUILT: Final = (*v.KUBE_COMPONENTS, "kubelet")
+"""Everything built from the k8s.io/kubernetes wrapper module."""
+PAUSE_MAIN: Final = """// Command pause holds a pod sandbox's namespaces: it waits for SIGINT or
+// SIGTERM and, as PID 1 of a shared PID namespace, reaps re-parented children.
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+	child := make(chan os.Signal, 16)
+	signal.Notify(child, syscall.SIGCHLD)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-child:
+			for {
+				pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+				if pid <= 0 || err != nil {
+					break
+				}
+			}
+		}
+	}
+}
+"""
 BUILD_DATE = "2026-01-01T00:00:00Z"
 """Fixed so the ldflags (and therefore the fingerprint and Go's link cache) are reproducible."""
 
@@ -77,7 +111,7 @@ def kwok_ldflags() -> str:
 
 def fingerprint(component: str) -> str:
     """Everything that should trigger a rebuild of `component` when it changes."""
-    if component in v.KUBE_COMPONENTS:
+    if component in KUBE_BUILT:
         data = {"k8s": v.KUBERNETES_VERSION, "staging": v.KUBERNETES_STAGING_VERSION}
         data["ldflags"] = kube_ldflags()
     elif component == "etcd":
@@ -86,6 +120,8 @@ def fingerprint(component: str) -> str:
         data = {"kwok": v.KWOK_VERSION, "ldflags": kwok_ldflags()}
     elif component == "kueue":
         data = {"kueue": v.KUEUE_VERSION, "ldflags": "-s -w"}
+    elif component == "pause":
+        data = {"source": PAUSE_MAIN, "ldflags": "-s -w"}
     else:
         raise ValueError(f"unknown component {component!r}")
     data.update(component=component, cgo="0", trimpath="1")
@@ -247,7 +283,7 @@ def write_kube_module(src: Path) -> None:
         f"module {KUBE_MODULE}\n\ngo 1.26.0\n\ngodebug default=go1.26\n\n"
         f"require k8s.io/kubernetes {v.KUBERNETES_VERSION}\n\nreplace (\n{replaces}\n)\n"
     )
-    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in v.KUBE_COMPONENTS)
+    imports = "\n".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"' for c in KUBE_BUILT)
     tools = f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
     _write_if_changed(src / "go.mod", gomod, reset=src / "go.sum")
     _write_if_changed(src / "tools.go", tools)
@@ -284,6 +320,13 @@ def write_kueue_module(src: Path) -> None:
         (src / "go.sum").write_text("".join(line + "\n" for line in v.KUEUE_SUMS))
 
 
+def write_pause_module(src: Path) -> None:
+    """The pause process's module: the standard library only, so nothing is downloaded."""
+    src.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(src / "go.mod", f"module {PAUSE_MODULE}\n\ngo 1.26.0\n")
+    _write_if_changed(src / "main.go", PAUSE_MAIN)
+
+
 def _write_if_changed(path: Path, text: str, reset: Path | None = None) -> None:
     if path.is_file() and path.read_text() == text:
         return
@@ -295,7 +338,7 @@ def _write_if_changed(path: Path, text: str, reset: Path | None = None) -> None:
 def _build_one(component: str, root: Path, bin_dir: Path, log: Log) -> None:
     go = go_binary()
     out = bin_dir / component
-    if component in v.KUBE_COMPONENTS:
+    if component in KUBE_BUILT:
         src = root / "src" / "kubernetes"
         write_kube_module(src)
         if not (src / "go.sum").is_file():
@@ -332,6 +375,11 @@ def _build_one(component: str, root: Path, bin_dir: Path, log: Log) -> None:
             raise BuildError(f"go.sum of {src} lost the pinned Kueue checksums {v.KUEUE_SUMS}")
         cmd = [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out)]
         _run([*cmd, "sigs.k8s.io/kueue/cmd/kueue"], cwd=src, log=log, label=component, env=env)
+    elif component == "pause":
+        src = root / "src" / "pause"
+        write_pause_module(src)
+        cmd = [go, "build", "-v", "-trimpath", "-ldflags", "-s -w", "-o", str(out), "."]
+        _run(cmd, cwd=src, log=log, label=component)
     else:
         raise ValueError(f"unknown component {component!r}")
 
@@ -381,9 +429,11 @@ def _fmt(seconds: float) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m mlmodelscope.devcluster.build [--force] [COMPONENT ...]`: the standard
     library alone, so hack/test.sh can start this before the project's venv exists. No
-    component: the control plane (ALL_COMPONENTS); `kueue` builds the optional Kueue."""
+    component: the control plane (ALL_COMPONENTS); `kueue` builds the optional Kueue, `node`
+    the real node's kubelet and pause (one process, so the builds of one module never race)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    components = [a for a in args if not a.startswith("--")] or list(v.ALL_COMPONENTS)
+    names = [a for a in args if not a.startswith("--")] or ["control-plane"]
+    components = [c for n in names for c in v.GROUPS.get(n, (n,))]
     known = {*v.ALL_COMPONENTS, *v.OPTIONAL_COMPONENTS}
     if unknown := [c for c in components if c not in known]:
         _stderr(

@@ -66,16 +66,26 @@ def build(
 def up(
     run_dir: RunDir = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 180.0,
+    real_node: Annotated[
+        bool,
+        typer.Option(
+            "--real-node",
+            help="Also run cpu-kubelet-0: a real kubelet with containerd, runc and a CNI "
+            "bridge, running pods in containers (root; Debian's containerd, runc, "
+            "containernetworking-plugins and iptables).",
+        ),
+    ] = False,
 ) -> None:
     """Start the cluster in the background and print, for `eval "$(mlms dev-cluster up)"`,
     the shell lines that point this shell's kubectl at it."""
     from mlmodelscope.devcluster.build import BuildError
     from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+    from mlmodelscope.devcluster.node import NodeError
 
-    cluster = Cluster(_run_dir(run_dir), detach=True, log=_err)
+    cluster = Cluster(_run_dir(run_dir), detach=True, real_node=real_node, log=_err)
     try:
         cluster.start(timeout=timeout)
-    except (ClusterError, BuildError) as exc:
+    except (ClusterError, BuildError, NodeError) as exc:
         _err(str(exc))
         if not sys.stdout.isatty():  # captured by eval "$(...)": make the eval fail too
             typer.echo("false")
@@ -149,6 +159,35 @@ def status(
         if ready:
             typer.echo(cluster.kubectl("get", "nodes", "-L", "mlmodelscope.io/pool").stdout)
     raise typer.Exit(0 if ready else 1)
+
+
+@app.command("load-images")
+def load_images(
+    images: Annotated[list[str], typer.Argument(help="Image references in the Docker engine.")],
+    run_dir: RunDir = None,
+) -> None:
+    """Copy images from the Docker engine ($DOCKER_HOST) into the real node's containerd,
+    where its pods find them (nothing is pulled); an image already loaded is skipped."""
+    from mlmodelscope.devcluster import node
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+
+    try:
+        cluster = Cluster.attach(_run_dir(run_dir), log=_err)
+    except ClusterError as exc:
+        _err(f"not running: {exc}")
+        raise typer.Exit(1) from exc
+    if not cluster.real_node:
+        _err("this cluster has no real node: start it with `mlms dev-cluster up --real-node`")
+        raise typer.Exit(1)
+    paths = cluster.node_paths
+    try:
+        loaded = node.load_images(paths.socket, paths.images_stamp, images, ["docker"], _err)
+    except node.NodeError as exc:
+        _err(str(exc))
+        raise typer.Exit(1) from exc
+    for item in loaded:
+        how = "already loaded" if item.cached else f"loaded in {item.seconds:.0f}s"
+        _err(f"{item.reference}: {how}")
 
 
 @app.command(hidden=True)

@@ -1,7 +1,8 @@
 """Start, probe and stop a real Kubernetes control plane on loopback, one run dir per cluster.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the exec kubelet run as
-ordinary processes on free ports. Every process gets a marker in its environment and its own
+ordinary processes on free ports; with ``real_node=True`` a real kubelet and containerd run
+pods in containers too (`node`). Every process gets a marker in its environment and its own
 process group; `stop` kills by recorded PID and then sweeps /proc for the marker, so nothing
 outlives the cluster, not even a grandchild an exec node started. State lives in
 `<run dir>/state.json`, which is how `mlms dev-cluster down` in another shell finds it.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from mlmodelscope.devcluster import build, examples, nodes, pki, versions
+from mlmodelscope.devcluster import build, examples, node, nodenet, nodes, pki, versions
 from mlmodelscope.devcluster.rest import KubeREST
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ COMPONENT_ORDER: Final = (
     "kube-scheduler",
     "kwok",
     "execlet",
+    "containerd",
+    "kubelet",
 )
 
 
@@ -149,6 +152,8 @@ class State:
     started_at: float = 0.0
     ready_seconds: float | None = None
     """Start to all-nodes-Ready, excluding any build."""
+    real_node: bool = False
+    """Whether `node.NAME` (kubelet + containerd) is part of this cluster."""
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -165,9 +170,12 @@ class State:
 class Cluster:
     """A control plane rooted at `run_dir`. `detach=True` lets it outlive this process."""
 
-    def __init__(self, run_dir: Path, *, detach: bool = False, log: Log = _stderr) -> None:
+    def __init__(
+        self, run_dir: Path, *, detach: bool = False, real_node: bool = False, log: Log = _stderr
+    ) -> None:
         self.run_dir = run_dir.resolve()
         self.detach = detach
+        self.real_node = real_node
         self.log = log
         self.state: State | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -210,6 +218,11 @@ class Cluster:
         return examples.claim_folder(self.run_dir)
 
     @property
+    def node_paths(self) -> node.Paths:
+        """Where the real node keeps its files (whether or not this cluster has one)."""
+        return node.Paths(run=self.run_dir, cache=node.cache_dir())
+
+    @property
     def server(self) -> str:
         return self._require_state().server
 
@@ -229,6 +242,7 @@ class Cluster:
         if not cluster.state_path.is_file():
             raise ClusterError(f"no dev cluster state at {cluster.state_path}")
         cluster.state = State.load(cluster.state_path)
+        cluster.real_node = cluster.state.real_node
         return cluster
 
     # ---- start -------------------------------------------------------------------------
@@ -238,6 +252,9 @@ class Cluster:
         `timeout` covers the start itself; a cold build before it is not counted.
         """
         build.ensure_built(self.log)
+        if self.real_node:
+            node.preflight()
+            build.build(versions.NODE_COMPONENTS, log=self.log)
         if self._previous_alive():
             raise ClusterError(f"a cluster is already running from {self.run_dir}; stop it first")
         self._prepare_run_dir()
@@ -252,6 +269,7 @@ class Cluster:
             server=f"https://127.0.0.1:{ports['kube-apiserver']}",
             ports=ports,
             started_at=time.time(),
+            real_node=self.real_node,
         )
         self.state.save(self.state_path)
         deadline = started + timeout
@@ -295,7 +313,7 @@ class Cluster:
     def _start_all(self, ports: dict[str, int], deadline: float) -> None:
         t0 = time.monotonic()
         bins = self.bin_dir
-        keys = pki.generate(self.run_dir / "pki")
+        keys = pki.generate(self.run_dir / "pki", node.NAME if self.real_node else "")
         self._write_kubeconfig(keys.admin_token)
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
@@ -328,8 +346,11 @@ class Cluster:
                 f"--tls-private-key-file={keys.serving_key}",
                 f"--client-ca-file={keys.ca_cert}",
                 f"--token-auth-file={keys.token_file}",
-                "--authorization-mode=RBAC",
-                "--enable-admission-plugins=PodSecurity",
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=PodSecurity,NodeRestriction",
+                f"--kubelet-client-certificate={keys.kubelet_client_cert}",
+                f"--kubelet-client-key={keys.kubelet_client_key}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--allow-privileged=true",
                 f"--service-cluster-ip-range={pki.SERVICE_CLUSTER_IP_RANGE}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -398,6 +419,9 @@ class Cluster:
             [sys.executable, "-m", "mlmodelscope.devcluster", "execlet", str(self.run_dir)],
             env={"PYTHONPATH": pythonpath, "PYTHONUNBUFFERED": "1"},
         )
+        if self.real_node:
+            self._start_real_node(keys, ports["kube-apiserver"], deadline)
+            self.log(f"  containerd and kubelet started ({time.monotonic() - t0:.1f}s)")
         self._wait(
             "kube-controller-manager",
             lambda: _http_ok(f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz"),
@@ -412,6 +436,32 @@ class Cluster:
         self._wait("nodes", self._nodes_ready, deadline)
         self.log(f"  {len(nodes.all_nodes())} nodes Ready ({time.monotonic() - t0:.1f}s)")
         self._wait("default service account", self._default_sa_exists, deadline)
+
+    def _start_real_node(self, keys: pki.PKI, api_port: int, deadline: float) -> None:
+        """containerd (leftover containers of a crashed run removed, the pause image
+        imported), then the kubelet, on the node network (`nodenet`)."""
+        paths = self.node_paths
+        node.claim(paths, self.run_dir, _containerd_runs)
+        nodenet.setup(api_port)
+        ctr = node.Ctr(paths.socket)
+        pause = node.pause_image_archive((self.bin_dir / "pause").read_bytes())[0]
+        kubelet_port, healthz_port = free_ports(2)
+        containerd_toml, kubelet_yaml, kubelet_kubeconfig = node.write_files(
+            paths,
+            ca_cert=keys.ca_cert,
+            server=self._require_state().server,
+            token=keys.node_token,
+            pause_image=pause,
+            ports=(kubelet_port, healthz_port),
+        )
+        self._spawn("containerd", ["containerd", f"--config={containerd_toml}"])
+        self._wait("containerd", ctr.answers, deadline)
+        nodenet.remove_netns(ctr.remove_all_containers())
+        node.ensure_pause_image(ctr, self.bin_dir / "pause")
+        kubelet = node.kubelet_argv(
+            self.bin_dir / "kubelet", paths, kubelet_yaml, kubelet_kubeconfig
+        )
+        self._spawn("kubelet", kubelet)
 
     def _write_kubeconfig(self, token: str) -> None:
         import base64
@@ -515,19 +565,19 @@ class Cluster:
         return self._rest
 
     def _register_nodes(self) -> None:
-        for node in nodes.all_nodes():
-            self.rest().create("/api/v1/nodes", node.manifest())
+        for sim in nodes.all_nodes():
+            self.rest().create("/api/v1/nodes", sim.manifest())
 
     def _nodes_ready(self) -> bool:
         bad_taints = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
         items = self.rest().get("/api/v1/nodes")["items"]
-        if len(items) < len(nodes.all_nodes()):
+        if len(items) < len(nodes.all_nodes()) + int(self.real_node):
             return False
-        for node in items:
-            conditions = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
+        for item in items:
+            conditions = {c["type"]: c["status"] for c in item["status"].get("conditions") or []}
             if conditions.get("Ready") != "True":
                 return False
-            if any(t["key"] in bad_taints for t in node["spec"].get("taints") or []):
+            if any(t["key"] in bad_taints for t in item["spec"].get("taints") or []):
                 return False
         return True
 
@@ -570,6 +620,10 @@ class Cluster:
         state = self.state
         if state is None:
             return []
+        if state.real_node and "containerd" in self.alive_components():
+            with contextlib.suppress(node.NodeError, subprocess.SubprocessError):
+                # before the kubelet goes: containers outlive a killed containerd and shim
+                nodenet.remove_netns(node.Ctr(self.node_paths.socket).remove_all_containers())
         records = sorted(
             state.processes,
             key=lambda p: -COMPONENT_ORDER.index(p.name) if p.name in COMPONENT_ORDER else 0,
@@ -581,6 +635,10 @@ class Cluster:
         for proc in self._procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
+        if state.real_node:
+            node.unmount_under(self.node_paths.node)
+            nodenet.teardown()
+            node.release(self.node_paths, self.run_dir)
         for scratch in ("etcd", "pki"):  # data and keys die with the cluster; logs stay
             shutil.rmtree(self.run_dir / scratch, ignore_errors=True)
         leftovers = [p.pid for p in state.processes if self._alive(p.pid)]
@@ -618,6 +676,14 @@ class Cluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _containerd_runs(run_dir: str) -> bool:
+    """Whether the cluster in ``run_dir`` still runs its real node's containerd."""
+    try:
+        return "containerd" in Cluster.attach(Path(run_dir)).alive_components()
+    except ClusterError:
+        return False
 
 
 def _http_ok(

@@ -39,10 +39,18 @@ class PKI:
     sa_pub: Path
     token_file: Path
     admin_token: str
+    kubelet_client_cert: Path
+    """The API server's client certificate towards kubelets (logs, exec, port-forward):
+    O=system:masters, so a kubelet's webhook authorization allows it."""
+    kubelet_client_key: Path
+    node_token: str
+    """The real node's kubelet credential: user ``system:node:<name>`` in ``system:nodes``,
+    which the Node authorizer and NodeRestriction confine to its own node and pods."""
 
 
-def generate(directory: Path) -> PKI:
-    """Write a CA, a serving cert for 127.0.0.1, an RSA SA key pair and the token file."""
+def generate(directory: Path, node_name: str = "") -> PKI:
+    """Write a CA, a serving cert for 127.0.0.1, the kubelet client cert, an RSA SA key pair
+    and the token file (with a token for ``node_name``'s kubelet when one is given)."""
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o700)
     pki = PKI(
@@ -55,10 +63,17 @@ def generate(directory: Path) -> PKI:
         sa_pub=directory / "sa.pub",
         token_file=directory / "tokens.csv",
         admin_token=secrets.token_hex(24),
+        kubelet_client_cert=directory / "kubelet-client.crt",
+        kubelet_client_key=directory / "kubelet-client.key",
+        node_token=secrets.token_hex(24),
     )
     _generate_openssl(pki)
     # token,user,uid,"group1,group2": system:masters bypasses RBAC for the harness itself.
-    pki.token_file.write_text(f'{pki.admin_token},admin,admin,"system:masters"\n')
+    lines = [f'{pki.admin_token},admin,admin,"system:masters"']
+    if node_name:
+        user = f"system:node:{node_name}"
+        lines.append(f'{pki.node_token},{user},{user},"system:nodes"')
+    pki.token_file.write_text("\n".join(lines) + "\n")
     for path in directory.iterdir():
         path.chmod(0o600)
     return pki
@@ -84,22 +99,34 @@ def _generate_openssl(pki: PKI) -> None:
         "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
     )  # fmt: skip
-    ec_key(pki.serving_key)
+
+    def signed(key: Path, cert: Path, subject: str, extensions: str) -> None:
+        ec_key(key)
+        with tempfile.TemporaryDirectory() as tmp:
+            csr, ext = Path(tmp) / "leaf.csr", Path(tmp) / "ext.cnf"
+            ext.write_text(
+                f"{extensions}keyUsage=critical,digitalSignature,keyEncipherment\n"
+                "authorityKeyIdentifier=keyid\n"
+            )
+            run("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
+            run(
+                "x509", "-req", "-in", str(csr), "-CA", str(pki.ca_cert),
+                "-CAkey", str(pki.ca_key), "-set_serial", str(secrets.randbits(63)),
+                "-days", "365", "-sha256", "-extfile", str(ext), "-out", str(cert),
+            )  # fmt: skip
+
     sans = [f"DNS:{n}" for n in SERVING_DNS_NAMES] + [f"IP:{ip}" for ip in SERVING_IPS]
-    with tempfile.TemporaryDirectory() as tmp:
-        csr, ext = Path(tmp) / "apiserver.csr", Path(tmp) / "ext.cnf"
-        ext.write_text(
-            f"subjectAltName={','.join(sans)}\n"
-            "extendedKeyUsage=serverAuth\n"
-            "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            "authorityKeyIdentifier=keyid\n"
-        )
-        run("req", "-new", "-key", str(pki.serving_key), "-subj", "/CN=kube-apiserver",
-            "-out", str(csr))  # fmt: skip
-        run(
-            "x509", "-req", "-in", str(csr), "-CA", str(pki.ca_cert), "-CAkey", str(pki.ca_key),
-            "-set_serial", str(secrets.randbits(63)), "-days", "365", "-sha256",
-            "-extfile", str(ext), "-out", str(pki.serving_cert),
-        )  # fmt: skip
+    signed(
+        pki.serving_key,
+        pki.serving_cert,
+        "/CN=kube-apiserver",
+        f"subjectAltName={','.join(sans)}\nextendedKeyUsage=serverAuth\n",
+    )
+    signed(
+        pki.kubelet_client_key,
+        pki.kubelet_client_cert,
+        "/O=system:masters/CN=kube-apiserver-kubelet-client",
+        "extendedKeyUsage=clientAuth\n",
+    )
     run("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", str(pki.sa_key))
     run("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub))

@@ -58,9 +58,25 @@ def _prune_runs() -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+_NO_REAL_NODE: list[str] = []
+"""Why this session's cluster has no real node (empty when it has one)."""
+
+
+def _real_node_possible() -> str:
+    """'' when this machine can run the real node, else why not (root, Debian packages)."""
+    from mlmodelscope.devcluster import node
+
+    try:
+        node.preflight()
+    except node.NodeError as exc:
+        return str(exc)
+    return ""
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """A started control plane with the simulated node pools, stopped after the session."""
+    """A started control plane with the simulated node pools and, where this machine allows
+    (root, containerd, runc, CNI plugins, iptables), the real node; stopped after the session."""
     from mlmodelscope.devcluster import build
 
     if shutil.which("go") is None and not all(build.is_built(c) for c in versions.ALL_COMPONENTS):
@@ -68,7 +84,10 @@ def cluster() -> Iterator[Cluster]:
     _runs_dir().mkdir(parents=True, exist_ok=True)
     _prune_runs()
     run_dir = _runs_dir() / f"pytest-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    instance = Cluster(run_dir)
+    why_not = _real_node_possible()
+    if why_not:
+        _NO_REAL_NODE.append(why_not)
+    instance = Cluster(run_dir, real_node=not why_not)
     try:
         instance.start()
         yield instance
@@ -82,6 +101,16 @@ def cluster() -> Iterator[Cluster]:
             f"dev cluster processes left running: {sorted(set(leftovers + alive))}; "
             f"logs in {run_dir}"
         )
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster) -> str:
+    """The real node's name; skips (fails under MLMS_STRICT_TESTS) where it cannot run."""
+    from mlmodelscope.devcluster import node
+
+    if not cluster.real_node:
+        pytest.skip(f"no real node in this cluster: {'; '.join(_NO_REAL_NODE)}")
+    return node.NAME
 
 
 def _slug(text: str) -> str:

@@ -83,8 +83,14 @@ ETCD_SIBLING_MODULES: Final = (
 
 KUBE_COMPONENTS: Final = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ALL_COMPONENTS: Final = (*KUBE_COMPONENTS, "etcd", "kwok")
-OPTIONAL_COMPONENTS: Final = ("kueue",)
+NODE_COMPONENTS: Final = ("kubelet", "pause")
+"""The real node's own binaries: the kubelet (from the same k8s.io/kubernetes module as the
+control plane) and the sandbox's pause process (our own few lines of Go: no registry serves
+registry.k8s.io/pause here)."""
+OPTIONAL_COMPONENTS: Final = ("kueue", *NODE_COMPONENTS)
 """Built on request (`build(["kueue"])`), never by a plain `build`."""
+GROUPS: Final = {"control-plane": ALL_COMPONENTS, "node": NODE_COMPONENTS}
+"""Names `python -m mlmodelscope.devcluster.build` also accepts, for several components."""
 
 
 def cache_base() -> Path:

@@ -1,0 +1,128 @@
+"""The operator's Jobs in the project's images, on the real node, under Pod Security `restricted`.
+
+Unlike the exec node (the agent as a host process from this venv), here each evaluation's pod
+runs the framework's agent image in a container: the image's Python and wheels, its user, a
+read-only root, the model from a PersistentVolumeClaim and the results published to the API
+server through the `kubernetes` Service, as on any cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from operator_process import OperatorProcess
+
+from mlmodelscope.agent.digits import FRAMEWORK_FORMATS, MODEL_FILES, digits_evaluation
+from mlmodelscope.contract.kube import Kube, evaluation_path, job_path
+from mlmodelscope.controller import names
+from mlmodelscope.controller.settings import default_image
+from mlmodelscope.devcluster import node
+from mlmodelscope.devcluster.cluster import Cluster
+from mlmodelscope.devcluster.pytest_plugin import wait_for
+from mlmodelscope.spec.evaluation import Device, FrameworkName
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
+ON_REAL_NODE = {"nodeSelector": dict(node.SELECTOR), "tolerations": [dict(node.TOLERATION)]}
+SCENARIO = {"batchSizes": [1, 8], "warmup": 2, "minQueryCount": 20, "minDuration": "10ms"}
+
+
+def models_claim(cluster: Cluster, namespace: str) -> str:
+    """A claim in ``namespace`` bound to a hostPath volume holding the digits CNN in every
+    format (the dev cluster's example models folder), as a platform team provides models."""
+    claim = "digits-models"
+    volume = f"{namespace}-models"
+    manifests: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "claimRef": {"namespace": namespace, "name": claim},
+                "hostPath": {"path": str(cluster.examples_dir), "type": "Directory"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
+    for manifest in manifests:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    return claim
+
+
+def test_each_framework_image_runs_its_evaluation_under_restricted(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    node_images: dict[str, str],
+    agent_rbac: str,
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    claim = models_claim(cluster, namespace)
+    for framework in FRAMEWORKS:
+        image = default_image(FrameworkName(framework), Device.CPU)
+        assert image in node_images.values(), f"{image} is not a built image: {node_images}"
+    operator = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    for framework in FRAMEWORKS:
+        model_file = MODEL_FILES[FRAMEWORK_FORMATS[framework]]
+        doc = digits_evaluation(
+            Path("/unused"),
+            framework,
+            f"digits-{framework}",
+            model={"uri": f"pvc://{claim}/{model_file}"},
+            hardware=ON_REAL_NODE,
+            scenario=SCENARIO,
+            timeout="8m",
+        )
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+    def finished() -> dict[str, Any] | None:
+        items = {
+            f: kube.get(evaluation_path(namespace, f"digits-{f}")).get("status") or {}
+            for f in FRAMEWORKS
+        }
+        done = all(s.get("phase") in ("Succeeded", "Failed") for s in items.values())
+        return items if done else None
+
+    statuses = wait_for(
+        "the three evaluations to finish on the real node",
+        finished,
+        480,
+        detail=lambda: operator.tail(40),
+        interval=2,
+    )
+    for framework, status in statuses.items():
+        assert status["phase"] == "Succeeded", (framework, status)
+        assert status["stack"]["node"] == node.NAME
+        assert status["stack"]["framework"] == framework
+        assert status["summary"]["top1"] > 0.9, (framework, status["summary"])
+        assert all(row["throughput"] > 0 for row in status["results"])
+        (job,) = [
+            j
+            for j in kube.list(job_path(namespace), names.MANAGED_SELECTOR)
+            if j["metadata"]["name"].startswith(f"digits-{framework}-")
+        ]
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        assert container["image"] == default_image(FrameworkName(framework), Device.CPU)
+        assert status["stack"].get("image") in (None, container["image"])
