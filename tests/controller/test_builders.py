@@ -243,3 +243,39 @@ def test_settings_ttl_and_disabled_pod_failure_policy(make_evaluation: Make) -> 
     assert "podFailurePolicy" not in spec
     never = OperatorSettings.from_env({"MLMS_OPERATOR_JOB_TTL_SECONDS": "none"})
     assert "ttlSecondsAfterFinished" not in builders.build_job(make_evaluation(), never)["spec"]
+
+
+def memory(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(request, limit) of the agent's memory as the Job asks for them."""
+    resources = container(job)["resources"]
+    return (
+        (resources.get("requests") or {}).get("memory"),
+        (resources.get("limits") or {}).get("memory"),
+    )
+
+
+def test_a_spec_without_a_memory_limit_gets_the_operators_default(make_evaluation: Make) -> None:
+    """No limit in the spec: the default (4Gi), raised to a larger request (the API server
+    refuses a limit below the request); the spec's own limit always wins, even a low one."""
+    assert memory(builders.build_job(make_evaluation(), SETTINGS)) == (None, "4Gi")
+
+    def job(requests: dict[str, Any], limits: dict[str, Any]) -> dict[str, Any]:
+        resources = {"requests": requests, "limits": limits}
+        return builders.build_job(make_evaluation(hardware={"resources": resources}), SETTINGS)
+
+    assert memory(job({"memory": "1Gi"}, {})) == ("1Gi", "4Gi")
+    assert memory(job({"memory": "6G"}, {})) == ("6G", "6G")
+    assert memory(job({"memory": "4Gi"}, {})) == ("4Gi", "4Gi")
+    assert memory(job({}, {"memory": "256Mi"})) == (None, "256Mi")
+    assert memory(job({"memory": "8Gi"}, {"memory": "16Gi"})) == ("8Gi", "16Gi")
+    cpu_only = container(job({"cpu": "2"}, {"cpu": "2"}))["resources"]
+    assert cpu_only == {"requests": {"cpu": "2"}, "limits": {"cpu": "2", "memory": "4Gi"}}
+
+
+def test_the_default_memory_limit_can_be_changed_or_turned_off(make_evaluation: Make) -> None:
+    bigger = OperatorSettings.from_env({"MLMS_OPERATOR_DEFAULT_MEMORY_LIMIT": "16Gi"})
+    assert memory(builders.build_job(make_evaluation(), bigger)) == (None, "16Gi")
+    off = OperatorSettings.from_env({"MLMS_OPERATOR_DEFAULT_MEMORY_LIMIT": "none"})
+    assert container(builders.build_job(make_evaluation(), off))["resources"] == {}
+    spec_limit = make_evaluation(hardware={"resources": {"limits": {"memory": "1Gi"}}})
+    assert memory(builders.build_job(spec_limit, off)) == (None, "1Gi")

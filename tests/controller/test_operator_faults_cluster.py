@@ -1,4 +1,4 @@
-"""Faults the operator must survive on the real control plane (issue 15, defects 1 to 5).
+"""Faults the operator must survive on the real control plane (issue 15, defects 1 to 5 and 7).
 
 Each test runs its own `mlms operator --standalone` subprocess on the test's namespace (the
 fixtures of conftest.py); evaluations that produce results run on the exec node, where the
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from operator_process import OperatorProcess
+from result_docs import row, summary
 from test_operator_cluster import (
     apply,
     condition,
@@ -26,8 +27,8 @@ from test_operator_cluster import (
 )
 
 from mlmodelscope.contract.kube import Kube, configmap_path, job_path, pod_path
-from mlmodelscope.contract.wire import CONTAINER_NAME
-from mlmodelscope.controller import names
+from mlmodelscope.contract.wire import CONTAINER_NAME, SUMMARY_KEY
+from mlmodelscope.controller import names, runs
 from mlmodelscope.controller.runs import JOB_NAME_LABEL
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
@@ -271,3 +272,75 @@ def test_a_run_finished_and_ttl_deleted_while_the_operator_was_down_is_not_run_a
     assert reasons(kube, namespace, "once").count("JobCreated") == 1
     assert json.loads(kube.get(results)["data"]["summary.json"])["run_id"] == run_id
     assert jobs(kube, namespace) == []
+
+
+# ------------------------------------------- defect 7: OOMKilled, naming the memory limit
+
+
+def end_pod_as_the_kubelet_would(
+    cluster: Cluster, namespace: str, pod: dict[str, Any], reason: str, exit_code: int
+) -> None:
+    """Write the status a kubelet writes when the agent's container ends (Failed, the
+    container terminated with ``reason``): the log tail as its termination message."""
+    stamp = "2026-11-22T08:00:00Z"
+    terminated = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "message": "loading model digits\nrunning batch size 64\n",
+        "startedAt": stamp,
+        "finishedAt": stamp,
+    }
+    container = {
+        "name": CONTAINER_NAME,
+        "image": pod["spec"]["containers"][0]["image"],
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "state": {"terminated": terminated},
+    }
+    patch = {"status": {"phase": "Failed", "containerStatuses": [container]}}
+    cluster.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(patch),
+    )  # fmt: skip
+
+
+def test_an_oom_killed_agent_ends_oomkilled_naming_the_default_memory_limit(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    """No node here OOM-kills (the exec kubelet runs processes unconfined, kwok runs nothing),
+    so the pods' statuses are written as a kubelet writes them, on pods no node takes; the Job
+    controller, the API server and the operator are real. The spec sets no memory limit: the
+    Job carries the operator's default (4Gi), and the message names it. The first attempt
+    fails plainly, the retry is OOM-killed: the last attempt decides. The partial result the
+    agent published before it was killed stays in the status."""
+    no_node = {"nodeSelector": {"no-such-node": "x"}}
+    apply(cluster, namespace, evaluation("oom", digits_onnx, hardware=no_node, retries=1))
+
+    def attempt(before: tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """A pod of the Job other than those ``before`` (names are random: no order)."""
+        pods = kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}=oom-g1")
+        return next((p for p in pods if p["metadata"]["name"] not in before), None)
+
+    first = wait_for("the first attempt's pod", attempt, 60)
+    assert first["spec"]["containers"][0]["resources"]["limits"] == {"memory": "4Gi"}
+    partial = summary(generation=1, status="Failed", results=[row(1)])
+    kube.merge_patch(
+        configmap_path(namespace, "oom-results"), {"data": {SUMMARY_KEY: partial.model_dump_json()}}
+    )
+    end_pod_as_the_kubelet_would(cluster, namespace, first, "Error", 1)
+    second = wait_for(  # after the Job controller's backoff, 10 s
+        "the retry's pod", lambda: attempt((first["metadata"]["name"],)), 60
+    )
+    end_pod_as_the_kubelet_would(cluster, namespace, second, "OOMKilled", 137)
+    ev = wait_phase(kube, namespace, "oom", ("Failed", "Succeeded"), 120)
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "OOMKilled", failed
+    kill = runs.OOMKill(second["metadata"]["name"], CONTAINER_NAME, 137, "4Gi")
+    assert failed["message"] == runs.oom_message(kill, limit_from_spec=False)
+    assert ev["status"]["message"] == failed["message"]
+    assert "OOMKilled" in reasons(kube, namespace, "oom")
+    assert [r["batchSize"] for r in ev["status"]["results"]] == [1]
+    job = kube.get(job_path(namespace, "oom-g1"))
+    job_failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
+    assert job_failed[0]["reason"] == "BackoffLimitExceeded"  # all the Job itself says

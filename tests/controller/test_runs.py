@@ -1,14 +1,18 @@
 """Unit tests of the run logic shared by the handlers and the resync (issue 15): start-failure
-diagnosis, Job rejection, ownership by UID, and who waits ahead in the queue."""
+diagnosis, Job rejection, ownership by UID, who waits ahead in the queue, and OOM kills."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mlmodelscope.contract.kube import KubeError
+from result_docs import row, summary
+
+from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path
+from mlmodelscope.contract.wire import SUMMARY_KEY
 from mlmodelscope.controller import names, queue, runs, status
 from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.handlers import handle_job
 from mlmodelscope.controller.handlers.handle_evaluation import _waiting
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.status import ConditionType, Reason
@@ -125,3 +129,184 @@ def test_only_queued_evaluations_wait_ahead() -> None:
         item("running", {"observedGeneration": 1, "phase": "Running"}),
     ]
     assert _waiting(listed) == [queue.QueueEntry(T0, "a", "queued")]
+
+
+# ------------------------------------------------------------------ defect 7: OOMKilled
+
+
+def attempt(
+    name: str,
+    created: str,
+    *,
+    state: dict[str, Any] | None = None,
+    last_state: dict[str, Any] | None = None,
+    init: dict[str, Any] | None = None,
+    limit: str | None = "512Mi",
+) -> dict[str, Any]:
+    """One pod of the Job as the kubelet leaves it: the agent's state and last state, an init
+    container ``fetch`` (limit 128Mi) when ``init`` gives its state, and the agent's limit."""
+    resources = {"limits": {"memory": limit}} if limit else {}
+    spec: dict[str, Any] = {"containers": [{"name": "agent", "resources": resources}]}
+    agent: dict[str, Any] = {"name": "agent", "state": state or {}}
+    if last_state is not None:
+        agent["lastState"] = last_state
+    pod_status: dict[str, Any] = {"phase": "Failed", "containerStatuses": [agent]}
+    if init is not None:
+        spec["initContainers"] = [{"name": "fetch", "resources": {"limits": {"memory": "128Mi"}}}]
+        pod_status["initContainerStatuses"] = [{"name": "fetch", "state": init}]
+    meta = {
+        "name": name,
+        "namespace": "a",
+        "creationTimestamp": created,
+        "labels": {runs.JOB_NAME_LABEL: "e-g1"},
+        "ownerReferences": [{"uid": "job-uid"}],
+    }
+    return {"metadata": meta, "spec": spec, "status": pod_status}
+
+
+def ended(reason: str, exit_code: int = 137) -> dict[str, Any]:
+    return {"terminated": {"reason": reason, "exitCode": exit_code, "message": "log tail"}}
+
+
+OOM = ended("OOMKilled")
+T1 = "2026-11-22T08:01:00Z"
+
+
+def test_an_oom_killed_agent_is_named_with_its_memory_limit() -> None:
+    kill = runs.oom_kill([attempt("e-g1-a", T0, state=OOM)])
+    assert kill == runs.OOMKill("e-g1-a", container="agent", exit_code=137, memory_limit="512Mi")
+    assert runs.oom_message(kill) == (
+        "the agent was killed for exceeding its memory limit of 512Mi (OOMKilled, exit 137); "
+        "raise spec.hardware.resources.limits.memory"
+    )
+    assert runs.oom_message(kill, limit_from_spec=False) == (
+        "the agent was killed for exceeding its memory limit of 512Mi (OOMKilled, exit 137), "
+        "which the operator set because the spec sets none; set "
+        "spec.hardware.resources.limits.memory above it"
+    )
+    assert runs.oom_kill([attempt("e-g1-a", T0, state=ended("Error", 1))]) is None
+    assert runs.oom_kill([]) is None
+
+
+def test_oom_kills_are_found_in_the_last_state_and_in_init_containers() -> None:
+    waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
+    restarted = runs.oom_kill([attempt("p", T0, state=waiting, last_state=OOM)])
+    assert restarted is not None and restarted.container == "agent"
+    # The current termination is the latest: an OOM kill before a later plain exit is not it.
+    assert runs.oom_kill([attempt("p", T0, state=ended("Error", 1), last_state=OOM)]) is None
+    init = runs.oom_kill([attempt("p", T0, state=waiting, init=OOM)])
+    assert init == runs.OOMKill("p", "fetch", 137, "128Mi")
+    assert runs.oom_message(init) == (
+        "container fetch was killed for exceeding its memory limit of 128Mi (OOMKilled, exit "
+        "137); it is not the agent's container, so its own limit must rise"
+    )
+
+
+def test_with_retries_only_the_last_attempt_decides() -> None:
+    oom_then_error = [attempt("b", T1, state=ended("Error", 1)), attempt("a", T0, state=OOM)]
+    assert runs.oom_kill(oom_then_error) is None
+    error_then_oom = [attempt("b", T1, state=OOM), attempt("a", T0, state=ended("Error", 1))]
+    kill = runs.oom_kill(error_then_oom)
+    assert kill is not None and kill.pod == "b"
+
+
+def test_an_oom_kill_without_a_limit_says_the_node_ran_out() -> None:
+    kill = runs.oom_kill([attempt("p", T0, state=OOM, limit=None)])
+    assert kill is not None and kill.memory_limit is None
+    message = runs.oom_message(kill)
+    assert "without a memory limit: its node ran out of memory" in message
+    assert "spec.hardware.resources.limits.memory" in message
+
+
+class FakeKube:
+    """Objects by API path: what the Job handler reads and the status patches it writes."""
+
+    def __init__(self, objects: dict[str, dict[str, Any]], pods: list[dict[str, Any]]):
+        self.objects = objects
+        self.pods = pods
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        return self.objects.get(path)
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        assert path == "/api/v1/namespaces/a/pods"
+        assert label_selector == f"{runs.JOB_NAME_LABEL}=e-g1"
+        return self.pods
+
+    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        target = self.objects[path.removesuffix("/status")]
+        target["status"] = {**target.get("status", {}), **body["status"]}
+        return target
+
+
+def failed_job_world(
+    pods: list[dict[str, Any]], limits: dict[str, str] | None = None
+) -> tuple[Context, FakeKube, list[status.Event]]:
+    """An evaluation Running its Job e-g1, which failed BackoffLimitExceeded after retries;
+    the agent published a partial result (one batch size) before it was killed."""
+    evaluation = {
+        "metadata": {"name": "e", "namespace": "a", "uid": "ev-uid", "generation": 1},
+        "spec": {"hardware": {"resources": {"limits": limits or {}}}},
+        "status": {"observedGeneration": 1, "phase": "Running", "jobName": "e-g1"},
+    }
+    partial = summary(status="Failed", results=[row(1)])
+    configmap = {
+        "metadata": {"ownerReferences": [{"uid": "ev-uid"}]},
+        "data": {SUMMARY_KEY: partial.model_dump_json()},
+    }
+    kube = FakeKube(
+        {
+            evaluation_path("a", "e"): evaluation,
+            configmap_path("a", "e-results"): configmap,
+        },
+        pods,
+    )
+    events: list[status.Event] = []
+    ctx = Context(
+        settings=OperatorSettings(),
+        kube=kube,
+        post_event=lambda _, event: events.append(event),
+        clock=lambda: T1,
+    )
+    return ctx, kube, events
+
+
+def failed_job(reason: str = "BackoffLimitExceeded") -> dict[str, Any]:
+    meta = {
+        "name": "e-g1",
+        "namespace": "a",
+        "uid": "job-uid",
+        "labels": names.labels("e", 1),
+        "ownerReferences": [{"uid": "ev-uid"}],
+    }
+    conditions = [{"type": "Failed", "status": "True", "reason": reason, "message": "limit"}]
+    return {"metadata": meta, "status": {"conditions": conditions}}
+
+
+def test_an_oom_killed_last_attempt_ends_oomkilled_and_keeps_the_partial_result() -> None:
+    pods = [attempt("e-g1-b", T1, state=OOM), attempt("e-g1-a", T0, state=OOM)]
+    ctx, kube, events = failed_job_world(pods)
+    assert handle_job.job_changed(failed_job(), ctx) == "OOMKilled"
+    st = kube.objects[evaluation_path("a", "e")]["status"]
+    failed = next(c for c in st["conditions"] if c["type"] == ConditionType.FAILED)
+    assert st["phase"] == "Failed" and failed["reason"] == "OOMKilled"
+    assert (
+        st["message"]
+        == failed["message"]
+        == runs.oom_message(runs.OOMKill("e-g1-b", "agent", 137, "512Mi"), limit_from_spec=False)
+    )
+    assert [(e.type, e.reason) for e in events] == [("Warning", "OOMKilled")]
+    assert [r["batchSize"] for r in st["results"]] == [1] and st["runId"] == "5d2c"
+
+
+def test_the_oom_reason_needs_the_jobs_own_last_pod_and_no_deadline() -> None:
+    foreign = attempt("e-g1-x", T1, state=OOM)
+    foreign["metadata"]["ownerReferences"] = [{"uid": "an-earlier-job"}]
+    ctx, kube, _ = failed_job_world([foreign, attempt("e-g1-a", T0, state=ended("Error", 1))])
+    assert handle_job.job_changed(failed_job(), ctx) == "BackoffLimitExceeded"
+    ctx, kube, _ = failed_job_world([attempt("e-g1-a", T0, state=OOM)], {"memory": "1Gi"})
+    assert handle_job.job_changed(failed_job("DeadlineExceeded"), ctx) == "DeadlineExceeded"
+    ctx, kube, _ = failed_job_world([attempt("e-g1-a", T0, state=OOM)], {"memory": "512Mi"})
+    assert handle_job.job_changed(failed_job(), ctx) == "OOMKilled"
+    message = kube.objects[evaluation_path("a", "e")]["status"]["message"]
+    assert message.endswith("(OOMKilled, exit 137); raise spec.hardware.resources.limits.memory")

@@ -84,3 +84,25 @@ def test_peering_name_and_off_values() -> None:
 
 def test_unrelated_variables_are_ignored() -> None:
     OperatorSettings.from_env({"MLMS_CACHE_DIR": "/x", "HOME": "/root"})
+
+
+def test_default_memory_limit_is_4gi_and_none_or_0_turns_it_off() -> None:
+    def limit(value: str) -> str | None:
+        env = {"MLMS_OPERATOR_DEFAULT_MEMORY_LIMIT": value}
+        return OperatorSettings.from_env(env).default_memory_limit
+
+    assert OperatorSettings.from_env({}).default_memory_limit == "4Gi"
+    assert limit("") == "4Gi"
+    assert (limit("16Gi"), limit("1.5G"), limit("512Mi")) == ("16Gi", "1.5G", "512Mi")
+    assert limit("none") is None and limit("None") is None and limit("0") is None
+    assert limit("0Gi") is None
+
+
+def test_a_default_memory_limit_that_is_no_quantity_or_tiny_is_refused() -> None:
+    for bad in ("4GB", "-1Gi", "lots", "4096", "1Mi"):
+        with pytest.raises(SettingsError) as info:
+            OperatorSettings.from_env({"MLMS_OPERATOR_DEFAULT_MEMORY_LIMIT": bad})
+        assert str(info.value).endswith(
+            f"MLMS_OPERATOR_DEFAULT_MEMORY_LIMIT={bad!r}: expected a memory quantity of at "
+            "least 64Mi (e.g. 4Gi), or none"
+        )

@@ -225,6 +225,7 @@ def test_schema_describes_every_default_value() -> None:
         "watchNamespaces={Team_A}",
         "operator.extraSettings.OTHER_VARIABLE=1",
         "metrics.serviceMonitor.interval=often",
+        "evaluationJobs.defaultMemoryLimit=4GB",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
@@ -320,6 +321,7 @@ def test_configuration_maps_values_to_settings(helm: Path) -> None:
     assert wide.otlp_endpoint == "http://jaeger-collector.observability:4318"
     assert wide.pushgateway_url == "http://prometheus-pushgateway.monitoring:9091"
     assert wide.runtime_class == "nvidia"
+    assert wide.default_memory_limit == "8Gi"
     assert wide.namespaces == ()
     assert wide.peering == "mlmodelscope"  # two replicas
     assert wide.image_for(FrameworkName.ONNXRUNTIME, Device.GPU) == (
@@ -332,11 +334,15 @@ def test_configuration_maps_values_to_settings(helm: Path) -> None:
     assert scoped.namespaces == ("team-a", "team-b")
     assert scoped.peering == "mlmodelscope"
     assert scoped.job_ttl_seconds is None
+    assert scoped.default_memory_limit is None  # null: no default limit
     assert scoped.image_pull_policy == "Always"
     assert scoped.pod_failure_policy is False  # extraSettings wins
     defaults = _settings(render(helm))
     assert defaults.peering is None and defaults.max_running == 0
     assert defaults.metrics_port == 9090  # the container port the Service targets
+    assert defaults.default_memory_limit == "4Gi"
+    off = _settings(render(helm, sets=["evaluationJobs.defaultMemoryLimit=0"]))
+    assert off.default_memory_limit is None
     assert _settings(render(helm, sets=["metrics.port=9464"])).metrics_port == 9464
     assert _settings(render(helm, sets=["metrics.enabled=false"])).metrics_port == 0
 

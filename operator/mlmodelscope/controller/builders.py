@@ -29,8 +29,9 @@ from mlmodelscope.controller import names, tracing
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
 from mlmodelscope.spec.document import KIND
-from mlmodelscope.spec.evaluation import Device, ResourceList
+from mlmodelscope.spec.evaluation import Device, ResourceList, Resources
 from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
+from mlmodelscope.spec.quantity import quantity_value
 
 CACHE_DIR: Final = "/var/cache/mlmodelscope"
 TMP_DIR: Final = "/tmp"
@@ -130,10 +131,28 @@ def _quantities(resources: ResourceList) -> dict[str, str]:
     return {k: str(v) for k, v in values.items() if v is not None}
 
 
-def _resources(evaluation: ModelEvaluation) -> dict[str, Any]:
+def memory_limit(resources: Resources, default: str | None) -> str | None:
+    """The agent container's memory limit: the spec's own; else the operator's default
+    (``MLMS_OPERATOR_DEFAULT_MEMORY_LIMIT``), raised to the spec's memory request when that is
+    larger, since the API server refuses a limit below the request; None when neither is set.
+    Without a request Kubernetes makes the request equal to the limit."""
+    if resources.limits.memory is not None:
+        return str(resources.limits.memory)
+    if default is None:
+        return None
+    request = resources.requests.memory
+    if request is not None and quantity_value(request) > quantity_value(default):
+        return str(request)
+    return default
+
+
+def _resources(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[str, Any]:
     hardware = evaluation.spec.hardware
     requests = _quantities(hardware.resources.requests)
     limits = _quantities(hardware.resources.limits)
+    memory = memory_limit(hardware.resources, settings.default_memory_limit)
+    if memory is not None:
+        limits["memory"] = memory
     if hardware.gpu_count:
         limits[GPU_RESOURCE] = str(hardware.gpu_count)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
@@ -197,7 +216,7 @@ def _container(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[
         "imagePullPolicy": settings.image_pull_policy,
         "command": agent_command(evaluation),
         "env": _env(evaluation, settings, image),
-        "resources": _resources(evaluation),
+        "resources": _resources(evaluation, settings),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,

@@ -1,5 +1,6 @@
 """What the evaluation handler, the Job handler and the resync share about one run: its owned
-children, finishing it from what the agent published, and why its pod never started.
+children, finishing it from what the agent published, why its pod never started, and whether
+the kernel's OOM killer ended it.
 
 Children are matched by their owner's UID (ownerReferences), never only by name and labels: a
 ModelEvaluation deleted and re-created under the same name leaves Jobs and ConfigMaps with the
@@ -10,11 +11,13 @@ evaluation's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import KubeError, configmap_path, job_path, pod_path
+from mlmodelscope.contract.wire import CONTAINER_NAME
 from mlmodelscope.controller import instrument, names, recording, results, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.status import Reason
@@ -35,6 +38,10 @@ START_FAILURES: Final = (
 ConfigMap, an image that cannot be pulled): after the start timeout the run ends Failed."""
 REJECTED: Final = (400, 422)
 """Answers to creating a Job that no retry can change (the Job is invalid as built)."""
+OOM_KILLED: Final = "OOMKilled"
+"""The terminated reason the kubelet gives a container the kernel's OOM killer ended (exit
+code 137, SIGKILL)."""
+MEMORY_LIMIT_FIELD: Final = "spec.hardware.resources.limits.memory"
 
 
 class ForeignChildError(Exception):
@@ -216,3 +223,110 @@ def fail_start(
         log.info("%s/%s: %s", namespace, name, message)
         recording.record_finished(ctx, namespace, name, generation, None)
     return reason
+
+
+@dataclass(frozen=True)
+class OOMKill:
+    """A container of a run's last attempt that the kernel's OOM killer ended."""
+
+    pod: str
+    container: str
+    exit_code: int | None
+    memory_limit: str | None
+    """The limit it ran under, from its pod's spec; None: it had none (its node ran out)."""
+
+
+def _attempt_order(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+
+def _last_termination(container_status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """How the container last ended: its current state, else (restarted in place since, or
+    waiting to be) its last state."""
+    for key in ("state", "lastState"):
+        terminated = (container_status.get(key) or {}).get("terminated")
+        if terminated:
+            return dict(terminated)
+    return {}
+
+
+def _memory_limit(pod: Mapping[str, Any], container: str) -> str | None:
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if c.get("name") == container:
+            limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+            return str(limit) if limit is not None else None
+    return None
+
+
+def oom_kill(pods: Sequence[Mapping[str, Any]]) -> OOMKill | None:
+    """The OOM kill that ended a Job's last attempt: in its newest pod (a retried Job keeps the
+    pods of earlier attempts), a container or init container whose last termination has the
+    reason OOMKilled. None when the last attempt ended otherwise, or there is no pod.
+
+    The Job itself only says BackoffLimitExceeded, and the termination message holds the log
+    tail (FallbackToLogsOnError): the pod's container statuses are the one place that says so.
+    """
+    if not pods:
+        return None
+    last = max(pods, key=_attempt_order)
+    pod_status = last.get("status") or {}
+    for container in [
+        *(pod_status.get("initContainerStatuses") or []),
+        *(pod_status.get("containerStatuses") or []),
+    ]:
+        terminated = _last_termination(container)
+        if terminated.get("reason") == OOM_KILLED:
+            name = str(container.get("name") or "")
+            code = terminated.get("exitCode")
+            return OOMKill(
+                pod=str((last.get("metadata") or {}).get("name") or ""),
+                container=name,
+                exit_code=int(code) if code is not None else None,
+                memory_limit=_memory_limit(last, name),
+            )
+    return None
+
+
+def oom_message(kill: OOMKill, limit_from_spec: bool = True) -> str:
+    """What the user reads: the limit the container exceeded and the field that raises it
+    (``limit_from_spec`` False: the spec sets none, the limit is the operator's default or the
+    spec's memory request)."""
+    who = "the agent" if kill.container == CONTAINER_NAME else f"container {kill.container}"
+    how = f"OOMKilled, exit {kill.exit_code}" if kill.exit_code is not None else OOM_KILLED
+    if kill.memory_limit is None:
+        return (
+            f"{who} was killed by the kernel's OOM killer ({how}) without a memory limit: its "
+            f"node ran out of memory; set {MEMORY_LIMIT_FIELD} and requests.memory to what the "
+            "model needs"
+        )
+    message = f"{who} was killed for exceeding its memory limit of {kill.memory_limit} ({how})"
+    if kill.container != CONTAINER_NAME:
+        return f"{message}; it is not the agent's container, so its own limit must rise"
+    if not limit_from_spec:
+        return (
+            f"{message}, which the operator set because the spec sets none; set "
+            f"{MEMORY_LIMIT_FIELD} above it"
+        )
+    return f"{message}; raise {MEMORY_LIMIT_FIELD}"
+
+
+def oom_failure(
+    ctx: Context, job: Mapping[str, Any], evaluation: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """(OOMKilled, message) when the failed Job's last attempt was OOM-killed, else None.
+    Only the Job's own pods count (by owner UID): a pod of an earlier Job of the same name
+    may still be waiting for the garbage collector."""
+    meta = job.get("metadata") or {}
+    pods = ctx.kube.list(
+        pod_path(str(meta.get("namespace"))), f"{JOB_NAME_LABEL}={meta.get('name')}"
+    )
+    if meta.get("uid"):
+        pods = [p for p in pods if names.owned_by(p, meta["uid"])]
+    kill = oom_kill(pods)
+    if kill is None:
+        return None
+    hardware = (evaluation.get("spec") or {}).get("hardware") or {}
+    limits = (hardware.get("resources") or {}).get("limits") or {}
+    return Reason.OOM_KILLED, oom_message(kill, limit_from_spec=limits.get("memory") is not None)

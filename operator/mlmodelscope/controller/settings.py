@@ -14,6 +14,7 @@ from typing import Final, Literal, TypeVar, cast
 
 from mlmodelscope import __version__
 from mlmodelscope.spec.evaluation import Device, FrameworkName
+from mlmodelscope.spec.quantity import quantity_value
 
 PREFIX: Final = "MLMS_OPERATOR_"
 DEFAULT_IMAGE_REPOSITORY: Final = "ghcr.io/mlmodelscope"
@@ -26,6 +27,10 @@ _NAMESPACE_PATTERN = re.compile(r"^!?[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$")
 _STORE_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "sqlite")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
+DEFAULT_MEMORY_LIMIT: Final = "4Gi"
+MIN_MEMORY_LIMIT: Final = "64Mi"
+"""Below this a default memory limit is a typo (``4096`` meant as MiB is 4096 bytes): the agent
+could not even start under it."""
 T = TypeVar("T")
 
 
@@ -97,6 +102,10 @@ class OperatorSettings:
     resync_seconds: float = 30.0
     """How often evaluations whose run has not ended are reconciled against their Jobs (Job
     events that were lost, Jobs deleted while the operator was away, pods that never start)."""
+    default_memory_limit: str | None = DEFAULT_MEMORY_LIMIT
+    """Memory limit of evaluation pods whose spec sets none (raised to the spec's memory
+    request when that is larger), so a runaway agent is OOM-killed in its own cgroup instead of
+    pressing its node's memory; None = no default (the pod may use all its node's memory)."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
@@ -141,6 +150,7 @@ class OperatorSettings:
             kueue_poll_seconds=reader.seconds("KUEUE_POLL_SECONDS", 5.0),
             start_timeout_seconds=reader.seconds("START_TIMEOUT_SECONDS", 300.0),
             resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
+            default_memory_limit=reader.memory("DEFAULT_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -167,6 +177,7 @@ KNOWN_VARIABLES: Final = (
     "KUEUE_POLL_SECONDS",
     "START_TIMEOUT_SECONDS",
     "RESYNC_SECONDS",
+    "DEFAULT_MEMORY_LIMIT",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""
@@ -260,6 +271,22 @@ class _Reader:
             return value
 
         return self._parse(name, default, parse, "a number of seconds > 0")
+
+    def memory(self, name: str, default: str | None) -> str | None:
+        """A memory quantity of at least :data:`MIN_MEMORY_LIMIT`; ``none`` or ``0`` = None."""
+        if (self.text(name) or "").lower() == "none":
+            return None
+
+        def parse(text: str) -> str | None:
+            value = quantity_value(text)
+            if value == 0:
+                return None
+            if value < quantity_value(MIN_MEMORY_LIMIT):
+                raise ValueError
+            return text
+
+        accepts = f"a memory quantity of at least {MIN_MEMORY_LIMIT} (e.g. 4Gi), or none"
+        return self._parse(name, default, parse, accepts)
 
     def store_url(self, name: str) -> str | None:
         """A database URL; a bad one is reported without its text (it may hold a password)."""

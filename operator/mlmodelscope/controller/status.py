@@ -58,6 +58,7 @@ class Reason:
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     EVALUATION_FAILED = "EvaluationFailed"
+    OOM_KILLED = "OOMKilled"
     JOB_DELETED = "JobDeleted"
     JOB_REJECTED = "JobRejected"
     RECORDED = "Recorded"

@@ -4,7 +4,8 @@ Level-based on the Job's own status: a suspended Job (waiting for Kueue, or evic
 means Queued, and unsuspending it means Pending again; ready pods mean Running; the Complete
 condition means read the agent's results (ConfigMap first, then the pod's termination
 message) and end Succeeded, or Failed/ResultsMissing when there are none; the Failed condition
-ends Failed with the Job's reason and the agent's own error message. Jobs of an older
+ends Failed with the Job's reason and the agent's own error message, or with OOMKilled and the
+memory limit when the kernel killed the last attempt for memory. Jobs of an older
 generation are ignored. With a results store configured, a run that ended is then recorded there
 (:mod:`~mlmodelscope.controller.recording`); a finished run whose ``status.record`` is still
 missing (the operator stopped in between) is recorded at the Job's next event.
@@ -186,6 +187,13 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         outcome = collect_outcome(ctx, namespace, name, job_name, generation, uid)
         timeout = (evaluation.get("spec") or {}).get("timeout")
         reason, message = failure(failed_condition, outcome, timeout)
+        # The Job says BackoffLimitExceeded and the termination message holds the log tail:
+        # only the last pod's container statuses say the kernel killed it for memory. Past the
+        # deadline the Job controller deletes the running pod, so the newest pod left may be
+        # an earlier attempt's: the deadline is the verdict then.
+        oom = runs.oom_failure(ctx, job, evaluation) if reason != Reason.DEADLINE_EXCEEDED else None
+        if oom is not None:
+            reason, message = oom
         ctx.update_status(
             namespace,
             name,
