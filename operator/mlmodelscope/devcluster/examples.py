@@ -76,7 +76,7 @@ def claim_manifest() -> dict[str, Any]:
 def agent_rbac_manifests() -> list[dict[str, Any]]:
     """The Role the agent needs to publish its results, bound to `default/default`."""
     meta = {"name": AGENT_ROLE, "namespace": NAMESPACE, "labels": dict(LABELS)}
-    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
