@@ -7,7 +7,7 @@ example models, and the agent's Role in `default`.
   `<run dir>/volumes/mlmodelscope-examples`, holds a copy of the digits CNN in every format
   (`ensure_digits_models()`), so a spec can say `uri: pvc://mlmodelscope-examples/digits.onnx`.
   A copy, so that nothing a pod does reaches the model cache.
-- **The agent's Role** `mlmodelscope-agent` (configmaps get/patch, see "The agent's side" in
+- **The agent's Role** `mlmodelscope-agent` (configmaps patch, see "The agent's side" in
   docs/operator.md) bound to the `default` ServiceAccount of `default`: what the Helm chart
   grants evaluation pods in each job namespace, for an operator started from a shell.
 """
