@@ -108,9 +108,7 @@ def test_examples_volume_and_claim_are_reserved_for_each_other(tmp_path: Path) -
     assert set(claim["spec"]["accessModes"]) <= set(volume["spec"]["accessModes"])
     assert volume["spec"]["hostPath"]["path"] == str(folder)
     role, binding = examples.agent_rbac_manifests()
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
-    ]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}]
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "default", "namespace": "default"}
     ]

@@ -126,3 +126,44 @@ def test_each_framework_image_runs_its_evaluation_under_restricted(
         container = job["spec"]["template"]["spec"]["containers"][0]
         assert container["image"] == default_image(FrameworkName(framework), Device.CPU)
         assert status["stack"].get("image") in (None, container["image"])
+
+
+def test_an_evaluation_over_its_memory_limit_ends_oomkilled_by_the_real_kubelet(
+    cluster: Cluster,
+    namespace: str,
+    kube: Kube,
+    node_images: dict[str, str],
+    agent_rbac: str,
+    start_operator: Callable[..., OperatorProcess],
+) -> None:
+    """The kernel kills the agent in its memory cgroup, the kubelet reports OOMKilled, and the
+    evaluation says so with the limit and the field to raise (issue 15, defect 7)."""
+    claim = models_claim(cluster, namespace)
+    operator = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    doc = digits_evaluation(
+        Path("/unused"),
+        "pytorch",
+        "hungry",
+        model={"uri": f"pvc://{claim}/{MODEL_FILES['torchscript']}"},
+        hardware={
+            **ON_REAL_NODE,
+            "resources": {"requests": {"memory": "96Mi"}, "limits": {"memory": "96Mi"}},
+        },
+        scenario=SCENARIO,
+        timeout="5m",
+    )
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+
+    def ended() -> dict[str, Any] | None:
+        status = kube.get(evaluation_path(namespace, "hungry")).get("status") or {}
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    status = wait_for("the evaluation to end", ended, 240, detail=lambda: operator.tail(40))
+    assert status["phase"] == "Failed", status
+    (failed,) = [c for c in status["conditions"] if c["type"] == "Failed"]
+    assert failed["reason"] == "OOMKilled", failed
+    assert "memory limit of 96Mi" in failed["message"]
+    assert "spec.hardware.resources.limits.memory" in failed["message"]
+    (pod,) = kube.list(f"/api/v1/namespaces/{namespace}/pods")
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["reason"] == "OOMKilled" and terminated["exitCode"] == 137

@@ -60,3 +60,41 @@ def one(manifests: Sequence[Manifest], kind: str, name: str | None = None) -> Ma
     found = find(manifests, kind, name)
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
+
+
+def granted(
+    manifests: Sequence[Manifest], sa_namespace: str, sa_name: str, namespace: str | None
+) -> set[tuple[str, str, str]]:
+    """(API group, resource[/subresource], verb) the rendered RBAC grants the ServiceAccount
+    for a request in ``namespace`` (None: cluster scope or all namespaces at once), as the RBAC
+    authorizer would: ClusterRoleBindings count everywhere, RoleBindings in their namespace.
+    Only literal names: the chart uses no wildcards and no resourceNames (test_chart.py)."""
+    roles = {
+        (m["kind"], m["metadata"].get("namespace"), m["metadata"]["name"]): m
+        for m in manifests
+        if m["kind"] in ("Role", "ClusterRole")
+    }
+    found: set[tuple[str, str, str]] = set()
+    for binding in manifests:
+        if binding["kind"] == "ClusterRoleBinding":
+            applies = True
+        elif binding["kind"] == "RoleBinding":
+            applies = namespace is not None and binding["metadata"]["namespace"] == namespace
+        else:
+            continue
+        subjects = [(s["kind"], s["namespace"], s["name"]) for s in binding.get("subjects") or []]
+        if not applies or ("ServiceAccount", sa_namespace, sa_name) not in subjects:
+            continue
+        ref = binding["roleRef"]
+        role_ns = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+        role = roles.get((ref["kind"], role_ns, ref["name"]))
+        assert role is not None, f"{binding['kind']} {binding['metadata']['name']}: no {ref}"
+        for rule in role["rules"]:
+            assert not rule.get("resourceNames"), rule
+            found.update(
+                (group, resource, verb)
+                for group in rule["apiGroups"]
+                for resource in rule["resources"]
+                for verb in rule["verbs"]
+            )
+    return found

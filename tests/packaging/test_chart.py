@@ -16,7 +16,19 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from chart_helpers import CHART, CI_VALUES, NAMESPACE, ROOT, Manifest, find, one, render, run_helm
+from chart_helpers import (
+    CHART,
+    CI_VALUES,
+    NAMESPACE,
+    ROOT,
+    Manifest,
+    find,
+    granted,
+    one,
+    render,
+    run_helm,
+)
+from rbac_table import AGENT, CHECKED, OPERATOR, Install, Pair, Place, checked_pairs, expected
 
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.devcluster import versions
@@ -395,14 +407,14 @@ def test_rbac_grants_nothing_broad(helm: Path, values: tuple[Path, ...]) -> None
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, (where, rule)
 
 
-def test_evaluation_jobs_may_only_get_and_patch_configmaps(helm: Path) -> None:
+def test_evaluation_jobs_may_only_patch_configmaps(helm: Path) -> None:
     for values in ((), (CHART / "ci" / "namespaced-values.yaml",)):
         manifests = render(helm, values)
         roles = find(manifests, "Role", "mlms-mlmodelscope-evaluation")
         assert roles
         for role in roles:
             assert role["rules"] == [
-                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+                {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}
             ]
         bindings = find(manifests, "RoleBinding", "mlms-mlmodelscope-evaluation")
         assert {b["metadata"]["namespace"] for b in bindings} == {
@@ -416,45 +428,134 @@ def test_evaluation_jobs_may_only_get_and_patch_configmaps(helm: Path) -> None:
     assert default_ns == {NAMESPACE}
 
 
-def _kueue_rule(role: Manifest) -> dict[str, Any]:
-    (rule,) = [r for r in role["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
-    return dict(rule)
+STORE_URL = "store.url=postgresql://mlmodelscope:pw@db.example.com:5432/mlmodelscope"
+RBAC_INSTALLS = {
+    "cluster-wide": (Install(), ()),
+    "cluster-wide-job-namespaces": (Install(), ("evaluationJobs.namespaces={team-a,team-b}",)),
+    "cluster-wide-store-peering": (
+        Install(store=True, peering=True),
+        (STORE_URL, "peering.enabled=true"),
+    ),
+    "namespaced": (Install(namespaced=True), ("watchNamespaces={team-a,team-b}",)),
+    "namespaced-store-peering": (
+        Install(namespaced=True, store=True, peering=True),
+        ("watchNamespaces={team-a,team-b}", STORE_URL, "replicaCount=2"),
+    ),
+}
+OTHER_NAMESPACES = ["kube-system", "default"]
 
 
-def test_cluster_wide_operator_uses_a_cluster_role(helm: Path) -> None:
-    manifests = render(helm)
+def _allowed(
+    manifests: list[Manifest], who: tuple[str, str], place: Place, namespace: str | None
+) -> set[Pair]:
+    rendered = granted(manifests, *who, namespace)
+    pairs = checked_pairs(place)
+    return {(r, verb) for r, verb in pairs if (r.group, r.rule_name, verb) in rendered}
+
+
+def _places(runs: list[str], also_other: list[str]) -> list[tuple[Place, str | None]]:
+    others = [ns for ns in OTHER_NAMESPACES + also_other if ns not in runs]
+    return [
+        *((Place.RUNS, ns) for ns in runs),
+        *((Place.OTHER, ns) for ns in others),
+        (Place.ALL, None),
+        (Place.CLUSTER, None),
+    ]
+
+
+@pytest.mark.parametrize("variant", sorted(RBAC_INSTALLS))
+def test_rendered_rbac_grants_exactly_the_table(helm: Path, variant: str) -> None:
+    """Every verb on every resource of tests/packaging/rbac_table.py, for the operator and the
+    evaluation ServiceAccount, in the namespaces where evaluations run, elsewhere (kube-system
+    included) and cluster-wide: allowed exactly when the table says so. The same table is
+    checked against the real API server's authorizer in test_chart_cluster.py."""
+    install, sets = RBAC_INSTALLS[variant]
+    manifests = render(helm, sets=sets)
+    job_namespaces = sorted(
+        sa["metadata"]["namespace"]
+        for sa in find(manifests, "ServiceAccount", "mlms-mlmodelscope-evaluation")
+    )
+    runs = ["team-a", "team-b"] if install.namespaced else job_namespaces
+    wrong = []
+    operator = (NAMESPACE, "mlms-mlmodelscope-operator")
+    for place, namespace in _places(runs, [NAMESPACE]):
+        want = expected(OPERATOR, install, place)
+        got = _allowed(manifests, operator, place, namespace)
+        wrong += [("operator", namespace, "missing", str(r), v) for r, v in want - got]
+        wrong += [("operator", namespace, "ALLOWED", str(r), v) for r, v in got - want]
+    for home in job_namespaces:
+        agent = (home, "mlms-mlmodelscope-evaluation")
+        for place, namespace in _places([home], [NAMESPACE, *job_namespaces]):
+            want = expected(AGENT, install, place)
+            got = _allowed(manifests, agent, place, namespace)
+            wrong += [(f"agent@{home}", namespace, "missing", str(r), v) for r, v in want - got]
+            wrong += [(f"agent@{home}", namespace, "ALLOWED", str(r), v) for r, v in got - want]
+    assert not wrong, wrong
+
+
+def test_every_rendered_grant_is_in_the_table(helm: Path) -> None:
+    """Nothing in the chart's Roles and ClusterRoles escapes the table's checks: each rule names
+    a resource of CHECKED and a verb the table grants on it."""
+    table = {(g.resource.group, g.resource.rule_name, v) for g in OPERATOR + AGENT for v in g.verbs}
+    for _, sets in RBAC_INSTALLS.values():
+        for where, rule in _rules(render(helm, sets=sets)):
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert (group, resource, verb) in table, (where, group, resource, verb)
+    checked = set(CHECKED)
+    assert all(g.resource in checked for g in OPERATOR + AGENT)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        (STORE_URL,),
+        ("operator.extraSettings.MLMS_OPERATOR_STORE_URL=postgresql://db/x",),
+        ("operator.extraEnv[0].name=MLMS_OPERATOR_STORE_URL", "operator.extraEnv[0].value=x"),
+    ],
+    ids=["store-values", "extra-settings", "extra-env"],
+)
+def test_outbox_verbs_only_with_a_results_store(helm: Path, sets: tuple[str, ...]) -> None:
+    """configmaps list/delete serve only the outbox of results waiting for the store."""
+
+    def configmap_verbs(manifests: list[Manifest]) -> set[str]:
+        role = one(manifests, "Role", "mlms-mlmodelscope-operator")
+        cluster_role = one(manifests, "ClusterRole", "mlms-mlmodelscope-operator")
+        return {
+            verb
+            for rule in role["rules"] + cluster_role["rules"]
+            if rule["resources"] == ["configmaps"]
+            for verb in rule["verbs"]
+        }
+
+    assert configmap_verbs(render(helm)) == {"get", "create", "patch"}
+    assert configmap_verbs(render(helm, sets=sets)) == {"get", "create", "patch", "list", "delete"}
+
+
+def test_cluster_wide_operator_writes_configmaps_and_jobs_only_where_evaluations_run(
+    helm: Path,
+) -> None:
+    """The ClusterRole reads and watches everywhere, but its only writes are to the operator's
+    own objects and Events; ConfigMaps and Jobs are written through the job namespaces' Roles."""
+    manifests = render(helm, sets=["evaluationJobs.namespaces={team-a,team-b}"])
     role = one(manifests, "ClusterRole", "mlms-mlmodelscope-operator")
-    granted = {
-        (g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-    }
-    for needed in [
-        ("mlmodelscope.io", "modelevaluations"),
-        ("mlmodelscope.io", "modelevaluations/status"),
-        ("mlmodelscope.io", "modelevaluations/finalizers"),
-        ("batch", "jobs"),
-        ("", "configmaps"),
-        ("", "pods"),
-        ("", "events"),
-        ("kueue.x-k8s.io", "workloads"),
-    ]:
-        assert needed in granted, needed
-    assert _kueue_rule(role)["verbs"] == ["get", "list"], "Workloads are read, never written"
-    (models,) = [r for r in role["rules"] if r["resources"] == ["models"]]
-    assert models == {"apiGroups": ["mlmodelscope.io"], "resources": ["models"], "verbs": ["get"]}
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    for rule in role["rules"]:
+        if rule["apiGroups"] in ([""], ["batch"]) and "events" not in rule["resources"]:
+            assert not writes & set(rule["verbs"]), rule
     binding = one(manifests, "ClusterRoleBinding", "mlms-mlmodelscope-operator")
     assert binding["subjects"][0]["namespace"] == NAMESPACE
+    roles = find(manifests, "Role", "mlms-mlmodelscope-operator")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    bindings = find(manifests, "RoleBinding", "mlms-mlmodelscope-operator")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
 
 
 def test_namespaced_operator_gets_roles_only_where_it_watches(helm: Path) -> None:
     manifests = render(helm, [CHART / "ci" / "namespaced-values.yaml"])
     roles = find(manifests, "Role", "mlms-mlmodelscope-operator")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    for role in roles:  # Kueue's reasons, read from its Workloads
-        assert _kueue_rule(role) == {
-            "apiGroups": ["kueue.x-k8s.io"],
-            "resources": ["workloads"],
-            "verbs": ["get", "list"],
-        }
     (cluster_role,) = find(manifests, "ClusterRole")
     cluster_resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
     assert cluster_resources == {"customresourcedefinitions", "namespaces"}

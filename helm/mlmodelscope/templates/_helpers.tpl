@@ -69,62 +69,117 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* Rules the operator needs in every namespace it serves (Role or ClusterRole). */}}
-{{- define "mlmodelscope.operatorRules" -}}
-# Watch ModelEvaluations; patch them for Kopf's finalizer/progress annotations and status;
-# create and delete the child ModelEvaluations of EvaluationSweeps.
+{{/* "true" when the operator records runs in a results store (store values, or
+MLMS_OPERATOR_STORE_URL given through operator.extraSettings or operator.extraEnv): only then
+does it keep results that wait for the store in outbox ConfigMaps, which it lists and deletes. */}}
+{{- define "mlmodelscope.recordsRuns" -}}
+{{- $given := include "mlmodelscope.storeEnabled" . }}
+{{- if hasKey .Values.operator.extraSettings "MLMS_OPERATOR_STORE_URL" }}{{ $given = "true" }}{{ end }}
+{{- range .Values.operator.extraEnv }}
+{{- if eq (get . "name") "MLMS_OPERATOR_STORE_URL" }}{{ $given = "true" }}{{ end }}
+{{- end }}
+{{- $given }}
+{{- end }}
+
+{{/* Namespaces that get the operator's Role, as a JSON list (fromJsonArray to use): the
+watched namespaces, or, when the operator watches the whole cluster, the job namespaces (the
+only ones where an evaluation can run: its pods need the jobs' ServiceAccount). */}}
+{{- define "mlmodelscope.operatorNamespaces" -}}
+{{- if .Values.watchNamespaces }}
+{{- .Values.watchNamespaces | uniq | toJson }}
+{{- else }}
+{{- include "mlmodelscope.jobNamespaces" . }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's Role in each namespace where evaluations run: exactly the verbs its code
+uses there (tests/packaging/rbac_table.py is the same table, checked with kubectl auth can-i). */}}
+{{- define "mlmodelscope.operatorNamespaceRules" -}}
+# ModelEvaluations: Kopf lists and watches them and patches its progress annotations; the
+# handlers read them, list them (queue, resync), create a sweep's children. Never deleted.
 - apiGroups: ["mlmodelscope.io"]
   resources: ["modelevaluations"]
-  verbs: ["get", "list", "watch", "patch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["mlmodelscope.io"]
-  resources: ["modelevaluations/status"]
-  verbs: ["get", "patch"]
-# Owner references with blockOwnerDeletion on the Job and ConfigMaps (needed where the
-# OwnerReferencesPermissionEnforcement admission plugin is on, e.g. OpenShift).
+  resources: ["modelevaluations/status", "evaluationsweeps/status"]
+  verbs: ["patch"]
+# Owner references with blockOwnerDeletion on the Job, the ConfigMaps and a sweep's children
+# (needed where the OwnerReferencesPermissionEnforcement admission plugin is on, e.g. OpenShift).
 - apiGroups: ["mlmodelscope.io"]
-  resources: ["modelevaluations/finalizers"]
+  resources: ["modelevaluations/finalizers", "evaluationsweeps/finalizers"]
   verbs: ["update"]
-# Watch EvaluationSweeps; patch them for Kopf's progress annotations and their status.
+# EvaluationSweeps: watched, read, listed by the resync; patched by Kopf's annotations.
 - apiGroups: ["mlmodelscope.io"]
   resources: ["evaluationsweeps"]
   verbs: ["get", "list", "watch", "patch"]
-- apiGroups: ["mlmodelscope.io"]
-  resources: ["evaluationsweeps/status"]
-  verbs: ["get", "patch"]
-# Owner references with blockOwnerDeletion on a sweep's child ModelEvaluations.
-- apiGroups: ["mlmodelscope.io"]
-  resources: ["evaluationsweeps/finalizers"]
-  verbs: ["update"]
-# Read Models (reusable model manifests) to resolve modelRef; never written.
+# Models (reusable model manifests), read one by one to resolve modelRef; never written.
 - apiGroups: ["mlmodelscope.io"]
   resources: ["models"]
   verbs: ["get"]
-# The evaluation Job of each ModelEvaluation (owner references clean them up).
+# The evaluation Jobs: created, watched, read, listed (queue limits, outdated generations),
+# deleted (an outdated generation, a pod that never starts). Never updated.
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["create", "get", "list", "watch", "delete"]
-# The spec and results ConfigMaps of each evaluation; `list` finds the results still waiting
-# to be recorded in the results store (ConfigMaps labelled as pending a record).
-- apiGroups: [""]
-  resources: ["configmaps"]
-  verbs: ["create", "get", "list", "patch", "delete"]
-# Evaluation pods, read only: why a pod is Pending (unschedulable) or how it ended.
+  verbs: ["get", "list", "watch", "create", "delete"]
+# Evaluation pods, listed and watched by label: why one is Pending or how it ended.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
-# Kueue's Workloads, read only: why Kueue has not admitted (or evicted) an evaluation's
-# suspended Job, shown in the evaluation's status. Harmless where Kueue is not installed.
-- apiGroups: ["kueue.x-k8s.io"]
-  resources: ["workloads"]
-  verbs: ["get", "list"]
-# Kopf posts progress and errors as Events on the ModelEvaluation; the operator lists a Job's
-# FailedCreate Events to name why its pod never started (e.g. a missing ServiceAccount).
+  verbs: ["list", "watch"]
+# The spec and results ConfigMaps of each evaluation: created, read, patched (a new
+# generation). With a results store, also the outbox ConfigMaps of results waiting for it:
+# listed by label, deleted once recorded.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", {{ if include "mlmodelscope.recordsRuns" . }}"list", {{ end }}"create", "patch"{{ if include "mlmodelscope.recordsRuns" . }}, "delete"{{ end }}]
+# Events: Kopf and the operator post them on evaluations and sweeps; a Job's FailedCreate
+# Events are listed to name why its pod never started.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch", "list"]
-- apiGroups: ["events.k8s.io"]
+  verbs: ["list", "create"]
+# Kueue's Workloads, listed by label: why Kueue holds a suspended Job back (harmless where
+# Kueue is not installed).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list"]
+{{- end }}
+
+{{/* The cluster-wide install's ClusterRole: only what the operator does in every namespace.
+Kopf watches evaluations, sweeps, Jobs and pods everywhere, and the handlers read and write
+the operator's own objects (and post Events on them) wherever they are; every other write
+(ConfigMaps, Jobs, a sweep's children) is in the Role of the namespaces where evaluations run. */}}
+{{- define "mlmodelscope.operatorClusterRules" -}}
+- apiGroups: ["mlmodelscope.io"]
+  resources: ["modelevaluations", "evaluationsweeps"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["mlmodelscope.io"]
+  resources: ["modelevaluations/status", "evaluationsweeps/status"]
+  verbs: ["patch"]
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
+{{- if include "mlmodelscope.recordsRuns" . }}
+# Outbox ConfigMaps waiting for the results store: without a namespace list the retry thread
+# lists them cluster-wide, by label (read only; deleting one is in the namespace Role).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["list"]
+{{- end }}
+# Kopf's resource discovery: it lists and watches CRDs to notice resources appearing.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+# The node a Job's pod ran on, when the Job completed without results: a simulated (kwok)
+# node runs no containers, and the Failed condition says so (best effort; namespaced
+# installs go without).
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- end }}
 
 {{/* Selector labels of the results server (mlms serve). */}}

@@ -68,7 +68,7 @@ class OperatorSettings:
     max_running_per_namespace: int = 0
     """Evaluation Jobs allowed to run at once per namespace; 0 = no limit."""
     job_service_account: str | None = None
-    """ServiceAccount of evaluation pods (needs get/patch on ConfigMaps); None = namespace
+    """ServiceAccount of evaluation pods (needs patch on ConfigMaps); None = namespace
     default, in which case results travel only through the termination message."""
     otlp_endpoint: str | None = None
     pushgateway_url: str | None = None

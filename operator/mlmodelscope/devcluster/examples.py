@@ -7,7 +7,7 @@ example models, and the agent's Role in `default`.
   `<run dir>/volumes/mlmodelscope-examples`, holds a copy of the digits CNN in every format
   (`ensure_digits_models()`), so a spec can say `uri: pvc://mlmodelscope-examples/digits.onnx`.
   A copy, so that nothing a pod does reaches the model cache.
-- **The agent's Role** `mlmodelscope-agent` (configmaps get/patch, see "The agent's side" in
+- **The agent's Role** `mlmodelscope-agent` (configmaps patch, see "The agent's side" in
   docs/operator.md) bound to the `default` ServiceAccount of `default`: what the Helm chart
   grants evaluation pods in each job namespace, for an operator started from a shell.
 """
@@ -76,7 +76,7 @@ def claim_manifest() -> dict[str, Any]:
 def agent_rbac_manifests() -> list[dict[str, Any]]:
     """The Role the agent needs to publish its results, bound to `default/default`."""
     meta = {"name": AGENT_ROLE, "namespace": NAMESPACE, "labels": dict(LABELS)}
-    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}
+    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}
     return [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
