@@ -848,7 +848,11 @@ _mount_subcommands()
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Log lines never repeat a URI's credentials, whichever
+    command (or library) writes them."""
+    from mlmodelscope.contract.redact import install_log_redaction
+
+    install_log_redaction()
     app()
 
 

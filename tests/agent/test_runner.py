@@ -3,7 +3,11 @@ and the failures a user will meet, each with one clear message and no complete-l
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import http.server
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +15,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from loopback import Site, send
 from typer.testing import CliRunner
 
 from mlmodelscope.agent.digits import FRAMEWORK_FORMATS, digits_evaluation
@@ -173,3 +178,53 @@ def test_evaluate_raises_with_the_failed_document(tmp_path: Path, digits_models:
         evaluate(loaded, output=tmp_path / "r.json")
     assert info.value.document["status"] == "Failed"
     assert json.loads((tmp_path / "r.json").read_text())["status"] == "Failed"
+
+
+# ------------------------------------------------------------------- credentials in URIs
+
+SECRET, SIGNATURE, TOKEN = "s3cret-pw", "sig-abc123", "labels-token-42"
+
+
+def test_uri_credentials_reach_the_server_but_never_the_result_or_the_logs(
+    tmp_path: Path,
+    digits_models: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("MLMS_CACHE_DIR", str(tmp_path / "cache"))
+    site = Site()
+    model_bytes = (digits_models / "digits.onnx").read_bytes()
+    basic = "Basic " + base64.b64encode(f"alice:{SECRET}".encode()).decode()
+
+    def private(h: http.server.BaseHTTPRequestHandler) -> None:
+        if h.headers.get("Authorization") == basic and f"={SIGNATURE}" in h.path:
+            send(model_bytes)(h)
+        else:
+            h.send_error(403)
+
+    site.routes["/digits.onnx"] = private
+    site.routes["/labels.txt"] = send("\n".join(str(i) for i in range(10)).encode())
+    uri = site.url(f"/digits.onnx?X-Amz-Signature={SIGNATURE}&v=1", userinfo=f"alice:{SECRET}@")
+    labels = site.url(f"/labels.txt?access_token={TOKEN}")
+    post = [{"softmax": {}}, {"topk": {"k": 5}}, {"labels": {"uri": labels}}]
+    doc = document(digits_models, "onnxruntime", model={"uri": uri}, postprocessing=post)
+    [loaded] = load_evaluations(write(tmp_path, doc))
+    caplog.set_level(logging.DEBUG)
+    try:
+        outcome = evaluate(loaded, output=tmp_path / "result.json")
+    finally:
+        site.close()
+
+    text = (tmp_path / "result.json").read_text()
+    cached = "".join(p.read_text() for p in (tmp_path / "cache").rglob("meta.json"))
+    for secret in (SECRET, SIGNATURE, TOKEN):
+        assert secret not in text + cached + caplog.text
+    result = json.loads(text)
+    assert result["status"] == "Succeeded"
+    shown = site.url("/digits.onnx?X-Amz-Signature=REDACTED&v=1", userinfo="REDACTED@")
+    assert result["model"]["uri"] == result["spec"]["model"]["uri"] == shown
+    assert result["spec"]["postprocessing"][2]["labels"]["uri"].endswith("access_token=REDACTED")
+    canonical = json.dumps(result["spec"], sort_keys=True, separators=(",", ":"))
+    assert result["spec_sha256"] == hashlib.sha256(canonical.encode()).hexdigest()
+    assert outcome.document == result
+    assert loaded.evaluation.spec.model.uri == uri, "the submitted spec keeps what it says"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +140,53 @@ def test_missing_model_is_a_spec_error_named_by_field(
         EvaluationSummary.model_validate_json(message.read_text())
     )
     assert outcome.error is not None and outcome.error.startswith("spec.model.uri: ")
+
+
+def test_uri_credentials_are_published_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A presigned URI to a loopback port nobody listens on: the fetch fails, and its error
+    # travels through every channel to the evaluation's status, redacted all the way.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uri = f"http://bob:hunter2@127.0.0.1:{port}/m.onnx?X-Amz-Credential=AKIA7&X-Amz-Signature=f00d"
+    message = pod_dirs(tmp_path, monkeypatch, evaluation_doc(model={"uri": uri}))
+    recorder = Recorder()
+    caplog.set_level(logging.INFO)
+    assert agent(recorder) == EXIT_FAILED  # a transport failure: worth a retry
+    [(_, _, body)] = recorder.calls
+    published = [
+        message.read_text(),
+        (tmp_path / "results" / "result.json").read_text(),
+        json.dumps(body),
+        caplog.text,
+    ]
+    for text in published:
+        assert "hunter2" not in text and "AKIA7" not in text and "f00d" not in text
+    outcome = results.outcome_from_summary(EvaluationSummary.model_validate_json(published[0]))
+    assert outcome.error is not None
+    assert f"GET http://REDACTED@127.0.0.1:{port}/m.onnx?X-Amz-Credential=REDACTED" in outcome.error
+    assert "&X-Amz-Signature=REDACTED failed" in outcome.error
+
+
+def test_a_metadata_uri_fails_at_once_without_a_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    attempts: list[Any] = []
+
+    def connect(sock: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        raise ConnectionRefusedError("this test connects nowhere")
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    uri = "http://169.254.169.254/latest/meta-data/iam/security-credentials/node"
+    message = pod_dirs(tmp_path, monkeypatch, evaluation_doc(model={"uri": uri}))
+    assert agent(Recorder()) == EXIT_SPEC_ERROR  # the Job's podFailurePolicy: no retries
+    summary = EvaluationSummary.model_validate_json(message.read_text())
+    assert summary.error is not None and summary.error.field == "spec.model.uri"
+    assert "link-local" in summary.error.message and "MLMS_FETCH_ALLOW" in summary.error.message
+    assert attempts == []
 
 
 def test_configmap_publishing_failure_keeps_the_exit_code(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from mlmodelscope.agent.pod import EXIT_SPEC_ERROR
+from mlmodelscope.contract.fetch import FetchPolicy
 from mlmodelscope.controller import builders
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_evaluation
@@ -279,3 +281,24 @@ def test_the_default_memory_limit_can_be_changed_or_turned_off(make_evaluation: 
     assert container(builders.build_job(make_evaluation(), off))["resources"] == {}
     spec_limit = make_evaluation(hardware={"resources": {"limits": {"memory": "1Gi"}}})
     assert memory(builders.build_job(spec_limit, off)) == (None, "1Gi")
+
+
+def test_the_fetch_policy_reaches_the_agent_as_it_reads_it(make_evaluation: Make) -> None:
+    default = FetchPolicy.from_env(env_of(builders.build_job(make_evaluation(), SETTINGS)))
+    assert default.deny.has_address(ipaddress.ip_address("127.0.0.1"))
+    assert default.deny.has_address(ipaddress.ip_address("::1"))
+    assert (default.max_bytes, default.timeout_s, default.deadline_s) == (16 * 2**30, 60, 3600)
+    settings = OperatorSettings.from_env(
+        {
+            "MLMS_OPERATOR_FETCH_ALLOW": "10.0.0.0/8,models.internal",
+            "MLMS_OPERATOR_FETCH_DENY": "192.168.0.0/16",
+            "MLMS_OPERATOR_FETCH_MAX_BYTES": "1000000",
+            "MLMS_OPERATOR_FETCH_TIMEOUT_SECONDS": "5",
+            "MLMS_OPERATOR_FETCH_DEADLINE_SECONDS": "120",
+        }
+    )
+    env = env_of(builders.build_job(make_evaluation(), settings))
+    assert env["MLMS_FETCH_ALLOW"] == "10.0.0.0/8,models.internal"
+    assert env["MLMS_FETCH_DENY"] == "192.168.0.0/16"  # replaces the loopback default
+    assert FetchPolicy.from_env(env) == settings.fetch
+    assert (settings.fetch.max_bytes, settings.fetch.timeout_s) == (1000000, 5)

@@ -76,6 +76,25 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
     assert len(info.value.problems) == 6
 
 
+def test_fetch_settings_are_checked_like_the_agent_checks_them() -> None:
+    env = {
+        "MLMS_OPERATOR_FETCH_ALLOW": "10.0.0.0/33",
+        "MLMS_OPERATOR_FETCH_DENY": "not a host",
+        "MLMS_OPERATOR_FETCH_MAX_BYTES": "-1",
+        "MLMS_OPERATOR_FETCH_TIMEOUT_SECONDS": "0",
+        "MLMS_OPERATOR_FETCH_DEADLINE_SECONDS": "soon",
+    }
+    with pytest.raises(SettingsError) as info:
+        OperatorSettings.from_env(env)
+    text = str(info.value)
+    assert "MLMS_OPERATOR_FETCH_ALLOW='10.0.0.0/33': expected comma-separated CIDRs" in text
+    assert "MLMS_OPERATOR_FETCH_DENY='not a host'" in text
+    assert "MLMS_OPERATOR_FETCH_MAX_BYTES='-1': expected a whole number of bytes" in text
+    assert "MLMS_OPERATOR_FETCH_TIMEOUT_SECONDS='0'" in text
+    assert "MLMS_OPERATOR_FETCH_DEADLINE_SECONDS='soon'" in text
+    assert len(info.value.problems) == 5
+
+
 def test_peering_name_and_off_values() -> None:
     assert OperatorSettings.from_env({"MLMS_OPERATOR_PEERING": "eval-ops"}).peering == "eval-ops"
     assert OperatorSettings.from_env({"MLMS_OPERATOR_PEERING": "false"}).peering is None

@@ -182,3 +182,23 @@ def test_a_stale_jobs_events_are_ignored() -> None:
     assert not status.running(st, 1, "e-g1", T1)
     assert not status.succeeded(st, 1, "e-g1", outcome(), T1)
     assert not status.unschedulable(st, 1, "e-g1", "no", T1)
+
+
+def test_uri_credentials_never_reach_status_conditions_or_events() -> None:
+    # Whatever carries them (an agent's error, the API server's message, a sweep's row), every
+    # StatusChange and Event is redacted when it is made.
+    secret = "https://alice:s3cret@models.example/m.onnx?X-Amz-Signature=sig123&v=1"
+    shown = "https://REDACTED@models.example/m.onnx?X-Amz-Signature=REDACTED&v=1"
+    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
+    failure = Outcome(status="Failed", run_id="r", generation=1, error=f"GET {secret} failed")
+    changes = [
+        status.failed(st, 1, "e-g1", Reason.EVALUATION_FAILED, f"GET {secret}: 403", T1, failure),
+        status.invalid_spec({}, 1, f"spec.model.uri: {secret!r} is not allowed", T0),
+        status.StatusChange({"nested": [{"message": secret}]}, status.Event("Normal", "X", secret)),
+    ]
+    for change in changes:
+        assert "s3cret" not in repr(change) and "sig123" not in repr(change)
+        assert change.event is not None and shown in change.event.message
+    st = apply(st, changes[0])
+    assert st["message"] == f"GET {shown}: 403"
+    assert cond(st, ConditionType.FAILED)["message"] == f"GET {shown}: 403"

@@ -39,8 +39,9 @@ MOUNT_ROOT: Final = PurePosixPath("/mlms")
 SPEC_PATH: Final = MOUNT_ROOT / "spec" / "spec.yaml"
 OUT_DIR: Final = MOUNT_ROOT / "out"
 NETWORK_SCHEMES: Final = ("http", "https", "s3")
-PASSED_ENV_PREFIXES: Final = ("AWS_",)
-"""Host variables passed into a container that fetches from the network (s3:// credentials)."""
+PASSED_ENV_PREFIXES: Final = ("AWS_", "MLMS_FETCH_")
+"""Host variables passed into a container that fetches from the network (s3:// credentials,
+the fetch policy)."""
 NO_ENGINE_HINT: Final = "start Docker (or set DOCKER_HOST) or use --runtime local"
 
 Log = Callable[[str], None]

@@ -14,6 +14,7 @@ from typing import TypeAlias
 import numpy as np
 
 from mlmodelscope.agent.sources import fetch_uri, local_path
+from mlmodelscope.contract.redact import redact_uri
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import Dataset, DatasetType, DType
 
@@ -136,29 +137,30 @@ def _npz(ds: Dataset, base_dir: Path | None) -> Samples:
     fetched = fetch_uri(
         ds.uri, base_dir=base_dir, kind="datasets", uri_field=field, sha256_field=field
     )
+    shown = redact_uri(ds.uri)
     try:
         with np.load(fetched.path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError) as exc:
-        raise SpecError(field, f"{ds.uri!r} is not a readable .npz file: {exc}") from exc
+        raise SpecError(field, f"{shown!r} is not a readable .npz file: {exc}") from exc
     if "x" not in arrays:
         found = ", ".join(sorted(arrays)) or "none"
-        raise SpecError(field, f"{ds.uri!r} has no array 'x' (arrays found: {found})")
+        raise SpecError(field, f"{shown!r} has no array 'x' (arrays found: {found})")
     x = arrays["x"]
     if x.ndim < 1 or len(x) == 0:
-        raise SpecError(field, f"array 'x' in {ds.uri!r} holds no samples")
+        raise SpecError(field, f"array 'x' in {shown!r} holds no samples")
     y = arrays.get("y")
     if y is not None:
         if y.shape != (len(x),) or not np.issubdtype(y.dtype, np.integer):
             raise SpecError(
                 field,
-                f"array 'y' in {ds.uri!r} must hold one integer label per sample, shape "
+                f"array 'y' in {shown!r} must hold one integer label per sample, shape "
                 f"({len(x)},); got {y.dtype} {y.shape}",
             )
         y = y.astype(np.int64)
     names = arrays.get("class_names")
     class_names = [str(n) for n in names.tolist()] if names is not None else None
-    return Samples(name=f"npz:{ds.uri}", x=x, y=y, class_names=class_names)
+    return Samples(name=f"npz:{shown}", x=x, y=y, class_names=class_names)
 
 
 def load_dataset(ds: Dataset, *, seed: int, base_dir: Path | None = None) -> Samples:

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from mlmodelscope.agent.hooks import HooksFactory, no_hooks
 from mlmodelscope.contract.paths import container_path
+from mlmodelscope.contract.redact import install_log_redaction, redact_text
 from mlmodelscope.contract.result import (
     RESULT_API_VERSION,
     RESULT_KIND,
@@ -145,7 +146,7 @@ def failure_document(
         run_id=None,
         status="Failed",
         evaluation=EvaluationRef.model_validate(dict(evaluation or {})),
-        error=ResultError(type=type(error).__name__, message=str(error), field=field),
+        error=ResultError(type=type(error).__name__, message=redact_text(str(error)), field=field),
         agent_version=__version__,
         started_at=now,
         finished_at=now,
@@ -288,6 +289,7 @@ def run_agent(
 ) -> int:
     """`mlms agent`: evaluate, publish to the ConfigMap and the termination message, and
     return the process exit code."""
+    install_log_redaction()
     spec_file = Path(container_path(spec))
     output_file = Path(container_path(output))
     message_file = Path(container_path(termination_log))

@@ -20,6 +20,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mlmodelscope.contract.redact import redact_tree
 from mlmodelscope.spec.evaluation import EvaluationSpec
 
 PROC_CPUINFO = Path("/proc/cpuinfo")
@@ -257,9 +258,12 @@ def summarize_stack(stack: dict[str, Any], **extra: str) -> dict[str, str]:
 
 def spec_hash(spec: EvaluationSpec) -> str:
     """SHA-256 of the spec's canonical JSON: equal specs hash equal, however they were written
-    (key order, defaults spelled out or not), so results can be grouped by exact configuration."""
+    (key order, defaults spelled out or not), so results can be grouped by exact configuration.
+
+    Hashed as the result document shows the spec, URI credentials redacted: anyone can
+    recompute it from the document, and a presigned URI signed anew each run still groups."""
     canonical = json.dumps(
-        spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        redact_tree(spec.model_dump(mode="json", by_alias=True, exclude_none=True)),
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,

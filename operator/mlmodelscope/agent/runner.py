@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
 from mlmodelscope.agent.hooks import HooksFactory, ProgressHook, Reporter, RunHooks, no_hooks
+from mlmodelscope.contract.redact import redact_text, redact_tree, redact_uri
 from mlmodelscope.contract.result import (
     PREDICTIONS_LIMIT,
     RESULT_API_VERSION,
@@ -263,7 +264,8 @@ def evaluate(
         },
         "agent_version": __version__,
         "started_at": _now(),
-        "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        # the spec as run, its URIs' credentials redacted (the submitted spec keeps them)
+        "spec": redact_tree(spec.model_dump(mode="json", by_alias=True, exclude_none=True)),
     }
 
     @contextlib.contextmanager
@@ -301,7 +303,7 @@ def evaluate(
             "name": spec.model.name,
             "version": spec.model.version,
             "format": spec.model.format.value,
-            "uri": spec.model.uri,
+            "uri": redact_uri(spec.model.uri),
             "sha256": fetched.sha256,
             "sha256_verified": spec.model.sha256 is not None,
             "source": fetched.source,
@@ -396,13 +398,14 @@ def evaluate(
     except Exception as exc:
         document["status"] = "Failed"
         field = exc.field if isinstance(exc, SpecError) else None
-        document["error"] = {"type": type(exc).__name__, "message": str(exc), "field": field}
+        message = redact_text(str(exc))
+        document["error"] = {"type": type(exc).__name__, "message": message, "field": field}
         _finish(document, timings, started)
         telemetry.finish(document, output, error=exc)  # telemetry: trace, metrics push
         _check_contract(document)
         if output is not None:
             write_document(document, output)
-        raise EvaluationError(str(exc), document, output) from exc
+        raise EvaluationError(message, document, output) from exc
     finally:
         if backend is not None:
             backend.close()

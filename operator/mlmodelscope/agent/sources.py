@@ -11,6 +11,11 @@ non-AWS endpoint from the environment, which the Job fills from ``credentialsSec
 ``pvc://claim/path`` (a volume the operator mounts under ``$MLMS_PVC_ROOT``). Archives (.tar,
 .tar.gz, .tgz, .tar.bz2, .tar.xz, .zip) are unpacked into the cache, which is how a directory
 model such as a SavedModel travels over http or s3.
+
+Remote fetches follow the ``MLMS_FETCH_*`` policy (:mod:`mlmodelscope.contract.fetch`): hosts
+checked before connecting (:mod:`.netguard`), size and time bounded (:mod:`.download`). A URI
+is shown redacted in every message and in the cache's meta.json; it keys the cache unredacted
+(hashed), so two URIs differing only in credentials stay two entries.
 """
 
 from __future__ import annotations
@@ -24,36 +29,30 @@ import shutil
 import stat
 import tarfile
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from mlmodelscope.agent import netguard
+from mlmodelscope.agent.download import (
+    CHUNK,
+    USER_AGENT,
+    Budget,
+    copy_hashing,
+    http_download,
+)
+from mlmodelscope.agent.download import FetchError as FetchError
+from mlmodelscope.contract.fetch import FetchPolicy
 from mlmodelscope.contract.paths import container_path
+from mlmodelscope.contract.redact import redact_uri
 from mlmodelscope.contract.wire import PVC_ROOT, SECRET_DIR
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import ModelSource
 
-CHUNK = 1 << 20
-DEFAULT_TIMEOUT_S = 60.0
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
-USER_AGENT = "mlmodelscope-agent"
-
-
-class FetchError(RuntimeError):
-    """A transient-looking transport failure (network, HTTP 5xx): retrying may help.
-
-    Problems the user has to fix in the spec (404, wrong digest, missing file) raise
-    :class:`SpecError` instead, so the operator does not retry them.
-    """
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class MissingDependencyError(RuntimeError):
@@ -370,49 +369,6 @@ def _alias_name(key: str) -> str:
 # ---------------------------------------------------------------------------------- transport
 
 
-def _timeout() -> float:
-    return float(os.environ.get("MLMS_FETCH_TIMEOUT", DEFAULT_TIMEOUT_S))
-
-
-def _copy_hashing(chunks: Iterator[bytes], out: BinaryIO) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    for chunk in chunks:
-        digest.update(chunk)
-        out.write(chunk)
-        size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def _http_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
-    request = urllib.request.Request(uri, headers={"User-Agent": USER_AGENT})
-    try:
-        with urllib.request.urlopen(request, timeout=_timeout()) as response:
-            expected_len = response.headers.get("Content-Length")
-
-            def chunks() -> Iterator[bytes]:
-                while chunk := response.read(CHUNK):
-                    yield chunk
-
-            digest, size = _copy_hashing(chunks(), out)
-    except urllib.error.HTTPError as exc:
-        message = f"GET {uri} failed: HTTP {exc.code} {exc.reason}"
-        if 400 <= exc.code < 500 and exc.code not in (408, 429):
-            hint = (
-                "check the URI"
-                if exc.code == 404
-                else "check the URI and that it is readable without credentials in the URI"
-            )
-            raise SpecError(field, f"{message}; {hint}") from exc
-        raise FetchError(message, status=exc.code) from exc
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise FetchError(f"GET {uri} failed: {reason}") from exc
-    if expected_len is not None and expected_len.isdigit() and int(expected_len) != size:
-        raise FetchError(f"GET {uri}: got {size} bytes, Content-Length said {expected_len}")
-    return digest, size
-
-
 CREDENTIALS_FIELD = "spec.model.credentialsSecretRef"
 """Where s3:// credentials come from: the Job passes that Secret's keys as environment
 variables (``envFrom``), and every s3:// URI of the evaluation (model, dataset, labels) uses
@@ -473,7 +429,25 @@ def s3_endpoint() -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
-def _s3_client(boto3: Any) -> Any:
+def _check_endpoint(endpoint: str, policy: FetchPolicy) -> None:
+    """Refuse an S3 endpoint the fetch policy blocks (``http://169.254.169.254`` would make
+    boto3 fetch instance metadata as the "object"). botocore connects by itself, so this checks
+    the addresses the name has now; a name that changes them between this check and botocore's
+    own lookup is not caught (http(s) URIs have no such gap)."""
+    shown = f"S3 endpoint {redact_uri(endpoint)} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL)"
+    try:
+        parts = urllib.parse.urlsplit(endpoint)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise SpecError(CREDENTIALS_FIELD, f"{shown} is not a valid URL: {exc}") from None
+    host = parts.hostname or ""
+    try:
+        netguard.checked_addresses(host, port, policy, field=CREDENTIALS_FIELD, shown=shown)
+    except OSError as exc:
+        raise FetchError(f"{shown}: cannot resolve {host}: {exc}") from exc
+
+
+def _s3_client(boto3: Any, policy: FetchPolicy) -> Any:
     """An S3 client from the environment: credentials (env, mounted Secret, boto3's chain),
     endpoint and region (``AWS_REGION``/``AWS_DEFAULT_REGION``, else us-east-1).
 
@@ -491,13 +465,15 @@ def _s3_client(boto3: Any) -> Any:
     if endpoint is not None and urllib.parse.urlparse(endpoint).scheme not in ("http", "https"):
         raise SpecError(
             CREDENTIALS_FIELD,
-            f"S3 endpoint {endpoint!r} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) is not an "
-            "http:// or https:// URL",
+            f"S3 endpoint {redact_uri(endpoint)!r} (AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL) "
+            "is not an http:// or https:// URL",
         )
+    if endpoint is not None:
+        _check_endpoint(endpoint, policy)
     config = importlib.import_module("botocore.config").Config(
         s3={"addressing_style": style},
-        connect_timeout=_timeout(),
-        read_timeout=_timeout(),
+        connect_timeout=policy.timeout_s,
+        read_timeout=policy.timeout_s,
         retries={"mode": "standard", "max_attempts": 3},
         user_agent_extra=USER_AGENT,
     )
@@ -513,7 +489,8 @@ def _s3_error(uri: str, field: str, exc: Exception) -> Exception:
     response = response if isinstance(response, dict) else {}
     code = str(response.get("Error", {}).get("Code", ""))
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    where = f" at {endpoint}" if (endpoint := s3_endpoint()) else ""
+    where = f" at {redact_uri(endpoint)}" if (endpoint := s3_endpoint()) else ""
+    uri = redact_uri(uri)
     if code in _S3_NOT_FOUND:
         return SpecError(field, f"{uri!r} not found{where} ({code}); check the bucket and key")
     if code in _S3_DENIED:
@@ -533,30 +510,34 @@ def _s3_error(uri: str, field: str, exc: Exception) -> Exception:
     return FetchError(f"GET {uri}{where} failed: {kind}: {exc}", status=status)
 
 
-def _s3_download(uri: str, out: BinaryIO, field: str) -> tuple[str, int]:
+def _s3_download(uri: str, out: BinaryIO, field: str, policy: FetchPolicy) -> tuple[str, int]:
+    shown = redact_uri(uri)
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     if not bucket or not key or key.endswith("/"):
         raise SpecError(
             field,
-            f"{uri!r} must name one object, s3://bucket/key; pack a directory model "
+            f"{shown!r} must name one object, s3://bucket/key; pack a directory model "
             "(SavedModel) as a .tar.gz",
         )
-    client = _s3_client(_load_boto3())
+    client = _s3_client(_load_boto3(), policy)
     errors = importlib.import_module("botocore.exceptions")
+    budget = Budget(policy, shown, field)
     try:
         response = client.get_object(Bucket=bucket, Key=key)
-        digest, size = _copy_hashing(response["Body"].iter_chunks(CHUNK), out)
+        expected = response.get("ContentLength")
+        with contextlib.closing(response["Body"]) as body:
+            budget.declare(expected if isinstance(expected, int) else None)
+            digest, size = copy_hashing(body.iter_chunks(CHUNK), out, budget)
     except (errors.BotoCoreError, errors.ClientError) as exc:
         raise _s3_error(uri, field, exc) from exc
-    expected = response.get("ContentLength")
     if isinstance(expected, int) and expected != size:
-        raise FetchError(f"GET {uri}: got {size} bytes, ContentLength said {expected}")
+        raise FetchError(f"GET {shown}: got {size} bytes, ContentLength said {expected}")
     return digest, size
 
 
-_DOWNLOADERS: dict[str, Callable[[str, BinaryIO, str], tuple[str, int]]] = {
-    "http": _http_download,
-    "https": _http_download,
+_DOWNLOADERS: dict[str, Callable[[str, BinaryIO, str, FetchPolicy], tuple[str, int]]] = {
+    "http": http_download,
+    "https": http_download,
     "s3": _s3_download,
 }
 
@@ -568,14 +549,17 @@ def _mismatch(uri: str, expected: str, actual: list[str], field: str, path: str)
     got = " or ".join(dict.fromkeys(actual))
     return SpecError(
         field,
-        f"{uri!r} has sha256 {got}, but the spec expects {expected}; if the model changed on "
-        f"purpose, set {field} to the new digest (`mlms hash {path}` prints it), otherwise "
-        "fix the source or the URI",
+        f"{redact_uri(uri)!r} has sha256 {got}, but the spec expects {expected}; if the model "
+        f"changed on purpose, set {field} to the new digest (`mlms hash {path}` prints it), "
+        "otherwise fix the source or the URI",
     )
 
 
 def _basename(uri: str) -> str:
-    path = urllib.parse.urlparse(uri).path if "://" in uri else uri
+    try:
+        path = urllib.parse.urlparse(uri).path if "://" in uri else uri
+    except ValueError:  # not a valid URL: the download says so, naming the field
+        return "model"
     name = PurePosixPath(urllib.parse.unquote(path)).name
     return name if name not in ("", ".", "..") else "model"
 
@@ -595,7 +579,7 @@ def _publish(
     A mismatch raises before the commit, so the staged copy is discarded with its folder.
     """
     uri_field, sha_field = fields
-    meta: dict[str, Any] = {"uri": uri, "sha256": digest}
+    meta: dict[str, Any] = {"uri": redact_uri(uri), "sha256": digest}
     if is_archive(artifact.name):
         root = extract_archive(artifact, staged / "tree", field=uri_field)
         if artifact.parent == staged:
@@ -679,7 +663,7 @@ def fetch_uri(
     with cache.staging() as staged:
         artifact = staged / _basename(uri)
         with artifact.open("wb") as out:
-            digest, _ = download(uri, out, uri_field)
+            digest, _ = download(uri, out, uri_field, FetchPolicy.from_env(os.environ))
         meta = _publish(cache, staged, artifact, digest, uri=uri, expected=sha256, fields=fields)
     cache.add_alias(f"uri:{uri}", digest)
     return _from_meta(cache, meta, cached=False, source=source)

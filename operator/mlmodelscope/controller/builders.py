@@ -185,6 +185,7 @@ def _env(
         env.append({"name": "TRACEPARENT", "value": traceparent})
     if settings.pushgateway_url:
         env.append({"name": "MLMS_PUSHGATEWAY_URL", "value": settings.pushgateway_url})
+    env.extend({"name": k, "value": v} for k, v in settings.fetch.to_env().items())
     return env
 
 

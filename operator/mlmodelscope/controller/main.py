@@ -29,6 +29,7 @@ import urllib3
 
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
+from mlmodelscope.contract.redact import install_log_redaction
 from mlmodelscope.controller import builders, kueue, names, recording, resync, status
 from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
@@ -247,6 +248,7 @@ def run_operator(
     exits. With peering configured and not ``standalone``, only the highest-priority operator
     of the peering object ``settings.peering`` acts (leader election through Kopf peering)."""
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
+    install_log_redaction()  # before Kopf's per-object loggers turn log lines into Events
     try:
         kube = Kube.from_environment()
     except Exception as exc:  # kubernetes.config.ConfigException and file errors

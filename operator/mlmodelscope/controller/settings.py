@@ -13,6 +13,16 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeVar, cast
 
 from mlmodelscope import __version__
+from mlmodelscope.contract.fetch import (
+    CLUSTER_DENY,
+    DEFAULT_DEADLINE_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TIMEOUT_S,
+    FetchPolicy,
+    HostList,
+    parse_host_list,
+    parse_max_bytes,
+)
 from mlmodelscope.spec.evaluation import Device, FrameworkName
 from mlmodelscope.spec.quantity import quantity_value
 
@@ -106,6 +116,11 @@ class OperatorSettings:
     """Memory limit of evaluation pods whose spec sets none (raised to the spec's memory
     request when that is larger), so a runaway agent is OOM-killed in its own cgroup instead of
     pressing its node's memory; None = no default (the pod may use all its node's memory)."""
+    fetch: FetchPolicy = field(
+        default_factory=lambda: FetchPolicy(deny=parse_host_list(CLUSTER_DENY, "default"))
+    )
+    """What evaluation Jobs may download from (``MLMS_OPERATOR_FETCH_*``, passed to the agent
+    as ``MLMS_FETCH_*``): by default loopback is blocked besides the agent's own list."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
@@ -151,6 +166,7 @@ class OperatorSettings:
             start_timeout_seconds=reader.seconds("START_TIMEOUT_SECONDS", 300.0),
             resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
             default_memory_limit=reader.memory("DEFAULT_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
+            fetch=reader.fetch_policy(),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -178,6 +194,11 @@ KNOWN_VARIABLES: Final = (
     "START_TIMEOUT_SECONDS",
     "RESYNC_SECONDS",
     "DEFAULT_MEMORY_LIMIT",
+    "FETCH_ALLOW",
+    "FETCH_DENY",
+    "FETCH_MAX_BYTES",
+    "FETCH_TIMEOUT_SECONDS",
+    "FETCH_DEADLINE_SECONDS",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""
@@ -287,6 +308,27 @@ class _Reader:
 
         accepts = f"a memory quantity of at least {MIN_MEMORY_LIMIT} (e.g. 4Gi), or none"
         return self._parse(name, default, parse, accepts)
+
+    def hosts(self, name: str, default: str) -> HostList:
+        accepts = "comma-separated CIDRs (10.0.0.0/8), addresses (::1) or host names"
+        parsed = self._parse(name, None, lambda raw: parse_host_list(raw, PREFIX + name), accepts)
+        return parsed if parsed is not None else parse_host_list(default, PREFIX + name)
+
+    def fetch_policy(self) -> FetchPolicy:
+        """The ``FETCH_*`` settings, parsed by the agent's own parsers."""
+        max_bytes = self._parse(
+            "FETCH_MAX_BYTES",
+            DEFAULT_MAX_BYTES,
+            lambda raw: parse_max_bytes(raw, PREFIX + "FETCH_MAX_BYTES"),
+            "a whole number of bytes >= 0 (0 = no limit)",
+        )
+        return FetchPolicy(
+            allow=self.hosts("FETCH_ALLOW", ""),
+            deny=self.hosts("FETCH_DENY", CLUSTER_DENY),
+            max_bytes=max_bytes,
+            timeout_s=self.seconds("FETCH_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_S),
+            deadline_s=self.seconds("FETCH_DEADLINE_SECONDS", DEFAULT_DEADLINE_S),
+        )
 
     def store_url(self, name: str) -> str | None:
         """A database URL; a bad one is reported without its text (it may hold a password)."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from mlmodelscope.contract.redact import redact_text, redact_tree
 from mlmodelscope.controller.results import Outcome
 from mlmodelscope.spec.status import Phase, RecordState, RunRecord, Summary
 
@@ -78,18 +79,28 @@ RUN_CONDITIONS: Final = (
 
 @dataclass(frozen=True)
 class Event:
-    """A Kubernetes Event about the evaluation."""
+    """A Kubernetes Event about the evaluation (its message redacted, as status is)."""
 
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", redact_text(self.message))
+
 
 @dataclass(frozen=True)
 class StatusChange:
+    """A status patch and its Event. Every string in the patch is redacted when the change is
+    made, so no writer (evaluations, sweeps, the resync) can put a URI's credentials into
+    status, whichever message (an agent's error, the API server's) carried them."""
+
     patch: dict[str, Any] = field(default_factory=dict)
     """JSON merge patch for .status (None values delete fields)."""
     event: Event | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "patch", redact_tree(self.patch))
 
     def __bool__(self) -> bool:
         return bool(self.patch) or self.event is not None

@@ -21,6 +21,7 @@ from mlmodelscope.contract.kube import (
     evaluation_path,
     job_path,
 )
+from mlmodelscope.contract.redact import redact_text
 from mlmodelscope.controller import (
     builders,
     instrument,
@@ -76,7 +77,7 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
     try:
         evaluation = parse_body(body, ctx.kube)
     except SpecValidationError as exc:
-        message = "; ".join(str(p) for p in exc.problems) or str(exc)
+        message = redact_text("; ".join(str(p) for p in exc.problems) or str(exc))
         ctx.update_status(
             namespace,
             name,
