@@ -1,4 +1,4 @@
-"""Faults the operator must survive on the real control plane (issue 15, defects 1 to 5 and 7).
+"""Faults the operator must survive on the real control plane (issue 15, defects 1-5, 7 and 9).
 
 Each test runs its own `mlms operator --standalone` subprocess on the test's namespace (the
 fixtures of conftest.py); evaluations that produce results run on the exec node, where the
@@ -150,7 +150,9 @@ def test_pods_that_never_start_fail_within_the_start_timeout_naming_the_reason(
     agent_rbac: str,
     digits_onnx: Path,
 ) -> None:
-    start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **FAST)
+    start_operator(
+        MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, MLMS_OPERATOR_ALLOW_SECRET_REFS="true", **FAST
+    )
     no_secret = evaluation(
         "no-secret", digits_onnx, model={"credentialsSecretRef": {"name": "no-such-secret"}}
     )
@@ -344,3 +346,38 @@ def test_an_oom_killed_agent_ends_oomkilled_naming_the_default_memory_limit(
     job = kube.get(job_path(namespace, "oom-g1"))
     job_failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
     assert job_failed[0]["reason"] == "BackoffLimitExceeded"  # all the Job itself says
+
+
+# ------------------------------------------------------------ defect 9: operator policy
+
+
+def test_a_spec_the_policy_refuses_ends_policy_denied_without_a_job(
+    cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
+) -> None:
+    """An image outside the allowed prefixes and a Secret reference (both refused by default):
+    Failed/PolicyDenied naming each field, value and setting, a Warning Event, no Job and no
+    ConfigMap; an evaluation the policy allows still runs beside it."""
+    manifest = evaluation(
+        "denied",
+        digits_onnx,
+        framework={"name": "onnxruntime", "intraOpThreads": 1, "image": "evil.io/miner:1"},
+    )
+    manifest["spec"]["model"]["credentialsSecretRef"] = {"name": "db-password"}
+    apply(cluster, namespace, manifest)
+    apply(cluster, namespace, evaluation("allowed", digits_onnx))
+    ev = wait_phase(kube, namespace, "denied", ("Failed", "Succeeded"), 60)
+    failed = condition(ev, "Failed")
+    assert failed["reason"] == "PolicyDenied", failed
+    message = failed["message"]
+    assert "spec.framework.image 'evil.io/miner:1'" in message, message
+    assert "MLMS_OPERATOR_ALLOWED_IMAGE_PREFIXES" in message
+    assert "spec.model.credentialsSecretRef 'db-password'" in message
+    assert "MLMS_OPERATOR_ALLOW_SECRET_REFS=false" in message
+    assert "PolicyDenied" in reasons(kube, namespace, "denied")
+    assert "jobName" not in ev["status"]
+    assert (
+        wait_phase(kube, namespace, "allowed", ("Failed", "Succeeded"), 120)["status"]["phase"]
+        == "Succeeded"
+    )
+    assert [j["metadata"]["name"] for j in jobs(kube, namespace)] == ["allowed-g1"]
+    assert kube.get_or_none(configmap_path(namespace, "denied-results")) is None

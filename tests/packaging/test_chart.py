@@ -30,6 +30,7 @@ from chart_helpers import (
 )
 from rbac_table import AGENT, CHECKED, OPERATOR, Install, Pair, Place, checked_pairs, expected
 
+from mlmodelscope.controller.policy import ALL, NONE, Allowance, Policy
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.devcluster import versions
 from mlmodelscope.spec.evaluation import Device, FrameworkName
@@ -238,6 +239,8 @@ def test_schema_describes_every_default_value() -> None:
         "operator.extraSettings.OTHER_VARIABLE=1",
         "metrics.serviceMonitor.interval=often",
         "evaluationJobs.defaultMemoryLimit=4GB",
+        "evaluationJobs.policy.allowSecretRefs=maybe",
+        "evaluationJobs.policy.allowedImagePrefixes[0]=a b",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
@@ -566,3 +569,17 @@ def test_namespaced_operator_gets_roles_only_where_it_watches(helm: Path) -> Non
         for sa in find(manifests, "ServiceAccount", "mlms-mlmodelscope-evaluation")
     }
     assert job_namespaces == {"team-a", "team-b"}
+
+
+def test_policy_values_map_to_settings(helm: Path) -> None:
+    """evaluationJobs.policy (#15, defect 9): lists joined, an empty list is false."""
+    defaults = _settings(render(helm)).policy
+    assert defaults == Policy()  # the operator's own defaults
+    assert defaults.secret_refs == NONE and defaults.pvcs == ALL
+    wide = _settings(render(helm, [CHART / "ci" / "cluster-wide-values.yaml"])).policy
+    assert wide.image_prefixes == ("registry.example.com/team-images/", "ghcr.io/acme")
+    assert wide.secret_refs == Allowance(names=frozenset({"hf-token", "model-store"}))
+    assert wide.pvcs == NONE  # []
+    assert wide.tolerations == Allowance(names=frozenset({"mlmodelscope.io/pool"}))
+    scoped = _settings(render(helm, [CHART / "ci" / "namespaced-values.yaml"])).policy
+    assert (scoped.secret_refs, scoped.pvcs, scoped.tolerations) == (ALL, ALL, NONE)

@@ -86,6 +86,8 @@ def _classified(
     server rejects is permanent, so a broken object never spins in a retry loop."""
     try:
         outcome = action()
+    except handle_evaluation.PolicyDeniedError as exc:
+        raise kopf.PermanentError(str(exc)) from None
     except handle_evaluation.InvalidSpecError as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from None
     except handle_evaluation.ForeignChildError as exc:  # wait for the garbage collector

@@ -23,6 +23,14 @@ from mlmodelscope.contract.fetch import (
     parse_host_list,
     parse_max_bytes,
 )
+from mlmodelscope.controller.policy import (
+    ALL,
+    NONE,
+    Allowance,
+    Policy,
+    parse_allowance,
+    parse_prefixes,
+)
 from mlmodelscope.spec.evaluation import Device, FrameworkName
 from mlmodelscope.spec.quantity import quantity_value
 
@@ -121,9 +129,16 @@ class OperatorSettings:
     )
     """What evaluation Jobs may download from (``MLMS_OPERATOR_FETCH_*``, passed to the agent
     as ``MLMS_FETCH_*``): by default loopback is blocked besides the agent's own list."""
+    policy: Policy = field(default_factory=Policy)
+    """What a spec may ask its Job to use (images, Secrets, claims, tolerations): see
+    :mod:`.policy`; checked before anything is created for an evaluation."""
 
     def image_for(self, framework: FrameworkName, device: Device) -> str:
         return self.images[(framework, device)]
+
+    def agent_images(self) -> list[str]:
+        """The operator's own agent images (their repositories are always allowed)."""
+        return list(self.images.values())
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> OperatorSettings:
@@ -167,6 +182,7 @@ class OperatorSettings:
             resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
             default_memory_limit=reader.memory("DEFAULT_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
             fetch=reader.fetch_policy(),
+            policy=reader.policy(),
         )
         if reader.problems:
             raise SettingsError(reader.problems)
@@ -199,6 +215,10 @@ KNOWN_VARIABLES: Final = (
     "FETCH_MAX_BYTES",
     "FETCH_TIMEOUT_SECONDS",
     "FETCH_DEADLINE_SECONDS",
+    "ALLOWED_IMAGE_PREFIXES",
+    "ALLOW_SECRET_REFS",
+    "ALLOW_PVCS",
+    "ALLOWED_TOLERATIONS",
 )
 """Every setting besides the per-framework images (unknown MLMS_OPERATOR_* names are errors,
 so a typo in a Helm value cannot silently fall back to a default)."""
@@ -328,6 +348,26 @@ class _Reader:
             max_bytes=max_bytes,
             timeout_s=self.seconds("FETCH_TIMEOUT_SECONDS", DEFAULT_TIMEOUT_S),
             deadline_s=self.seconds("FETCH_DEADLINE_SECONDS", DEFAULT_DEADLINE_S),
+        )
+
+    def allowance(self, name: str, default: Allowance) -> Allowance:
+        accepts = "true, false, or comma-separated names"
+        return self._parse(name, default, parse_allowance, accepts)
+
+    def policy(self) -> Policy:
+        """The ``ALLOWED_*``/``ALLOW_*`` settings (see :mod:`.policy` for the defaults)."""
+        none: tuple[str, ...] = ()
+        prefixes = self._parse(
+            "ALLOWED_IMAGE_PREFIXES",
+            none,
+            parse_prefixes,
+            "comma-separated image prefixes (e.g. ghcr.io/acme/), or *",
+        )
+        return Policy(
+            image_prefixes=prefixes,
+            secret_refs=self.allowance("ALLOW_SECRET_REFS", NONE),
+            pvcs=self.allowance("ALLOW_PVCS", ALL),
+            tolerations=self.allowance("ALLOWED_TOLERATIONS", ALL),
         )
 
     def store_url(self, name: str) -> str | None:

@@ -46,6 +46,7 @@ class ConditionType:
 class Reason:
     SPEC_VALID = "SpecValid"
     INVALID_SPEC = "InvalidSpec"
+    POLICY_DENIED = "PolicyDenied"
     CONCURRENCY_LIMIT = "ConcurrencyLimit"
     WAITING_FOR_KUEUE = "WaitingForKueue"
     JOB_SUSPENDED = "JobSuspended"
@@ -249,6 +250,23 @@ def invalid_spec(
         return NO_CHANGE
     return _failed_before_start(
         status, generation, Reason.INVALID_SPEC, ConditionType.VALID, message, timestamp
+    )
+
+
+def policy_denied(
+    status: Mapping[str, Any], generation: int, message: str, timestamp: str
+) -> StatusChange:
+    """Failed/PolicyDenied: the operator's policy refuses what the spec asks for (an image, a
+    Secret, a claim, a toleration); ``message`` names the field, the value and the setting."""
+    failed = condition(status, ConditionType.FAILED)
+    if (
+        is_terminal(status, generation)
+        and failed is not None
+        and failed.get("reason") == Reason.POLICY_DENIED
+    ):
+        return NO_CHANGE
+    return _failed_before_start(
+        status, generation, Reason.POLICY_DENIED, ConditionType.VALID, message, timestamp
     )
 
 

@@ -27,6 +27,7 @@ from mlmodelscope.controller import (
     instrument,
     model_refs,
     names,
+    policy,
     queue,
     runs,
     status,
@@ -44,7 +45,18 @@ class InvalidSpecError(Exception):
     """The spec cannot run as written; status already says Failed/InvalidSpec."""
 
 
-__all__ = ["ForeignChildError", "InvalidSpecError", "admit", "evaluation_changed"]
+class PolicyDeniedError(InvalidSpecError):
+    """The operator's policy refuses the spec; status already says Failed/PolicyDenied."""
+
+
+__all__ = [
+    "ForeignChildError",
+    "InvalidSpecError",
+    "PolicyDeniedError",
+    "admit",
+    "enforce_policy",
+    "evaluation_changed",
+]
 
 
 def parse_body(body: Mapping[str, Any], kube: Kube) -> ModelEvaluation:
@@ -86,11 +98,31 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
         delete_outdated_jobs(ctx, namespace, name, generation)
         raise InvalidSpecError(message) from None
     delete_outdated_jobs(ctx, namespace, name, generation)
+    enforce_policy(ctx, evaluation)
     finished = finish_published_run(ctx, evaluation)
     if finished is not None:
         return finished
     ensure_configmaps(ctx, evaluation)
     return admit(ctx, evaluation)
+
+
+def enforce_policy(ctx: Context, evaluation: ModelEvaluation) -> None:
+    """End the run Failed/PolicyDenied (a Warning Event with it) when the operator's policy
+    refuses what the spec asks for; nothing is created for it. Raises PolicyDeniedError."""
+    problems = policy.denials(evaluation, ctx.settings.policy, ctx.settings.agent_images())
+    if not problems:
+        return
+    namespace = evaluation.metadata.namespace or "default"
+    name = evaluation.metadata.name
+    generation = builders.generation_of(evaluation)
+    message = redact_text("denied by the operator's policy: " + "; ".join(problems))
+    ctx.update_status(
+        namespace,
+        name,
+        lambda st: status.policy_denied(st, generation, message, ctx.clock()),
+    )
+    log.warning("%s/%s: %s", namespace, name, message)
+    raise PolicyDeniedError(message)
 
 
 def finish_published_run(ctx: Context, evaluation: ModelEvaluation) -> str | None:
@@ -297,6 +329,8 @@ def admit_queued(ctx: Context) -> list[str]:
             evaluation = parse_body(item, ctx.kube)
         except SpecValidationError:
             continue  # its own handler reports it
+        if policy.denials(evaluation, ctx.settings.policy, ctx.settings.agent_images()):
+            continue  # likewise (queued before the operator restarted with a narrower policy)
         if admit(ctx, evaluation) == "job created":
             started.append(evaluation.metadata.name)
     return started
