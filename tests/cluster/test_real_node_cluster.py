@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -211,3 +213,61 @@ def test_deleting_a_pod_stops_its_container(
         lambda: container_id not in ctr("tasks", "ls", "-q").stdout.split(),
         60,
     )
+
+
+def test_load_images_skips_an_image_already_loaded(
+    cluster: Cluster, node_images: dict[str, str], docker_host: str
+) -> None:
+    """`mlms dev-cluster load-images` (docs/dev-cluster.md) against this session's cluster."""
+    argv = [sys.executable, "-m", "mlmodelscope", "dev-cluster", "load-images"]
+    image = node_images[OPERATOR_IMAGE]
+    proc = subprocess.run(
+        [*argv, image, "--run-dir", str(cluster.run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{image}: already loaded" in proc.stderr
+    missing = subprocess.run(
+        [*argv, "no-such-image:1", "--run-dir", str(cluster.run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        missing.returncode == 1 and "no-such-image:1 is not in the Docker engine" in missing.stderr
+    )
+
+
+def test_loading_a_new_build_under_a_loaded_name_drops_the_old_one(
+    cluster: Cluster, real_node: str, docker_host: str
+) -> None:
+    """Each generation holds its layers twice in containerd; a rebuilt image must replace,
+    not pile up (the store would fill the disk within a few `make test` runs)."""
+    from mlmodelscope.devtools import images
+
+    ref = "mlmodelscope.local/reload-test:1"
+    paths = cluster.node_paths
+    ctr = node.Ctr(paths.socket)
+    ids = []
+    for generation in (1, 2):
+        dockerfile = f"FROM {images.bootstrap_tag()}\nLABEL generation={generation}\n"
+        subprocess.run(
+            ["docker", "build", "-q", "-t", ref, "-"],
+            input=dockerfile,
+            text=True,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        (loaded,) = node.load_images(paths.socket, paths.images_stamp, [ref], ["docker"], print)
+        assert not loaded.cached
+        ids.append(loaded.image_id)
+    present = ctr.images()
+    assert ref in present and ids[1] in present
+    assert ids[0] not in present
+    (again,) = node.load_images(paths.socket, paths.images_stamp, [ref], ["docker"], print)
+    assert again.cached
+    ctr("images", "rm", "--sync", ref, ids[1])
+    subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)
