@@ -241,16 +241,7 @@ def invalid_spec(
     status: Mapping[str, Any], generation: int, message: str, timestamp: str
 ) -> StatusChange:
     """Failed/InvalidSpec: the spec cannot be run as written; ``message`` names the fields."""
-    failed = condition(status, ConditionType.FAILED)
-    if (
-        is_terminal(status, generation)
-        and failed is not None
-        and failed.get("reason") == Reason.INVALID_SPEC
-    ):
-        return NO_CHANGE
-    return _failed_before_start(
-        status, generation, Reason.INVALID_SPEC, ConditionType.VALID, message, timestamp
-    )
+    return _refused(status, generation, Reason.INVALID_SPEC, message, timestamp)
 
 
 def policy_denied(
@@ -258,16 +249,18 @@ def policy_denied(
 ) -> StatusChange:
     """Failed/PolicyDenied: the operator's policy refuses what the spec asks for (an image, a
     Secret, a claim, a toleration); ``message`` names the field, the value and the setting."""
+    return _refused(status, generation, Reason.POLICY_DENIED, message, timestamp)
+
+
+def _refused(
+    status: Mapping[str, Any], generation: int, reason: str, message: str, timestamp: str
+) -> StatusChange:
+    """Failed before any Job, Valid=False, for ``reason``; nothing to write when this
+    generation already ended so (the handler sees the same spec again)."""
     failed = condition(status, ConditionType.FAILED)
-    if (
-        is_terminal(status, generation)
-        and failed is not None
-        and failed.get("reason") == Reason.POLICY_DENIED
-    ):
+    if is_terminal(status, generation) and failed is not None and failed.get("reason") == reason:
         return NO_CHANGE
-    return _failed_before_start(
-        status, generation, Reason.POLICY_DENIED, ConditionType.VALID, message, timestamp
-    )
+    return _failed_before_start(status, generation, reason, ConditionType.VALID, message, timestamp)
 
 
 def job_rejected(
