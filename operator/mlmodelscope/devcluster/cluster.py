@@ -621,8 +621,12 @@ class Cluster:
         if state is None:
             return []
         if state.real_node and "containerd" in self.alive_components():
+            # The kubelet first (it would start the next pod's containers), then every
+            # container through containerd: containers outlive a killed containerd and shim.
+            for record in state.processes:
+                if record.name == "kubelet":
+                    self._terminate(record.pid, state.marker, timeout)
             with contextlib.suppress(node.NodeError, subprocess.SubprocessError):
-                # before the kubelet goes: containers outlive a killed containerd and shim
                 nodenet.remove_netns(node.Ctr(self.node_paths.socket).remove_all_containers())
         records = sorted(
             state.processes,
