@@ -16,6 +16,7 @@ from kubernetes import client
 
 from mlmodelscope.devcluster import examples, nodes, versions
 from mlmodelscope.devcluster.cluster import Cluster, pid_alive
+from mlmodelscope.devcluster.node import NAME as REAL_NODE
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -98,7 +99,8 @@ def test_kubectl_and_python_client_share_the_kubeconfig(cluster: Cluster) -> Non
     code = client.VersionApi(cluster.api_client()).get_code()
     assert code.git_version == versions.KUBERNETES_VERSION
     names = {n.metadata.name for n in core(cluster).list_node().items}
-    assert names == {n.name for n in nodes.all_nodes()}
+    real = {REAL_NODE} if cluster.real_node else set()
+    assert names == {n.name for n in nodes.all_nodes()} | real
 
 
 def test_cached_start_takes_under_30_seconds(cluster: Cluster) -> None:
@@ -513,14 +515,16 @@ def test_examples_claim_is_bound_and_exec_pods_read_its_host_folder(cluster: Clu
 
 
 def test_default_service_account_may_publish_results_in_default_only(cluster: Cluster) -> None:
+    """Publishing is a patch of the results ConfigMap; the spec reaches the pod as a volume,
+    so the agent needs no other verb (issue 15, defect 11)."""
     sa = f"--as=system:serviceaccount:{examples.NAMESPACE}:default"
-    for verb in ("get", "patch"):
-        allowed = cluster.kubectl("auth", "can-i", verb, "configmaps", "-n", "default", sa)
-        assert allowed.stdout.strip() == "yes"
-    denied = cluster.kubectl(
-        "auth", "can-i", "create", "configmaps", "-n", "default", sa, check=False
-    )
-    assert denied.stdout.strip() == "no"
+    allowed = cluster.kubectl("auth", "can-i", "patch", "configmaps", "-n", "default", sa)
+    assert allowed.stdout.strip() == "yes"
+    for verb in ("get", "create", "delete"):
+        denied = cluster.kubectl(
+            "auth", "can-i", verb, "configmaps", "-n", "default", sa, check=False
+        )
+        assert denied.stdout.strip() == "no", verb
 
 
 def test_gpu_exec_node_runs_the_pod_on_cpu(cluster: Cluster, namespace: str) -> None:

@@ -194,7 +194,10 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
     assert container["image"].startswith("ghcr.io/mlmodelscope/agent-onnxruntime:")
     assert container["image"].endswith("-cpu")
     assert container["command"][:2] == ["mlms", "agent"]
-    assert container["resources"] == {"requests": {"cpu": "500m", "memory": "512Mi"}}
+    assert container["resources"] == {  # the operator's default memory limit (4Gi)
+        "requests": {"cpu": "500m", "memory": "512Mi"},
+        "limits": {"memory": "4Gi"},
+    }
     assert pod_spec["serviceAccountName"] == agent_rbac  # the agent ServiceAccount
     # `kubectl wait` works on the Succeeded condition.
     cluster.kubectl(

@@ -441,7 +441,7 @@ class Cluster:
         """containerd (leftover containers of a crashed run removed, the pause image
         imported), then the kubelet, on the node network (`nodenet`)."""
         paths = self.node_paths
-        node.claim(paths, self.run_dir, _containerd_runs)
+        node.claim(paths, self.run_dir, containerd_runs)
         nodenet.setup(api_port)
         ctr = node.Ctr(paths.socket)
         pause = node.pause_image_archive((self.bin_dir / "pause").read_bytes())[0]
@@ -682,7 +682,7 @@ class Cluster:
         self.stop()
 
 
-def _containerd_runs(run_dir: str) -> bool:
+def containerd_runs(run_dir: str) -> bool:
     """Whether the cluster in ``run_dir`` still runs its real node's containerd."""
     try:
         return "containerd" in Cluster.attach(Path(run_dir)).alive_components()

@@ -267,20 +267,25 @@ def preflight() -> None:
         raise NodeError("no memory cgroup controller: the real node cannot enforce limits")
 
 
-def claim(paths: Paths, run_dir: Path, alive: Callable[[str], bool]) -> None:
-    """Take the node cache for this cluster; refuse while another live cluster holds it.
+def holder(paths: Paths, alive: Callable[[str], bool]) -> str | None:
+    """The run dir of the live cluster whose real node holds the node cache, if any.
 
     ``alive(run_dir)`` tells whether the recorded owner still runs (its containerd)."""
-    if paths.owner.is_file():
-        try:
-            owner = json.loads(paths.owner.read_text())["run_dir"]
-        except (ValueError, KeyError):
-            owner = ""
-        if owner and owner != str(run_dir) and alive(owner):
-            raise NodeError(
-                f"a real node already runs for the dev cluster in {owner}; stop it first "
-                f"(mlms dev-cluster down --run-dir {owner})"
-            )
+    try:
+        owner = str(json.loads(paths.owner.read_text())["run_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return owner if owner and alive(owner) else None
+
+
+def claim(paths: Paths, run_dir: Path, alive: Callable[[str], bool]) -> None:
+    """Take the node cache for this cluster; refuse while another live cluster holds it."""
+    owner = holder(paths, alive)
+    if owner is not None and owner != str(run_dir):
+        raise NodeError(
+            f"a real node already runs for the dev cluster in {owner}; stop it first "
+            f"(mlms dev-cluster down --run-dir {owner})"
+        )
     paths.owner.parent.mkdir(parents=True, exist_ok=True)
     paths.owner.write_text(json.dumps({"run_dir": str(run_dir)}))
 

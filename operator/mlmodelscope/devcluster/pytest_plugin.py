@@ -63,13 +63,18 @@ _NO_REAL_NODE: list[str] = []
 
 
 def _real_node_possible() -> str:
-    """'' when this machine can run the real node, else why not (root, Debian packages)."""
+    """'' when this session can run the real node, else why not (root, Debian packages, or
+    another live cluster holding it: then this session runs without one, not not at all)."""
     from mlmodelscope.devcluster import node
+    from mlmodelscope.devcluster.cluster import containerd_runs
 
     try:
         node.preflight()
     except node.NodeError as exc:
         return str(exc)
+    owner = node.holder(node.Paths(run=Path(), cache=node.cache_dir()), containerd_runs)
+    if owner is not None:
+        return f"the dev cluster in {owner} runs the real node (one at a time)"
     return ""
 
 
