@@ -438,3 +438,18 @@ def test_operator_image_files_import_the_operator(tmp_path: Path) -> None:
     for args in (["operator", "--help"], ["serve", "--help"], ["version"]):
         proc = image_python(site, "-m", "mlmodelscope", *args, cwd=work)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_only_names_any_image_of_the_bake_file_and_a_typo_lists_them() -> None:
+    """`images build --only` takes the GPU images too (built on the bootstrapped base where
+    their nvidia/cuda base cannot be pulled, tagged so: images/README.md); a name that is not
+    in the bake file is refused before any engine is asked, naming the ones that are."""
+    from mlmodelscope.devtools import images
+
+    every = {t.name for t in images.bake_targets(images.ALL_GROUP)}
+    assert {"agent-pytorch-gpu", "agent-tensorflow-gpu", "agent-onnxruntime-gpu"} <= every
+    assert {t.name for t in images.bake_targets()} == set(images.SIZE_TARGETS)  # CPU default
+    with pytest.raises(images.ImageBuildError) as err:
+        images.build(["agent-pytorch-gpus"])
+    assert "unknown image ['agent-pytorch-gpus']" in str(err.value)
+    assert "agent-pytorch-gpu" in str(err.value)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import http.client
@@ -56,6 +57,11 @@ ROOT: Final = Path(__file__).resolve().parents[3]
 IMAGES: Final = ROOT / "images"
 BAKE_FILE: Final = IMAGES / "docker-bake.json"
 CPU_GROUP: Final = "cpu"
+ALL_GROUP: Final = "default"
+STAND_IN_SUFFIX: Final = "-on-bookworm"
+"""Appended to the tag of an image built on the bootstrapped Debian base in place of a base
+that cannot be pulled here (the GPU images' nvidia/cuda): it checks everything above the base
+layer, and the tag says it is not the image the registry pipeline publishes."""
 INPUTS_LABEL: Final = "io.mlmodelscope.inputs"
 
 DEBIAN_SUITE: Final = "bookworm"
@@ -391,7 +397,7 @@ def ensure_wheelhouse(targets: Sequence[Target], log: Log = _log) -> Path:
     stamp_data.append(_read(ROOT / "pyproject.toml"))
     want = hashlib.sha256(json.dumps(stamp_data).encode()).hexdigest()
     house = wheelhouse_dir()
-    stamp = house / ".stamp"
+    stamp = house / f".stamp-{hashlib.sha256(','.join(extras).encode()).hexdigest()[:12]}"
     if stamp.is_file() and stamp.read_text() == want:
         return house
     house.mkdir(parents=True, exist_ok=True)
@@ -631,14 +637,16 @@ def build(
     keep_build_cache: bool = False,
     log: Log = _log,
 ) -> list[Built]:
-    """Build (or find up to date) the CPU images; returns what :func:`report` prints."""
+    """Build (or find up to date) the CPU images, or the bake targets ``only`` names (a GPU
+    image too: on a stand-in base where its own cannot be pulled); what :func:`report` prints."""
     targets = bake_targets()
     if only:
-        unknown = sorted(set(only) - {t.name for t in targets})
+        every = bake_targets(ALL_GROUP)
+        unknown = sorted(set(only) - {t.name for t in every})
         if unknown:
-            names = ", ".join(t.name for t in targets)
-            raise ImageBuildError(f"unknown image {unknown}; the CPU images are {names}")
-        targets = [t for t in targets if t.name in only]
+            names = ", ".join(t.name for t in every)
+            raise ImageBuildError(f"unknown image {unknown}; the bake file's images are {names}")
+        targets = [t for t in every if t.name in only]
     if ca_bundle is not None and not ca_bundle.is_file():
         raise ImageBuildError(f"--ca-bundle {ca_bundle}: no such file")
     docker = docker_cli(ensure_engine(log))
@@ -649,11 +657,14 @@ def build(
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(serve_wheelhouse(house)) if house is not None else None
         for target in targets:
+            base = base_for[target.args["BASE_IMAGE"]]
+            if base != target.args["BASE_IMAGE"] and target.name not in SIZE_TARGETS:
+                target = dataclasses.replace(target, tag=target.tag + STAND_IN_SUFFIX)
             results.append(
                 build_target(
                     docker,
                     target,
-                    base_for[target.args["BASE_IMAGE"]],
+                    base,
                     wheelhouse_url=url,
                     ca_bundle=ca_bundle,
                     force=force,
@@ -679,7 +690,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mlmodelscope.devtools.images")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build (or find up to date) the CPU images and size them")
-    b.add_argument("--only", action="append", default=[], help="a bake target (repeatable)")
+    b.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="a bake target (repeatable); a GPU one builds on the Debian base when its "
+        f"nvidia/cuda base cannot be pulled, tagged <tag>{STAND_IN_SUFFIX}",
+    )
     b.add_argument("--ca-bundle", type=Path, help="a CA bundle pip trusts in the build")
     b.add_argument("--no-wheelhouse", action="store_true", help="install from the index")
     b.add_argument("--force", action="store_true", help="rebuild even when up to date")
