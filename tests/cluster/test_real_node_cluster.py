@@ -12,6 +12,7 @@ import ipaddress
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -271,3 +272,22 @@ def test_loading_a_new_build_under_a_loaded_name_drops_the_old_one(
     assert again.cached
     ctr("images", "rm", "--sync", ref, ids[1])
     subprocess.run(["docker", "rmi", ref], capture_output=True, timeout=120)
+
+
+def test_a_second_real_node_is_refused_before_anything_starts(
+    cluster: Cluster, real_node: str, tmp_path: Path
+) -> None:
+    """`mlms dev-cluster up --real-node` while this session's cluster runs the node: refused
+    at once, naming the cluster to stop, and the `eval` text is `false`."""
+    run_dir = tmp_path / "second"
+    up = [sys.executable, "-m", "mlmodelscope", "dev-cluster", "up", "--real-node"]
+    proc = subprocess.run(
+        [*up, "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert f"a real node already runs for the dev cluster in {cluster.run_dir}" in proc.stderr
+    assert proc.stdout.strip() == "false"
+    assert not (run_dir / "state.json").exists()  # nothing was started

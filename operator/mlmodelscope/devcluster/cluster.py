@@ -254,6 +254,7 @@ class Cluster:
         build.ensure_built(self.log)
         if self.real_node:
             node.preflight()
+            node.refuse_if_held(self.node_paths, self.run_dir, containerd_runs)  # before starting
             build.build(versions.NODE_COMPONENTS, log=self.log)
         if self._previous_alive():
             raise ClusterError(f"a cluster is already running from {self.run_dir}; stop it first")

@@ -278,14 +278,19 @@ def holder(paths: Paths, alive: Callable[[str], bool]) -> str | None:
     return owner if owner and alive(owner) else None
 
 
-def claim(paths: Paths, run_dir: Path, alive: Callable[[str], bool]) -> None:
-    """Take the node cache for this cluster; refuse while another live cluster holds it."""
+def refuse_if_held(paths: Paths, run_dir: Path, alive: Callable[[str], bool]) -> None:
+    """Raise, naming the cluster to stop, while another live cluster runs the real node."""
     owner = holder(paths, alive)
     if owner is not None and owner != str(run_dir):
         raise NodeError(
             f"a real node already runs for the dev cluster in {owner}; stop it first "
             f"(mlms dev-cluster down --run-dir {owner})"
         )
+
+
+def claim(paths: Paths, run_dir: Path, alive: Callable[[str], bool]) -> None:
+    """Take the node cache for this cluster; refuse while another live cluster holds it."""
+    refuse_if_held(paths, run_dir, alive)
     paths.owner.parent.mkdir(parents=True, exist_ok=True)
     paths.owner.write_text(json.dumps({"run_dir": str(run_dir)}))
 
