@@ -435,7 +435,7 @@ class Cluster:
         )
         self.log(f"  controller-manager, scheduler ready ({time.monotonic() - t0:.1f}s)")
         self._wait("nodes", self._nodes_ready, deadline)
-        self.log(f"  {len(nodes.all_nodes())} nodes Ready ({time.monotonic() - t0:.1f}s)")
+        self.log(f"  {self._node_count()} nodes Ready ({time.monotonic() - t0:.1f}s)")
         self._wait("default service account", self._default_sa_exists, deadline)
 
     def _start_real_node(self, keys: pki.PKI, api_port: int, deadline: float) -> None:
@@ -445,7 +445,7 @@ class Cluster:
         node.claim(paths, self.run_dir, containerd_runs)
         nodenet.setup(api_port)
         ctr = node.Ctr(paths.socket)
-        pause = node.pause_image_archive((self.bin_dir / "pause").read_bytes())[0]
+        pause, pause_archive = node.pause_image_archive((self.bin_dir / "pause").read_bytes())
         kubelet_port, healthz_port = free_ports(2)
         containerd_toml, kubelet_yaml, kubelet_kubeconfig = node.write_files(
             paths,
@@ -458,7 +458,7 @@ class Cluster:
         self._spawn("containerd", ["containerd", f"--config={containerd_toml}"])
         self._wait("containerd", ctr.answers, deadline)
         nodenet.remove_netns(ctr.remove_all_containers())
-        node.ensure_pause_image(ctr, self.bin_dir / "pause")
+        node.ensure_pause_image(ctr, pause, pause_archive)
         kubelet = node.kubelet_argv(
             self.bin_dir / "kubelet", paths, kubelet_yaml, kubelet_kubeconfig
         )
@@ -569,10 +569,14 @@ class Cluster:
         for sim in nodes.all_nodes():
             self.rest().create("/api/v1/nodes", sim.manifest())
 
+    def _node_count(self) -> int:
+        """The simulated nodes, and the real node when this cluster has one."""
+        return len(nodes.all_nodes()) + int(self.real_node)
+
     def _nodes_ready(self) -> bool:
         bad_taints = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
         items = self.rest().get("/api/v1/nodes")["items"]
-        if len(items) < len(nodes.all_nodes()) + int(self.real_node):
+        if len(items) < self._node_count():
             return False
         for item in items:
             conditions = {c["type"]: c["status"] for c in item["status"].get("conditions") or []}

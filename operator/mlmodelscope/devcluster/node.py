@@ -311,11 +311,9 @@ class Ctr:
         self.base = ["ctr", "--address", str(socket), "--namespace", CRI_NAMESPACE]
 
     def __call__(
-        self, *args: str, check: bool = True, stdin: Any = None, timeout: float = 60
+        self, *args: str, check: bool = True, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [*self.base, *args], capture_output=True, text=True, stdin=stdin, timeout=timeout
-        )
+        proc = subprocess.run([*self.base, *args], capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise NodeError(f"ctr {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
@@ -413,16 +411,14 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def ensure_pause_image(ctr: Ctr, binary: Path) -> str:
-    """Import the pause image unless containerd has it; its reference."""
-    reference, archive = pause_image_archive(binary.read_bytes())
+def ensure_pause_image(ctr: Ctr, reference: str, archive: bytes) -> None:
+    """Import the pause image (`pause_image_archive`) unless containerd has it."""
     if reference not in ctr.images():
         proc = subprocess.run(
             [*ctr.base, "images", "import", "-"], input=archive, capture_output=True, timeout=120
         )
         if proc.returncode != 0:
             raise NodeError(f"ctr images import failed: {proc.stderr.decode(errors='replace')}")
-    return reference
 
 
 @dataclass(frozen=True)
