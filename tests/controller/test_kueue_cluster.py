@@ -34,7 +34,7 @@ from test_operator_cluster import (
     apply,
     condition,
     evaluation,
-    events,
+    events_with,
     phase_of,
     wait_phase,
 )
@@ -211,7 +211,7 @@ def test_queued_for_kueue_takes_no_slot_and_runs_once_unsuspended(
     assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
     assert ev["status"]["results"][0]["top1"] > 0.85
     assert condition(ev, "Queued")["reason"] == "Admitted"
-    reasons = {e["reason"] for e in events(kube, namespace, "kueued")}
+    reasons = {e["reason"] for e in events_with(kube, namespace, "kueued", "Succeeded")}
     assert {"Queued", "Admitted", "Running", "Succeeded"} <= reasons
     assert "JobCreated" not in reasons
 
@@ -303,7 +303,7 @@ def test_real_kueue_admits_evaluations_within_its_quota(
         assert ev["status"]["results"][0]["top1"] > 0.85
         assert condition(ev, "Queued")["reason"] == "Admitted"
         assert ev["status"]["jobName"] == f"{name}-g1"
-        reasons = {e["reason"] for e in events(kube, namespace, name)}
+        reasons = {e["reason"] for e in events_with(kube, namespace, name, "Succeeded")}
         assert {"Queued", "Admitted", "Succeeded"} <= reasons
     workloads = kube.list(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads")
     owners = sorted(w["metadata"]["ownerReferences"][0]["name"] for w in workloads)
@@ -419,7 +419,7 @@ def test_queued_shows_kueues_own_reason_until_the_quota_fits(
     ev = wait_phase(kube, namespace, "tight", ("Succeeded", "Failed"), 120)
     assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")
     assert condition(ev, "Queued")["reason"] == "Admitted"
-    seen = events(kube, namespace, "tight")
+    seen = events_with(kube, namespace, "tight", "Succeeded")
     reasons = [e["reason"] for e in seen]
     assert {"Queued", "Pending", "Deactivated", "Admitted", "Succeeded"} <= set(reasons)
     assert reasons.count("Pending") == 1, "an Event only when Kueue's reason changes"

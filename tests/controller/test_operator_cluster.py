@@ -135,6 +135,22 @@ def events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
     ]
 
 
+def events_with(
+    kube: Kube, namespace: str, name: str, *reasons: str, timeout: float = 15.0
+) -> list[dict[str, Any]]:
+    """The evaluation's events once every one of ``reasons`` is among them. The operator posts
+    an event right after the status patch it describes, so a test that has just seen the new
+    status may list the events a moment before that one is created."""
+    found: list[dict[str, Any]] = []
+
+    def present() -> bool:
+        found[:] = events(kube, namespace, name)
+        return set(reasons) <= {e["reason"] for e in found}
+
+    wait_for(f"events {', '.join(reasons)} on {namespace}/{name}", present, timeout)
+    return found
+
+
 def condition(ev: dict[str, Any], kind: str) -> dict[str, Any]:
     for cond in (ev.get("status") or {}).get("conditions") or []:
         if cond["type"] == kind:
@@ -224,7 +240,7 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
     header, line = table.splitlines()[:2]
     assert "P50(MS)" in header and "ACCURACY" in header
     assert "Succeeded" in line and f"{row['top1']:.4f}"[:4] in line
-    reasons = [e["reason"] for e in events(kube, namespace, "digits")]
+    reasons = [e["reason"] for e in events_with(kube, namespace, "digits", "Succeeded")]
     assert "JobCreated" in reasons and "Succeeded" in reasons
     assert not ev["metadata"].get("finalizers")
 
@@ -289,7 +305,11 @@ def test_too_many_gpus_reports_unschedulable_with_the_schedulers_reason(
     ev = get(kube, namespace, "greedy")
     assert ev["status"]["phase"] == "Pending"
     assert "Insufficient nvidia.com/gpu" in ev["status"]["message"]
-    warnings = [e for e in events(kube, namespace, "greedy") if e["reason"] == "Unschedulable"]
+    warnings = [
+        e
+        for e in events_with(kube, namespace, "greedy", "Unschedulable")
+        if e["reason"] == "Unschedulable"
+    ]
     assert warnings and warnings[0]["type"] == "Warning"
 
 
@@ -322,7 +342,11 @@ def test_semantically_invalid_spec_ends_failed_invalid_spec_with_an_event(
     failed = condition(ev, "Failed")
     assert failed["reason"] == "InvalidSpec" and "spec.model.format" in failed["message"]
     assert condition(ev, "Valid")["status"] == "False"
-    warnings = [e for e in events(kube, namespace, "mismatch") if e["reason"] == "InvalidSpec"]
+    warnings = [
+        e
+        for e in events_with(kube, namespace, "mismatch", "InvalidSpec")
+        if e["reason"] == "InvalidSpec"
+    ]
     assert warnings and "spec.model.format" in warnings[0]["message"]
     assert jobs(kube, namespace) == []
 

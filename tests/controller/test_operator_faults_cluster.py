@@ -20,6 +20,7 @@ from test_operator_cluster import (
     condition,
     evaluation,
     events,
+    events_with,
     get,
     gone,
     jobs,
@@ -74,7 +75,7 @@ def test_a_job_the_api_server_rejects_ends_failed_with_its_message(
     assert "nodeSelector" in failed["message"] and "a b!" in failed["message"], failed
     assert "jobName" not in ev["status"]
     assert "JobCreated" not in reasons(kube, namespace, "rejected")
-    assert "JobRejected" in reasons(kube, namespace, "rejected")
+    assert events_with(kube, namespace, "rejected", "JobRejected")
     assert jobs(kube, namespace) == []
 
 
@@ -341,7 +342,7 @@ def test_an_oom_killed_agent_ends_oomkilled_naming_the_default_memory_limit(
     kill = runs.OOMKill(second["metadata"]["name"], CONTAINER_NAME, 137, "4Gi")
     assert failed["message"] == runs.oom_message(kill, limit_from_spec=False)
     assert ev["status"]["message"] == failed["message"]
-    assert "OOMKilled" in reasons(kube, namespace, "oom")
+    assert events_with(kube, namespace, "oom", "OOMKilled")
     assert [r["batchSize"] for r in ev["status"]["results"]] == [1]
     job = kube.get(job_path(namespace, "oom-g1"))
     job_failed = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
@@ -373,7 +374,7 @@ def test_a_spec_the_policy_refuses_ends_policy_denied_without_a_job(
     assert "MLMS_OPERATOR_ALLOWED_IMAGE_PREFIXES" in message
     assert "spec.model.credentialsSecretRef 'db-password'" in message
     assert "MLMS_OPERATOR_ALLOW_SECRET_REFS=false" in message
-    assert "PolicyDenied" in reasons(kube, namespace, "denied")
+    assert events_with(kube, namespace, "denied", "PolicyDenied")
     assert "jobName" not in ev["status"]
     assert (
         wait_phase(kube, namespace, "allowed", ("Failed", "Succeeded"), 120)["status"]["phase"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from operator_process import OperatorProcess
-from test_operator_cluster import apply, evaluation, events, get, wait_phase
+from test_operator_cluster import apply, evaluation, events, events_with, get, wait_phase
 
 from mlmodelscope.contract.kube import Kube, configmap_path, evaluation_path
 from mlmodelscope.controller import recording
@@ -155,7 +155,11 @@ def test_a_run_that_ends_while_the_database_is_down_is_recorded_when_it_is_back(
         outbox = kube.get(configmap_path(namespace, recording.outbox_name(status["runId"])))
         assert outbox["data"]["result.json"] == results["data"]["result.json"]
         assert not outbox["metadata"].get("ownerReferences")
-        warnings = [e for e in events(kube, namespace, name) if e["reason"] == "RecordPending"]
+        warnings = [
+            e
+            for e in events_with(kube, namespace, name, "RecordPending")
+            if e["reason"] == "RecordPending"
+        ]
         assert warnings and warnings[0]["type"] == "Warning"
     assert len(outboxes(kube, namespace)) == 2
     # Pending survives a retry pass with the database still down, and counts the attempts.
@@ -179,7 +183,9 @@ def test_a_run_that_ends_while_the_database_is_down_is_recorded_when_it_is_back(
     record = ev["status"]["record"]
     assert record["runId"] == run_ids["digits"] and record["recordedAt"]
     assert record["attempts"] >= 3 and record["message"] == ""
-    recorded = [e for e in events(kube, namespace, "digits") if e["reason"] == "Recorded"]
+    recorded = [
+        e for e in events_with(kube, namespace, "digits", "Recorded") if e["reason"] == "Recorded"
+    ]
     assert recorded and recorded[0]["type"] == "Normal"
     with open_store(store_url) as store:
         for name, run_id in run_ids.items():

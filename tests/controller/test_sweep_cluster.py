@@ -126,13 +126,24 @@ def ended(child: dict[str, Any]) -> bool:
     return current and st.get("phase") in ENDED
 
 
-def sweep_events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
-        if e["involvedObject"].get("kind") == "EvaluationSweep"
-        and e["involvedObject"].get("name") == name
-    ]
+def sweep_events(
+    kube: Kube, namespace: str, name: str, *waiting_for: str, timeout: float = 15.0
+) -> list[dict[str, Any]]:
+    """The sweep's events, once every reason in ``waiting_for`` is among them: the operator
+    posts an event just after the status patch a test may already have seen."""
+    found: list[dict[str, Any]] = []
+
+    def present() -> bool:
+        found[:] = [
+            e
+            for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
+            if e["involvedObject"].get("kind") == "EvaluationSweep"
+            and e["involvedObject"].get("name") == name
+        ]
+        return set(waiting_for) <= {e["reason"] for e in found}
+
+    wait_for(f"events {', '.join(waiting_for)} on {namespace}/{name}", present, timeout)
+    return found
 
 
 class ActiveWatch:
@@ -251,7 +262,7 @@ def test_a_sweep_runs_every_combination_within_its_parallelism_then_goes_with_it
 
     table = cluster.kubectl("get", "evaluationsweep", "grid", "-n", namespace).stdout
     assert "6/6 Succeeded" in table and "Succeeded" in table, table
-    reasons = [e["reason"] for e in sweep_events(kube, namespace, "grid")]
+    reasons = [e["reason"] for e in sweep_events(kube, namespace, "grid", "Succeeded")]
     assert reasons.count("ChildCreated") == 6 and "Succeeded" in reasons, reasons
 
     # Every child's run is in the store, tagged with the sweep.
@@ -314,7 +325,7 @@ def test_failure_policy_stop_stops_after_a_failed_child_and_continue_runs_the_re
         "halt-corrupt-onnxruntime",
         "halt-first-onnxruntime",
     ]
-    reasons = [e["reason"] for e in sweep_events(kube, namespace, "halt")]
+    reasons = [e["reason"] for e in sweep_events(kube, namespace, "halt", "Stopped")]
     assert "Stopped" in reasons and reasons.count("ChildCreated") == 2
 
     # Continue: the same sweep goes on, runs the third child and ends Failed.
@@ -357,7 +368,7 @@ def test_a_suspended_sweep_creates_nothing_until_resumed(
     assert st["phase"] == "Succeeded" and st["progress"] == "2/2 Succeeded", st.get("message")
     suspended = next(c for c in st["conditions"] if c["type"] == "Suspended")
     assert (suspended["status"], suspended["reason"]) == ("False", "Resumed")
-    reasons = [e["reason"] for e in sweep_events(kube, namespace, "later")]
+    reasons = [e["reason"] for e in sweep_events(kube, namespace, "later", "Suspended", "Resumed")]
     assert "Suspended" in reasons and "Resumed" in reasons
 
 
