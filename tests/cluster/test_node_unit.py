@@ -144,3 +144,12 @@ def test_mounts_under_a_root_are_listed_deepest_first(monkeypatch: pytest.Monkey
         "/r/node/a b",
         "/r/node",
     ]
+
+
+def test_a_test_session_can_be_told_to_start_without_the_real_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mlmodelscope.devcluster import pytest_plugin
+
+    monkeypatch.setenv("MLMS_TEST_NO_REAL_NODE", "1")
+    assert pytest_plugin._real_node_possible() == "MLMS_TEST_NO_REAL_NODE is set"
