@@ -3,6 +3,7 @@ diagnosis, Job rejection, ownership by UID, who waits ahead in the queue, and OO
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,10 +11,9 @@ from result_docs import row, summary
 
 from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path
 from mlmodelscope.contract.wire import SUMMARY_KEY
-from mlmodelscope.controller import names, queue, runs, status
+from mlmodelscope.controller import ledger, names, queue, runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job
-from mlmodelscope.controller.handlers.handle_evaluation import _waiting
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.status import ConditionType, Reason
 
@@ -128,7 +128,9 @@ def test_only_queued_evaluations_wait_ahead() -> None:
         item("old-queued", {"observedGeneration": 0, "phase": "Queued"}),
         item("running", {"observedGeneration": 1, "phase": "Running"}),
     ]
-    assert _waiting(listed) == [queue.QueueEntry(T0, "a", "queued")]
+    assert [e for e in map(ledger.waiting_entry, listed) if e] == [
+        queue.QueueEntry(T0, "a", "queued")
+    ]
 
 
 # ------------------------------------------------------------------ defect 7: OOMKilled
@@ -310,3 +312,33 @@ def test_the_oom_reason_needs_the_jobs_own_last_pod_and_no_deadline() -> None:
     assert handle_job.job_changed(failed_job(), ctx) == "OOMKilled"
     message = kube.objects[evaluation_path("a", "e")]["status"]["message"]
     assert message.endswith("(OOMKilled, exit 137); raise spec.hardware.resources.limits.memory")
+
+
+def test_a_transient_api_error_is_retried_later_without_sleeping_in_the_handler() -> None:
+    pods = [attempt("e-g1-a", T0, state=OOM)]
+    ctx, kube, events = failed_job_world(pods)
+    patches: list[str] = []
+    patch = kube.merge_patch
+
+    def flaky_patch(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        patches.append(path)
+        if len(patches) == 1:
+            raise KubeError(503, "PATCH", path, '{"reason": "ServiceUnavailable"}')
+        return patch(path, body)
+
+    kube.merge_patch = flaky_patch  # type: ignore[method-assign]
+    try:
+        started = time.monotonic()
+        outcome = handle_job.job_progressed(failed_job(), ctx)
+        assert outcome == f"retrying in {handle_job.RETRY_DELAYS[0]:.1f}s"
+        assert time.monotonic() - started < handle_job.RETRY_DELAYS[0]  # the handler returned
+        assert ctx.ledger.running() == {}  # the failed Job holds no slot, noted at once
+        st = kube.objects[evaluation_path("a", "e")]["status"]
+        deadline = time.monotonic() + 5
+        while st.get("phase") != "Failed" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            st = kube.objects[evaluation_path("a", "e")]["status"]
+        assert st["phase"] == "Failed" and len(patches) == 2
+        assert [e.reason for e in events] == ["OOMKilled"]
+    finally:
+        ctx.later.stop()

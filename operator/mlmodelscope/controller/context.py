@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from mlmodelscope.contract.kube import Kube, evaluation_path
 from mlmodelscope.controller import status
+from mlmodelscope.controller.later import Later
+from mlmodelscope.controller.ledger import AdmissionLedger
 from mlmodelscope.controller.settings import OperatorSettings
 
 if TYPE_CHECKING:
@@ -43,6 +45,11 @@ class Context:
     recorder: Recorder | None = None
     """The results store finished runs are recorded in (None: MLMS_OPERATOR_STORE_URL unset)."""
     admission_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serializes decisions under the concurrency limits (only when limits are set)."""
+    ledger: AdmissionLedger = field(default_factory=AdmissionLedger)
+    """Slots held and evaluations waiting, from the watch streams (shared by copies)."""
+    later: Later = field(default_factory=Later)
+    """Retries of Job events, off Kopf's worker threads."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -69,6 +76,7 @@ class Context:
             if change.patch:
                 path = evaluation_path(namespace, name) + "/status"
                 evaluation = self.kube.merge_patch(path, {"status": change.patch})
+                self.ledger.observe_evaluation(evaluation)
         if change.event is not None:
             self.post_event(evaluation, change.event)
         return evaluation, change

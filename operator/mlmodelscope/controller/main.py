@@ -131,7 +131,8 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     retrier = recording.RecordRetrier(replace(ctx, post_event=api_event_poster(ctx.kube)))
     sweep_resync = handle_sweep.SweepResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
     kueue_watch = kueue.KueueWatch(replace(ctx, post_event=api_event_poster(ctx.kube)))
-    # Shares ctx's locks (status writes, admission) with the handlers; posts Events itself.
+    # Shares ctx's locks (status writes, admission) and admission ledger with the handlers;
+    # posts Events itself.
     evaluation_resync = resync.EvaluationResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
 
     @kopf.on.startup(registry=registry)
@@ -148,6 +149,7 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         sweep_resync.stop()
         kueue_watch.stop()
         evaluation_resync.stop()
+        ctx.later.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -173,10 +175,14 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
 
     # Every event of every evaluation (the initial listing too) feeds the phase and result
-    # gauges; it is bookkeeping, not a reconcile.
+    # gauges and the admission ledger; it is bookkeeping, not a reconcile. Async (it makes no
+    # API call): Kopf runs it in its event loop, so an evaluation's create handler does not
+    # first wait behind every queued handler for a thread to run this.
     @kopf.on.event(*RESOURCE, id="observed", registry=registry)
-    def evaluation_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        measured.evaluation_seen(body, deleted=_deleted(event))
+    async def evaluation_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        deleted = _deleted(event)
+        ctx.ledger.observe_evaluation(body, deleted=deleted)
+        measured.evaluation_seen(body, deleted=deleted)
 
     @kopf.on.event(*RESOURCE, id="deleted", registry=registry, when=_deleted)
     @measured.handler("deleted")

@@ -7,16 +7,18 @@ it completed), would otherwise leave the evaluation Pending or Running for good.
 like the handlers: an existing Job (of this evaluation's UID) is handled as if it had just
 changed (which also ends a run whose pod never starts, after the start timeout); a Job that no
 longer exists ends the run from the agent's published result, else Failed/JobDeleted; queued
-evaluations are offered the free slots. A plain thread (:class:`.periodic.Periodic`), not a
-Kopf timer, so no evaluation carries a finalizer.
+evaluations are offered the free slots. The tick lists the Jobs and the evaluations once
+each, and rebuilds the admission ledger from the same listings. A plain thread
+(:class:`.periodic.Periodic`), not a Kopf timer, so no evaluation carries a finalizer.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from mlmodelscope.contract.kube import KubeError, all_evaluations_path, evaluation_path, job_path
+from mlmodelscope.contract.kube import KubeError, job_path
 from mlmodelscope.controller import names, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_evaluation, handle_job
@@ -27,8 +29,14 @@ log = logging.getLogger(__name__)
 UNFINISHED = ("Queued", "Pending", "Running")
 
 
-def resync_one(ctx: Context, evaluation: dict[str, Any]) -> str:
-    """Reconcile one listed evaluation against its Job; returns what it did (for logs)."""
+def resync_one(
+    ctx: Context, evaluation: dict[str, Any], listed: Mapping[tuple[str, str], Any] | None = None
+) -> str:
+    """Reconcile one listed evaluation against its Job; returns what it did (for logs).
+
+    ``listed``: the evaluation Jobs of the same tick by (namespace, name), so a tick reads the
+    Jobs once instead of once per evaluation; a Job missing there is read again (it may have
+    been created after the listing)."""
     meta = evaluation["metadata"]
     current = evaluation.get("status") or {}
     generation = int(meta.get("generation") or 1)
@@ -37,7 +45,10 @@ def resync_one(ctx: Context, evaluation: dict[str, Any]) -> str:
     if current.get("phase") not in UNFINISHED or not current.get("jobName"):
         return "nothing to resync"
     namespace = str(meta["namespace"])
-    job = ctx.kube.get_or_none(job_path(namespace, str(current["jobName"])))
+    job_name = str(current["jobName"])
+    job = (listed or {}).get((namespace, job_name))
+    if job is None:
+        job = ctx.kube.get_or_none(job_path(namespace, job_name))
     if job is None:
         return handle_job.job_vanished(ctx, evaluation)
     if not names.owned_by(job, meta.get("uid")):
@@ -60,13 +71,12 @@ class EvaluationResync(Periodic):
 
     def tick(self) -> None:
         ctx = self.ctx
-        evaluations = handle_evaluation._list_everywhere(
-            ctx, evaluation_path, all_evaluations_path(), None
-        )
+        jobs, evaluations = handle_evaluation.sync_ledger(ctx)
+        listed = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
         for item in evaluations:
             meta = item["metadata"]
             try:
-                outcome = resync_one(ctx, item)
+                outcome = resync_one(ctx, item, listed)
             except (KubeError, OSError) as exc:  # the next tick tries again
                 log.warning("resync of %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
                 continue

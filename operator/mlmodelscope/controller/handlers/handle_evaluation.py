@@ -8,6 +8,7 @@ ConfigMaps are made current, and the Job is created once admission allows it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,6 +26,7 @@ from mlmodelscope.contract.redact import redact_text
 from mlmodelscope.controller import (
     builders,
     instrument,
+    ledger,
     model_refs,
     names,
     policy,
@@ -95,9 +97,9 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
             name,
             lambda st: status.invalid_spec(st, generation, message, ctx.clock()),
         )
-        delete_outdated_jobs(ctx, namespace, name, generation)
+        delete_outdated_jobs(ctx, namespace, name, generation, current)
         raise InvalidSpecError(message) from None
-    delete_outdated_jobs(ctx, namespace, name, generation)
+    delete_outdated_jobs(ctx, namespace, name, generation, current)
     enforce_policy(ctx, evaluation)
     finished = finish_published_run(ctx, evaluation)
     if finished is not None:
@@ -143,13 +145,20 @@ def finish_published_run(ctx: Context, evaluation: ModelEvaluation) -> str | Non
     return f"already ran: {outcome}"
 
 
-def delete_outdated_jobs(ctx: Context, namespace: str, name: str, generation: int) -> list[str]:
+def delete_outdated_jobs(
+    ctx: Context, namespace: str, name: str, generation: int, current: Mapping[str, Any]
+) -> list[str]:
     """Delete this evaluation's Jobs of other generations that are still running: an edited
-    spec replaces the run, it does not queue behind it. Finished ones stay for their logs."""
+    spec replaces the run, it does not queue behind it. Finished ones stay for their logs.
+
+    ``current``: the evaluation as just read. Its first generation has no earlier Jobs (an
+    older evaluation's of the same name belong to another UID), so no listing is spent on
+    each new evaluation."""
+    if generation <= 1:
+        return []
     selector = f"{names.LABEL_EVALUATION}={name},{names.MANAGED_SELECTOR}"
     deleted = []
-    uid = ctx.kube.get_or_none(evaluation_path(namespace, name))
-    owner = (uid or {}).get("metadata", {}).get("uid")
+    owner = current["metadata"].get("uid")
     for job in ctx.kube.list(job_path(namespace), selector):
         if not names.owned_by(job, owner):
             continue  # an earlier evaluation's of the same name: the garbage collector's
@@ -188,24 +197,6 @@ def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> None:
         ctx.kube.merge_patch(configmap_path(namespace, name), patch)
 
 
-def _waiting(evaluations: list[dict[str, Any]]) -> list[queue.QueueEntry]:
-    """Evaluations that want a Job for their current generation and have none yet."""
-    waiting = []
-    for item in evaluations:
-        meta = item["metadata"]
-        st = item.get("status") or {}
-        generation = int(meta.get("generation") or 1)
-        if meta.get("deletionTimestamp"):
-            continue
-        if not status.is_current(st, generation) or st.get("phase") != "Queued":
-            continue  # only what admission queued waits ahead: an evaluation that never got
-            # a status (its handler failed, or nobody watches its namespace) must not block
-        if names.kueue_queue(meta.get("labels")):
-            continue  # Kueue queues it, not the operator
-        waiting.append(queue.QueueEntry.of(item))
-    return waiting
-
-
 def created_at(evaluation: ModelEvaluation) -> str:
     return str((evaluation.metadata.model_extra or {}).get("creationTimestamp") or "")
 
@@ -220,11 +211,24 @@ def _list_everywhere(
     return ctx.kube.list(everywhere, selector)
 
 
+def sync_ledger(ctx: Context) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rebuild the admission ledger from one listing of the evaluation Jobs and one of the
+    evaluations (at the first decision after start-up, and on every resync); returns both."""
+    ctx.ledger.begin_rebuild()
+    jobs = _list_everywhere(ctx, job_path, all_jobs_path(), names.MANAGED_SELECTOR)
+    evaluations = _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None)
+    ctx.ledger.finish_rebuild(jobs, evaluations)
+    return jobs, evaluations
+
+
 def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
     """Create the Job if the concurrency limits allow it, else mark the evaluation Queued.
 
-    Serialized by the admission lock, and the Job is created inside it, so the next decision
-    counts it: the limits hold however many handlers run at once.
+    Under limits, decisions are serialized by the admission lock and the Job is created
+    inside it, so the next decision counts it: the limits hold however many handlers run at
+    once. A decision reads the in-memory ledger (:mod:`.ledger`), not the cluster, so its cost
+    does not grow with the number of evaluations. Without limits nothing is serialized:
+    creating the Job is idempotent.
 
     An evaluation with a Kueue queue label bypasses the operator's limits: its Job is created
     at once, suspended, and the evaluation is Queued until Kueue admits (unsuspends) it.
@@ -237,23 +241,19 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
     limits = queue.Limits(settings.max_running, settings.max_running_per_namespace)
     kueue = names.kueue_queue(evaluation.metadata.labels)
     results_cm = names.results_configmap_name(name)
-    with ctx.admission_lock:
+    decides = not limits.unlimited and not kueue
+    with ctx.admission_lock if decides else contextlib.nullcontext():
         existing = ctx.kube.get_or_none(job_path(namespace, job_name))
         if existing is not None and not names.owned_by(existing, evaluation.metadata.uid):
             raise ForeignChildError(
                 f"Job {job_name} belongs to another object (an earlier evaluation of the same "
                 "name?); waiting for it to be garbage-collected"
             )
-        if existing is None and not limits.unlimited and not kueue:
-            jobs = _list_everywhere(ctx, job_path, all_jobs_path(), names.MANAGED_SELECTOR)
-            evaluations = _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None)
+        if existing is None and decides:
+            if not ctx.ledger.synced:
+                sync_ledger(ctx)
             entry = queue.QueueEntry(created_at(evaluation), namespace, name)
-            decision = queue.decide(
-                entry,
-                _waiting(evaluations),
-                queue.running_per_namespace(jobs),
-                limits,
-            )
+            decision = queue.decide(entry, ctx.ledger.waiting(), ctx.ledger.running(), limits)
             if not decision.admitted:
                 ctx.update_status(
                     namespace,
@@ -281,6 +281,7 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                 log.warning("%s/%s: Job %s rejected: %s", namespace, name, job_name, answer)
                 return "job rejected"
             if created:
+                ctx.ledger.observe_job(job)
                 instrument.job_created(evaluation)
                 outcome = "job created"
             existing = job
@@ -310,27 +311,46 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
 
 
 def admit_queued(ctx: Context) -> list[str]:
-    """A slot may have freed (a Job ended or vanished): offer it to the queued evaluations,
-    oldest first. Event-driven instead of a per-object timer, because Kopf timers need a
-    finalizer on every evaluation. Returns the names that got a Job."""
+    """A slot may have freed (a Job ended or vanished): start the queued evaluations the
+    ledger's FIFO plan admits now, oldest first. The others are not touched (their Queued
+    status stays as admission wrote it), so a freed slot costs a read of the evaluations it
+    starts, not a patch of every queued one. Event-driven instead of a per-object timer,
+    because Kopf timers need a finalizer on every evaluation. Returns the names that got a
+    Job."""
     limits = queue.Limits(ctx.settings.max_running, ctx.settings.max_running_per_namespace)
     if limits.unlimited:
         return []
-    queued = []
-    for item in _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None):
-        st = item.get("status") or {}
-        generation = int(item["metadata"].get("generation") or 1)
-        kueue = names.kueue_queue(item["metadata"].get("labels"))
-        if status.is_current(st, generation) and st.get("phase") == "Queued" and not kueue:
-            queued.append(item)
-    started = []
-    for item in sorted(queued, key=queue.QueueEntry.of):
-        try:
-            evaluation = parse_body(item, ctx.kube)
-        except SpecValidationError:
-            continue  # its own handler reports it
-        if policy.denials(evaluation, ctx.settings.policy, ctx.settings.agent_images()):
-            continue  # likewise (queued before the operator restarted with a narrower policy)
-        if admit(ctx, evaluation) == "job created":
-            started.append(evaluation.metadata.name)
-    return started
+    if not ctx.ledger.synced:
+        sync_ledger(ctx)
+    started: list[str] = []
+    passed: set[queue.QueueEntry] = set()
+    while True:
+        waiting = [e for e in ctx.ledger.waiting() if e not in passed]
+        planned = queue.plan(waiting, ctx.ledger.running(), limits)
+        if not planned:
+            return started
+        entry = planned[0]
+        passed.add(entry)
+        outcome = _admit_queued_one(ctx, entry)
+        if outcome == "job created":
+            started.append(entry.name)
+
+
+def _admit_queued_one(ctx: Context, entry: queue.QueueEntry) -> str:
+    """Admit one queued evaluation the plan chose, read fresh (it may have changed or gone)."""
+    item = ctx.kube.get_or_none(evaluation_path(entry.namespace, entry.name))
+    if item is None:
+        ctx.ledger.observe_evaluation(
+            {"metadata": {"namespace": entry.namespace, "name": entry.name}}, deleted=True
+        )
+        return "gone"
+    ctx.ledger.observe_evaluation(item)
+    if ledger.waiting_entry(item) is None:
+        return "no longer queued"
+    try:
+        evaluation = parse_body(item, ctx.kube)
+    except SpecValidationError:
+        return "invalid"  # its own handler reports it
+    if policy.denials(evaluation, ctx.settings.policy, ctx.settings.agent_images()):
+        return "denied"  # likewise (queued before the operator restarted with a narrower policy)
+    return admit(ctx, evaluation)

@@ -14,7 +14,6 @@ missing (the operator stopped in between) is recorded at the Job's next event.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,11 +38,12 @@ log = logging.getLogger(__name__)
 
 JOB_NAME_LABEL = runs.JOB_NAME_LABEL
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
-"""Watch events are not redelivered, so transient API errors are retried in the handler."""
+"""Watch events are not redelivered, so transient API errors are retried (later, off Kopf's
+worker threads; the resync heals what the last retry could not)."""
 SPEC_ERROR_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded")
+"""Job failure reasons that become InvalidSpec when the agent's error names a spec field."""
 QUIET = ("not ours", "other generation", "already final", "waiting", "running")
 """Outcomes that free no slot: no need to look at the queue."""
-"""Job failure reasons that become InvalidSpec when the agent's error names a spec field."""
 
 
 def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -257,18 +257,29 @@ def transient(exc: Exception) -> bool:
     return isinstance(exc, (OSError, urllib3.exceptions.HTTPError))
 
 
-def job_progressed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
-    """A Job event: update its evaluation (retrying transient API errors), then, if the Job
-    no longer holds a slot, let queued evaluations take it."""
-    for delay in (*RETRY_DELAYS, None):
-        try:
-            outcome = job_changed(job, ctx, deleted)
-            break
-        except Exception as exc:
-            if delay is None or not transient(exc):
-                raise
-            log.warning("job %s: %s; retrying in %.1fs", job["metadata"]["name"], exc, delay)
-            time.sleep(delay)
+def job_progressed(
+    job: Mapping[str, Any], ctx: Context, deleted: bool = False, attempt: int = 0
+) -> str:
+    """A Job event: note whether it holds a slot, update its evaluation, then, if the Job no
+    longer holds a slot, let queued evaluations take it.
+
+    A transient API error is retried after ``RETRY_DELAYS[attempt]`` by ``ctx.later``, never
+    by sleeping here: this runs in one of Kopf's few worker threads. A newer event of the same
+    Job cancels the pending retry of this one."""
+    meta = job["metadata"]
+    key = ("job", meta.get("namespace"), meta["name"])
+    if attempt == 0:
+        ctx.later.cancel(key)
+        ctx.ledger.observe_job(job, deleted)
+    try:
+        outcome = job_changed(job, ctx, deleted)
+    except Exception as exc:
+        if attempt >= len(RETRY_DELAYS) or not transient(exc):
+            raise
+        delay = RETRY_DELAYS[attempt]
+        log.warning("job %s: %s; retrying in %.1fs", meta["name"], exc, delay)
+        ctx.later.call(key, delay, lambda: job_progressed(job, ctx, deleted, attempt + 1))
+        return f"retrying in {delay:.1f}s"
     if deleted or (not queue.holds_slot(job) and outcome not in QUIET):
         started = admit_queued(ctx)
         if started:

@@ -1,0 +1,359 @@
+"""Does the operator keep up with many evaluations at once? N ModelEvaluations applied at once
+plus churn, on the dev cluster's simulated (kwok) CPU node, with the operator's per-namespace
+concurrency limit on, so every admission goes through the queue.
+
+1. ``--evaluations`` evaluations are created in one namespace (8 client threads), all at once.
+2. Churn while they drain: every 10th is deleted, every 10th (another one) has its spec edited
+   (a new generation, so a second run).
+3. Ingestion: the time until every evaluation has a status for its current generation (Queued,
+   or Pending with its Job). The operator handles a burst of creates in arrival order, so this
+   is its create throughput, reported as measured.
+4. Probes: from then until the backlog has drained, every few seconds an evaluation is created
+   in a second namespace (its own slots) and the time from its create to its Job existing is
+   measured: how responsive the operator stays while it works through the backlog (target:
+   under 5 s).
+5. The run ends when every remaining evaluation has ended its current generation. kwok runs no
+   container: a Job "completes" and the operator ends the run Failed/SimulatedNode, so the
+   whole lifecycle (admission, Job, pod, completion, status, freed slot) is exercised without
+   running a model.
+
+Reported: drain time, probe latencies, the operator's resident memory (sampled every 0.5 s
+from /proc), the API server's LIST requests for Jobs and ModelEvaluations during the run
+(minus this script's own; from its ``apiserver_request_total``), and Jobs per run generation
+(must be exactly one). With the admission ledger, LISTs come from the resync (two per tick),
+not from each decision, so they do not grow with N.
+
+    .venv/bin/python benchmarks/operator_load.py --evaluations 1000 --out operator-load.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path, job_path
+from mlmodelscope.controller import names
+
+REPO = Path(__file__).resolve().parents[1]
+PROBE_TARGET_S = 5.0
+KWOK_CPU = {"mlmodelscope.io/simulation": "kwok", "mlmodelscope.io/pool": "cpu"}
+KWOK_TOLERATION = {
+    "key": "mlmodelscope.io/simulation",
+    "operator": "Equal",
+    "value": "kwok",
+    "effect": "NoSchedule",
+}
+LISTED = ("jobs", "modelevaluations")
+
+
+def manifest(name: str) -> dict[str, Any]:
+    """A small evaluation for the kwok CPU node: its pod 'succeeds' without running."""
+    return {
+        "apiVersion": "mlmodelscope.io/v1alpha1",
+        "kind": "ModelEvaluation",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {
+                "name": "digits",
+                "uri": "file:///models/digits.onnx",
+                "format": "onnx",
+                "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
+                "outputs": [{"name": "logits", "shape": [-1, 10]}],
+            },
+            "framework": {"name": "onnxruntime"},
+            "dataset": {"type": "digits"},
+            "scenario": {"batchSizes": [1]},
+            "hardware": {
+                "nodeSelector": KWOK_CPU,
+                "tolerations": [KWOK_TOLERATION],
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "16Mi"},
+                    "limits": {"memory": "64Mi"},
+                },
+            },
+            "timeout": "10m",
+        },
+    }
+
+
+@dataclass
+class LoadReport:
+    evaluations: int
+    deleted: int
+    edited: int
+    limit_per_namespace: int
+    create_s: float
+    """Creating all evaluations (client side)."""
+    ingest_s: float
+    """From the first create until every evaluation had a status for its current generation."""
+    drain_s: float
+    """From the first create until every remaining evaluation ended its current generation."""
+    probe_job_s: list[float]
+    """Per probe: its create to its Job existing."""
+    rss_mib_start: float
+    rss_mib_peak: float
+    lists: dict[str, float]
+    """API server LIST requests per resource during the run, this script's own subtracted."""
+    own_lists: int
+    phases: dict[str, int]
+    reasons: dict[str, int]
+    duplicate_jobs: list[str] = field(default_factory=list)
+    """Run generations with more than one Job (must be empty)."""
+
+    def table(self) -> str:
+        probes = sorted(self.probe_job_s)
+        runs = self.evaluations + self.edited - self.deleted
+        p50_max = f"{statistics.median(probes):.2f} / {probes[-1]:.2f}" if probes else "-"
+        rows = [
+            (
+                "evaluations (deleted, edited)",
+                f"{self.evaluations} ({self.deleted}, {self.edited})",
+            ),
+            ("limit per namespace", str(self.limit_per_namespace)),
+            ("create all (s)", f"{self.create_s:.1f}"),
+            ("every evaluation has a status (s)", f"{self.ingest_s:.1f}"),
+            ("drain (s)", f"{self.drain_s:.1f}"),
+            ("runs per second", f"{runs / self.drain_s:.2f}"),
+            ("probes", str(len(probes))),
+            ("probe: create to Job, p50 / max (s)", p50_max),
+            (
+                "operator RSS start / peak (MiB)",
+                f"{self.rss_mib_start:.0f} / {self.rss_mib_peak:.0f}",
+            ),
+            *((f"LIST {r} during the run", f"{n:.0f}") for r, n in self.lists.items()),
+            ("final phases", ", ".join(f"{k} {v}" for k, v in sorted(self.phases.items()))),
+            ("generations with >1 Job", str(len(self.duplicate_jobs))),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def list_requests(metrics_text: str) -> dict[str, float]:
+    """LIST requests so far per resource in :data:`LISTED`, from the API server's metrics."""
+    counts = dict.fromkeys(LISTED, 0.0)
+    for line in metrics_text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
+        if labels.get("verb") == "LIST" and labels.get("resource") in counts:
+            counts[labels["resource"]] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children (the operator runs as one process)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@contextmanager
+def sampled_rss(pid: int, every_s: float = 0.5) -> Iterator[list[float]]:
+    samples: list[float] = [rss_mib(pid)]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(every_s):
+            try:
+                samples.append(rss_mib(pid))
+            except OSError:
+                return
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        stop.set()
+        thread.join()
+
+
+def observed(item: dict[str, Any]) -> bool:
+    """The operator has written a status for the evaluation's current generation."""
+    generation = int(item["metadata"].get("generation") or 1)
+    return (item.get("status") or {}).get("observedGeneration") == generation
+
+
+def ended(item: dict[str, Any]) -> bool:
+    st = item.get("status") or {}
+    generation = int(item["metadata"].get("generation") or 1)
+    return st.get("observedGeneration") == generation and st.get("phase") in ("Succeeded", "Failed")
+
+
+def wait_job(kube: Kube, namespace: str, name: str, timeout: float) -> float:
+    """Create ``name`` in ``namespace`` and return the seconds until its first Job exists."""
+    started = time.monotonic()
+    kube.create(evaluation_path(namespace), {**manifest(name)})
+    job = job_path(namespace, names.job_name(name, 1))
+    while kube.get_or_none(job) is None:
+        if time.monotonic() - started > timeout:
+            return math.inf
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def run_load(
+    kube: Kube,
+    metrics: Callable[[], str],
+    operator_pid: int,
+    load_namespace: str,
+    probe_namespace: str,
+    evaluations: int,
+    limit_per_namespace: int,
+    probe_every_s: float = 3.0,
+    timeout_s: float = 1200.0,
+) -> LoadReport:
+    """Apply the load (see the module) against an operator already watching both namespaces
+    with ``MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE=limit_per_namespace``."""
+    evaluations_path = evaluation_path(load_namespace)
+    own_lists = 0
+    before = list_requests(metrics())
+    with sampled_rss(operator_pid) as rss:
+        started = time.monotonic()
+        todo = [f"load-{i:05d}" for i in range(evaluations)]
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda n: kube.create(evaluations_path, manifest(n)), todo))
+        create_s = time.monotonic() - started
+        deleted = todo[5::10]
+        edited = todo[7::10]
+        for name in deleted:
+            kube.delete(evaluation_path(load_namespace, name))
+        for name in edited:
+            patch = {"spec": {"scenario": {"batchSizes": [2]}}}
+            kube.merge_patch(evaluation_path(load_namespace, name), patch)
+        while True:
+            items = kube.list(evaluations_path)
+            own_lists += 1
+            if all(observed(i) for i in items if not i["metadata"].get("deletionTimestamp")):
+                break
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"{sum(not observed(i) for i in items)} evaluations unseen")
+            time.sleep(0.5)
+        ingest_s = time.monotonic() - started
+        probes: list[float] = []
+        next_probe = time.monotonic()
+        while True:
+            if time.monotonic() >= next_probe:
+                name = f"probe-{len(probes):03d}"
+                probes.append(wait_job(kube, probe_namespace, name, PROBE_TARGET_S * 4))
+                next_probe = time.monotonic() + probe_every_s
+            items = kube.list(evaluations_path)
+            own_lists += 1
+            if all(ended(i) for i in items if not i["metadata"].get("deletionTimestamp")):
+                break
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"{sum(not ended(i) for i in items)} evaluations never ended")
+            time.sleep(1.0)
+        drain_s = time.monotonic() - started
+    after = list_requests(metrics())
+    jobs = kube.list(job_path(load_namespace), names.MANAGED_SELECTOR)
+    own_lists_jobs = 1
+    labels = [j["metadata"].get("labels") or {} for j in jobs]
+    per_generation = Counter(
+        (label.get(names.LABEL_EVALUATION), label.get(names.LABEL_GENERATION)) for label in labels
+    )
+    failed_reasons: Counter[str] = Counter()
+    for item in items:
+        for cond in (item.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Failed" and cond.get("status") == "True":
+                failed_reasons[str(cond.get("reason"))] += 1
+    lists = {r: after[r] - before[r] for r in LISTED}
+    lists["modelevaluations"] -= own_lists
+    lists["jobs"] -= own_lists_jobs
+    return LoadReport(
+        evaluations=evaluations,
+        deleted=len(deleted),
+        edited=len(edited),
+        limit_per_namespace=limit_per_namespace,
+        create_s=create_s,
+        ingest_s=ingest_s,
+        drain_s=drain_s,
+        probe_job_s=probes,
+        rss_mib_start=rss[0],
+        rss_mib_peak=max(rss),
+        lists=lists,
+        own_lists=own_lists,
+        phases=dict(Counter(str((i.get("status") or {}).get("phase")) for i in items)),
+        reasons=dict(failed_reasons),
+        duplicate_jobs=[f"{e}-g{g}" for (e, g), n in per_generation.items() if n > 1],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--evaluations", type=int, default=1000)
+    parser.add_argument("--limit-per-namespace", type=int, default=50)
+    parser.add_argument("--resync-seconds", type=float, default=30.0)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+
+    from mlmodelscope.devcluster.cluster import Cluster
+
+    with tempfile.TemporaryDirectory(prefix="mlms-load-") as tmp:
+        run_dir = Path(tmp) / "cluster"
+        with Cluster(run_dir, real_node=False) as cluster:
+            cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+            cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+            load_ns, probe_ns = "load", "probe"
+            for ns in (load_ns, probe_ns):
+                cluster.kubectl("create", "namespace", ns)
+            kube = Kube(cluster.api_client())
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("MLMS_OPERATOR_")},
+                "KUBECONFIG": str(cluster.kubeconfig),
+                "MLMS_OPERATOR_NAMESPACES": f"{load_ns},{probe_ns}",
+                "MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE": str(args.limit_per_namespace),
+                "MLMS_OPERATOR_RESYNC_SECONDS": str(args.resync_seconds),
+                "MLMS_OPERATOR_METRICS_PORT": "0",
+            }
+            log = (Path(tmp) / "operator.log").open("wb")
+            import subprocess
+
+            operator = subprocess.Popen(
+                [sys.executable, "-m", "mlmodelscope", "operator", "--standalone"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                time.sleep(5)  # the operator's first listing
+                report = run_load(
+                    kube,
+                    lambda: cluster.kubectl("get", "--raw", "/metrics").stdout,
+                    operator.pid,
+                    load_ns,
+                    probe_ns,
+                    args.evaluations,
+                    args.limit_per_namespace,
+                )
+            except (KubeError, TimeoutError):
+                log.flush()
+                print((Path(tmp) / "operator.log").read_text()[-4000:], file=sys.stderr)
+                raise
+            finally:
+                operator.terminate()
+                operator.wait(30)
+    print(report.table())
+    if args.out:
+        args.out.write_text(json.dumps(asdict(report), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
