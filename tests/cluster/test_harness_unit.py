@@ -107,11 +107,6 @@ def test_examples_volume_and_claim_are_reserved_for_each_other(tmp_path: Path) -
     assert volume["spec"]["storageClassName"] == claim["spec"]["storageClassName"] == ""
     assert set(claim["spec"]["accessModes"]) <= set(volume["spec"]["accessModes"])
     assert volume["spec"]["hostPath"]["path"] == str(folder)
-    role, binding = examples.agent_rbac_manifests()
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "default", "namespace": "default"}
-    ]
 
 
 def test_claim_folder_gets_the_models_or_up_says_why_not(

@@ -68,15 +68,18 @@ def kube(cluster: Cluster) -> Kube:
 
 @pytest.fixture
 def agent_rbac(cluster: Cluster, namespace: str) -> str:
-    """The agent's ServiceAccount with the Role docs/operator.md asks for (get/patch
-    ConfigMaps), in the test namespace."""
+    """A shared agent ServiceAccount with the Role docs/operator.md asks for with
+    ``service-account`` results access (patch ConfigMaps, as tests/packaging/rbac_table.py's
+    AGENT), in the test namespace. Tests that pass it as MLMS_OPERATOR_JOB_SERVICE_ACCOUNT run
+    that mode; the default, per-evaluation accounts, needs no fixture (the operator creates
+    them: test_agent_access_cluster.py)."""
     manifests = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": AGENT_SA}},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": AGENT_SA},
-            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"]}],
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",

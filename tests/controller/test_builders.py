@@ -54,6 +54,84 @@ def test_every_child_is_owned_and_labelled(make_evaluation: Make) -> None:
     assert builders.build_job(ev, SETTINGS)["metadata"]["name"] == "digits-cpu-g4"
 
 
+def test_the_agents_access_objects_are_owned_and_serve_every_generation(
+    make_evaluation: Make,
+) -> None:
+    ev = make_evaluation(generation=4)
+    job_meta = builders.build_job(ev, SETTINGS)["metadata"]
+    for child in (
+        builders.build_agent_service_account(ev),
+        builders.build_results_writer_role(ev),
+        builders.build_results_writer_binding(ev),
+    ):
+        meta = child["metadata"]
+        assert meta["namespace"] == "team-a"
+        assert meta["ownerReferences"] == job_meta["ownerReferences"]
+        assert meta["labels"]["mlmodelscope.io/evaluation"] == "digits-cpu"
+        assert "mlmodelscope.io/generation" not in meta["labels"]
+
+
+def test_an_evaluations_service_account_may_patch_its_own_results_configmap_and_nothing_else(
+    make_evaluation: Make,
+) -> None:
+    ev = make_evaluation()
+    account = builders.build_agent_service_account(ev)
+    role = builders.build_results_writer_role(ev)
+    binding = builders.build_results_writer_binding(ev)
+    assert account["metadata"]["name"] == "digits-cpu-agent"
+    assert account["automountServiceAccountToken"] is True
+    assert role["metadata"]["name"] == "digits-cpu-results-writer"
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [builders.build_results_configmap(ev)["metadata"]["name"]],
+            "verbs": ["patch"],
+        }
+    ]
+    assert binding["metadata"]["name"] == "digits-cpu-results-writer"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "digits-cpu-results-writer",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "digits-cpu-agent", "namespace": "team-a"}
+    ]
+    pod = builders.build_job(ev, SETTINGS)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+def test_long_names_keep_the_access_objects_distinct_and_within_limits(
+    make_evaluation: Make,
+) -> None:
+    first = make_evaluation(name="x" * 60 + "-a")
+    second = make_evaluation(name="x" * 60 + "-b")
+    for build in (builders.build_agent_service_account, builders.build_results_writer_role):
+        a, b = build(first)["metadata"]["name"], build(second)["metadata"]["name"]
+        assert a != b and len(a) <= 63 and len(b) <= 63
+    role = builders.build_results_writer_role(first)
+    assert role["rules"][0]["resourceNames"] == [
+        builders.build_results_configmap(first)["metadata"]["name"]
+    ]
+    binding = builders.build_results_writer_binding(first)
+    account = builders.build_agent_service_account(first)
+    assert binding["subjects"][0]["name"] == account["metadata"]["name"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_a_shared_job_service_account_replaces_the_evaluations_own(make_evaluation: Make) -> None:
+    """``service-account`` results access: every pod runs as the configured account (which
+    may patch every ConfigMap of the namespace), or the namespace's default when none is set."""
+    ev = make_evaluation()
+    shared = OperatorSettings.from_env({"MLMS_OPERATOR_JOB_SERVICE_ACCOUNT": "evaluations"})
+    assert shared.results_access == "service-account"
+    pod = builders.build_job(ev, shared)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "evaluations"
+    default = OperatorSettings.from_env({"MLMS_OPERATOR_RESULTS_ACCESS": "service-account"})
+    assert "serviceAccountName" not in builders.build_job(ev, default)["spec"]["template"]["spec"]
+
+
 def test_spec_configmap_round_trips_through_the_agents_parser(make_evaluation: Make) -> None:
     ev = make_evaluation(generation=2, scenario={"type": "Server", "targetQPS": 12.5})
     cm = builders.build_spec_configmap(ev)
@@ -112,7 +190,7 @@ def test_cpu_job_runs_the_agent_with_the_contract(make_evaluation: Make) -> None
     assert "MLMS_PUSHGATEWAY_URL" not in env
     assert "nvidia.com/gpu" not in str(c["resources"])
     assert "tolerations" not in pod and "nodeSelector" not in pod
-    assert "serviceAccountName" not in pod
+    assert pod["serviceAccountName"] == "digits-cpu-agent"  # its own (per-evaluation access)
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes[mounts["/etc/mlmodelscope/spec"]]["configMap"]["name"] == "digits-cpu-spec"

@@ -450,9 +450,10 @@ def test_concurrency_limit_holds_and_every_queued_evaluation_finishes(
     start_operator: Callable[..., OperatorProcess],
     digits_onnx: Path,
 ) -> None:
-    """Limit 2, five evaluations. No job ServiceAccount: the agent may not write the results
-    ConfigMap, so this also proves the termination-message fallback."""
-    start_operator(MLMS_OPERATOR_MAX_RUNNING="2")
+    """Limit 2, five evaluations. Shared results access without a job ServiceAccount: the pods
+    run as the namespace's default account, which may not write the results ConfigMap, so this
+    also proves the termination-message fallback."""
+    start_operator(MLMS_OPERATOR_MAX_RUNNING="2", MLMS_OPERATOR_RESULTS_ACCESS="service-account")
     peak = {"active": 0}
     stop = threading.Event()
     errors: list[BaseException] = []

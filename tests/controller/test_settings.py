@@ -16,6 +16,7 @@ def test_defaults_need_no_environment() -> None:
     assert settings.namespaces == ()
     assert settings.peering is None
     assert settings.job_service_account is None
+    assert settings.results_access == "per-evaluation"
     assert settings.image_pull_policy == "IfNotPresent"
     image = settings.image_for(FrameworkName.ONNXRUNTIME, Device.CPU)
     assert image == f"ghcr.io/mlmodelscope/agent-onnxruntime:{__version__}-cpu"
@@ -93,6 +94,33 @@ def test_fetch_settings_are_checked_like_the_agent_checks_them() -> None:
     assert "MLMS_OPERATOR_FETCH_TIMEOUT_SECONDS='0'" in text
     assert "MLMS_OPERATOR_FETCH_DEADLINE_SECONDS='soon'" in text
     assert len(info.value.problems) == 5
+
+
+def test_results_access_is_per_evaluation_unless_a_job_service_account_is_chosen() -> None:
+    def access(**env: str) -> str:
+        return OperatorSettings.from_env(
+            {f"MLMS_OPERATOR_{k}": v for k, v in env.items()}
+        ).results_access
+
+    assert access() == "per-evaluation"
+    assert access(JOB_SERVICE_ACCOUNT="evaluations") == "service-account"  # as before
+    assert access(RESULTS_ACCESS="service-account") == "service-account"
+    both = {"RESULTS_ACCESS": "service-account", "JOB_SERVICE_ACCOUNT": "evaluations"}
+    assert access(**both) == "service-account"
+    assert access(RESULTS_ACCESS="per-evaluation") == "per-evaluation"
+
+
+def test_results_access_refuses_unknown_values_and_a_contradiction() -> None:
+    with pytest.raises(SettingsError) as info:
+        OperatorSettings.from_env({"MLMS_OPERATOR_RESULTS_ACCESS": "shared"})
+    assert "MLMS_OPERATOR_RESULTS_ACCESS='shared': expected per-evaluation or" in str(info.value)
+    env = {
+        "MLMS_OPERATOR_RESULTS_ACCESS": "per-evaluation",
+        "MLMS_OPERATOR_JOB_SERVICE_ACCOUNT": "evaluations",
+    }
+    with pytest.raises(SettingsError) as info:
+        OperatorSettings.from_env(env)
+    assert "unset MLMS_OPERATOR_JOB_SERVICE_ACCOUNT" in str(info.value)
 
 
 def test_peering_name_and_off_values() -> None:

@@ -4,6 +4,8 @@ Each :class:`Grant` is a verb set the operator's (or the agent's) code needs on 
 where it needs it, and the code path behind it. Everything not granted here must be denied:
 ``expected`` turns the table into the exact allowed set for one install and one place, and
 ``CHECKED`` lists every resource the tests ask about, each with every verb of ``VERBS``.
+A grant limited to one object (``resourceNames``: an evaluation's own results ConfigMap) allows
+no request that does not name it; ``named`` lists what it allows by name.
 
 Used by test_chart.py (the rendered Roles and ClusterRoles, evaluated without a cluster) and
 test_chart_cluster.py (the real API server's authorizer, `kubectl auth can-i` as the
@@ -63,6 +65,9 @@ MODELS = _r(MLMS, "models")
 JOBS = _r("batch", "jobs")
 PODS = _r("", "pods")
 CONFIGMAPS = _r("", "configmaps")
+SERVICE_ACCOUNTS = _r("", "serviceaccounts")
+ROLES = _r("rbac.authorization.k8s.io", "roles")
+ROLE_BINDINGS = _r("rbac.authorization.k8s.io", "rolebindings")
 EVENTS = _r("", "events")
 WORKLOADS = _r("kueue.x-k8s.io", "workloads")
 KOPF_PEERINGS = _r("kopf.dev", "kopfpeerings")
@@ -94,16 +99,16 @@ CHECKED: tuple[Resource, ...] = (
     _r("events.k8s.io", "events"),
     WORKLOADS,
     KOPF_PEERINGS,
-    # what neither needs: credentials, identities, RBAC itself, other workloads
+    SERVICE_ACCOUNTS,
+    ROLES,
+    ROLE_BINDINGS,
+    # what neither needs: credentials, tokens, other workloads
     _r("", "secrets"),
-    _r("", "serviceaccounts"),
     _r("", "serviceaccounts", "token"),
     _r("", "services"),
     _r("", "persistentvolumeclaims"),
     _r("apps", "deployments"),
     _r("coordination.k8s.io", "leases"),
-    _r("rbac.authorization.k8s.io", "roles"),
-    _r("rbac.authorization.k8s.io", "rolebindings"),
     # cluster-scoped
     CRDS,
     NAMESPACES,
@@ -135,6 +140,12 @@ class When(Enum):
     NAMESPACED = "namespaced install only"
     CLUSTER_WIDE_PEERING = "cluster-wide install with Kopf peering"
     NAMESPACED_PEERING = "namespaced install with Kopf peering"
+    PER_EVALUATION = "per-evaluation results access (evaluationJobs.resultsAccess, the default)"
+    SHARED_ACCOUNT = "a shared job ServiceAccount (evaluationJobs.resultsAccess: service-account)"
+
+
+OWN_RESULTS = "<evaluation>-results"
+"""In ``Grant.resource_name``: the results ConfigMap of the evaluation the account belongs to."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +155,8 @@ class Grant:
     scope: Scope
     when: When
     why: str
+    resource_name: str = ""
+    """Only on the object of this name (a Role's ``resourceNames``); empty: any object."""
 
 
 OPERATOR: tuple[Grant, ...] = (
@@ -183,6 +196,15 @@ OPERATOR: tuple[Grant, ...] = (
     Grant(WORKLOADS, ("list",), Scope.RUNS, When.ALWAYS, "kueue.KueueWatch._list"),
     Grant(KOPF_PEERINGS, ("list", "watch", "patch"), Scope.RUNS, When.NAMESPACED_PEERING,
           "Kopf peering keep-alives"),
+    Grant(SERVICE_ACCOUNTS, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
+          "agent_access.ensure_agent_access: the evaluation's own account (get: the owner of "
+          "one that exists)"),
+    Grant(ROLES, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
+          "agent_access.ensure_agent_access: its results-writer Role (no escalate: the "
+          "operator holds configmaps patch here itself)"),
+    Grant(ROLE_BINDINGS, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
+          "agent_access.ensure_agent_access: that Role bound to that account (no bind: "
+          "likewise)"),
     Grant(CRDS, ("list", "watch"), Scope.CLUSTER, When.ALWAYS,
           "Kopf's resource observer"),
     Grant(NAMESPACES, ("list", "watch"), Scope.CLUSTER, When.NAMESPACED,
@@ -195,11 +217,20 @@ OPERATOR: tuple[Grant, ...] = (
 """The operator's ServiceAccount."""
 
 AGENT: tuple[Grant, ...] = (
-    Grant(CONFIGMAPS, ("patch",), Scope.RUNS, When.ALWAYS,
+    Grant(CONFIGMAPS, ("patch",), Scope.RUNS, When.SHARED_ACCOUNT,
           "agent.pod.publish_configmap merge-patches the results ConfigMap (its own namespace "
           "only: a Role per job namespace)"),
 )  # fmt: skip
-"""The evaluation pods' ServiceAccount (``<release>-mlmodelscope-evaluation``)."""
+"""The evaluation pods' shared ServiceAccount (``<release>-mlmodelscope-evaluation``), which
+exists only with ``evaluationJobs.resultsAccess: service-account``."""
+
+EVALUATION_AGENT: tuple[Grant, ...] = (
+    Grant(CONFIGMAPS, ("patch",), Scope.RUNS, When.PER_EVALUATION,
+          "agent.pod.publish_configmap merge-patches its evaluation's results ConfigMap (Role "
+          "<evaluation>-results-writer, builders.build_results_writer_role)",
+          resource_name=OWN_RESULTS),
+)  # fmt: skip
+"""An evaluation's own ServiceAccount (``<evaluation>-agent``), created by the operator."""
 
 
 @dataclass(frozen=True)
@@ -209,6 +240,7 @@ class Install:
     namespaced: bool = False
     store: bool = False
     peering: bool = False
+    shared_account: bool = False
 
     def holds(self, when: When) -> bool:
         return {
@@ -218,6 +250,8 @@ class Install:
             When.NAMESPACED: self.namespaced,
             When.CLUSTER_WIDE_PEERING: self.peering and not self.namespaced,
             When.NAMESPACED_PEERING: self.peering and self.namespaced,
+            When.PER_EVALUATION: not self.shared_account,
+            When.SHARED_ACCOUNT: self.shared_account,
         }[when]
 
 
@@ -238,7 +272,7 @@ def expected(grants: Iterable[Grant], install: Install, place: Place) -> set[Pai
     x ``VERBS`` that applies there is denied. For the agent, RUNS is its own namespace."""
     allowed: set[Pair] = set()
     for grant in grants:
-        if not install.holds(grant.when):
+        if not install.holds(grant.when) or grant.resource_name:
             continue
         if grant.scope is Scope.CLUSTER:
             holds = place is Place.CLUSTER
@@ -256,3 +290,14 @@ def checked_pairs(place: Place) -> list[Pair]:
     them), cluster-scoped ones at cluster scope."""
     cluster = place is Place.CLUSTER
     return [(r, v) for r in CHECKED if r.namespaced != cluster for v in VERBS]
+
+
+def named(grants: Iterable[Grant], install: Install, evaluation: str) -> set[tuple[Pair, str]]:
+    """What the grants limited to one object allow, by name, in the account's own namespace
+    (the only place they hold), for the account of ``evaluation``."""
+    return {
+        ((grant.resource, verb), grant.resource_name.replace("<evaluation>", evaluation))
+        for grant in grants
+        if grant.resource_name and install.holds(grant.when)
+        for verb in grant.verbs
+    }

@@ -28,7 +28,17 @@ from chart_helpers import (
     render,
     run_helm,
 )
-from rbac_table import AGENT, CHECKED, OPERATOR, Install, Pair, Place, checked_pairs, expected
+from rbac_table import (
+    AGENT,
+    CHECKED,
+    EVALUATION_AGENT,
+    OPERATOR,
+    Install,
+    Pair,
+    Place,
+    checked_pairs,
+    expected,
+)
 
 from mlmodelscope.controller.policy import ALL, NONE, Allowance, Policy
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
@@ -327,7 +337,45 @@ def _settings(manifests: list[Manifest]) -> OperatorSettings:
 def test_operator_accepts_the_rendered_configuration(helm: Path, values: tuple[Path, ...]) -> None:
     """The ConfigMap's variables go through the operator's own settings parser."""
     settings = _settings(render(helm, values))
+    if settings.results_access == "service-account":  # namespaced-values.yaml: a cloud identity
+        assert settings.job_service_account == "mlms-mlmodelscope-evaluation"
+    else:
+        assert settings.job_service_account is None
+
+
+def test_results_access_is_per_evaluation_unless_the_shared_account_is_chosen(
+    helm: Path,
+) -> None:
+    """Per-evaluation accounts by default: no shared evaluation ServiceAccount, Role or binding,
+    and the operator may create each evaluation's own; ``service-account`` brings the shared
+    account back and takes those verbs away again."""
+    per_evaluation = render(helm)
+    assert _settings(per_evaluation).results_access == "per-evaluation"
+    assert not find(per_evaluation, "ServiceAccount", "mlms-mlmodelscope-evaluation")
+    assert not find(per_evaluation, "Role", "mlms-mlmodelscope-evaluation")
+    assert not find(per_evaluation, "RoleBinding", "mlms-mlmodelscope-evaluation")
+    shared = render(helm, sets=["evaluationJobs.resultsAccess=service-account"])
+    settings = _settings(shared)
+    assert settings.results_access == "service-account"
     assert settings.job_service_account == "mlms-mlmodelscope-evaluation"
+    assert one(shared, "Role", "mlms-mlmodelscope-evaluation")
+
+    def identity_verbs(manifests: list[Manifest]) -> set[tuple[str, str]]:
+        role = one(manifests, "Role", "mlms-mlmodelscope-operator")
+        kinds = {"serviceaccounts", "roles", "rolebindings"}
+        return {
+            (resource, verb)
+            for rule in role["rules"]
+            for resource in kinds & set(rule["resources"])
+            for verb in rule["verbs"]
+        }
+
+    assert identity_verbs(per_evaluation) == {
+        (kind, verb)
+        for kind in ("serviceaccounts", "roles", "rolebindings")
+        for verb in ("get", "create")
+    }
+    assert identity_verbs(shared) == set()
 
 
 def test_configuration_maps_values_to_settings(helm: Path) -> None:
@@ -410,9 +458,10 @@ def test_rbac_grants_nothing_broad(helm: Path, values: tuple[Path, ...]) -> None
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, (where, rule)
 
 
-def test_evaluation_jobs_may_only_patch_configmaps(helm: Path) -> None:
-    for values in ((), (CHART / "ci" / "namespaced-values.yaml",)):
-        manifests = render(helm, values)
+def test_a_shared_evaluation_account_may_only_patch_configmaps(helm: Path) -> None:
+    shared = "evaluationJobs.resultsAccess=service-account"
+    for values, sets in (((), (shared,)), ((CHART / "ci" / "namespaced-values.yaml",), ())):
+        manifests = render(helm, values, sets)
         roles = find(manifests, "Role", "mlms-mlmodelscope-evaluation")
         assert roles
         for role in roles:
@@ -444,6 +493,17 @@ RBAC_INSTALLS = {
         Install(namespaced=True, store=True, peering=True),
         ("watchNamespaces={team-a,team-b}", STORE_URL, "replicaCount=2"),
     ),
+    "cluster-wide-shared-account": (
+        Install(shared_account=True),
+        (
+            "evaluationJobs.namespaces={team-a,team-b}",
+            "evaluationJobs.resultsAccess=service-account",
+        ),
+    ),
+    "namespaced-shared-account": (
+        Install(namespaced=True, shared_account=True),
+        ("watchNamespaces={team-a,team-b}", "evaluationJobs.resultsAccess=service-account"),
+    ),
 }
 OTHER_NAMESPACES = ["kube-system", "default"]
 
@@ -469,16 +529,17 @@ def _places(runs: list[str], also_other: list[str]) -> list[tuple[Place, str | N
 @pytest.mark.parametrize("variant", sorted(RBAC_INSTALLS))
 def test_rendered_rbac_grants_exactly_the_table(helm: Path, variant: str) -> None:
     """Every verb on every resource of tests/packaging/rbac_table.py, for the operator and the
-    evaluation ServiceAccount, in the namespaces where evaluations run, elsewhere (kube-system
-    included) and cluster-wide: allowed exactly when the table says so. The same table is
-    checked against the real API server's authorizer in test_chart_cluster.py."""
+    shared evaluation ServiceAccount (granted nothing with per-evaluation accounts), in the
+    namespaces where evaluations run, elsewhere (kube-system included) and cluster-wide:
+    allowed exactly when the table says so. The same table is checked against the real API
+    server's authorizer in test_chart_cluster.py."""
     install, sets = RBAC_INSTALLS[variant]
     manifests = render(helm, sets=sets)
     job_namespaces = sorted(
-        sa["metadata"]["namespace"]
-        for sa in find(manifests, "ServiceAccount", "mlms-mlmodelscope-evaluation")
+        role["metadata"]["namespace"]
+        for role in find(manifests, "Role", "mlms-mlmodelscope-operator")
     )
-    runs = ["team-a", "team-b"] if install.namespaced else job_namespaces
+    runs = job_namespaces
     wrong = []
     operator = (NAMESPACE, "mlms-mlmodelscope-operator")
     for place, namespace in _places(runs, [NAMESPACE]):
@@ -499,7 +560,8 @@ def test_rendered_rbac_grants_exactly_the_table(helm: Path, variant: str) -> Non
 def test_every_rendered_grant_is_in_the_table(helm: Path) -> None:
     """Nothing in the chart's Roles and ClusterRoles escapes the table's checks: each rule names
     a resource of CHECKED and a verb the table grants on it."""
-    table = {(g.resource.group, g.resource.rule_name, v) for g in OPERATOR + AGENT for v in g.verbs}
+    grants = OPERATOR + AGENT + EVALUATION_AGENT
+    table = {(g.resource.group, g.resource.rule_name, v) for g in grants for v in g.verbs}
     for _, sets in RBAC_INSTALLS.values():
         for where, rule in _rules(render(helm, sets=sets)):
             for group in rule["apiGroups"]:
@@ -507,7 +569,7 @@ def test_every_rendered_grant_is_in_the_table(helm: Path) -> None:
                     for verb in rule["verbs"]:
                         assert (group, resource, verb) in table, (where, group, resource, verb)
     checked = set(CHECKED)
-    assert all(g.resource in checked for g in OPERATOR + AGENT)
+    assert all(g.resource in checked for g in grants)
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,13 @@
 One namespaced release (Kopf peering on) runs the operator as a pod on the CPU exec node (the
 exec kubelet runs its container command, `mlms operator`, for real) in a namespace that enforces
 Pod Security `restricted`; a ModelEvaluation applied with kubectl runs there and must reach
-Succeeded, with no request of the operator refused. The API server's authorizer then answers,
-for every verb on every resource of tests/packaging/rbac_table.py, what each ServiceAccount may
-do in its namespace, in kube-system, in default and cluster-wide, and the answers must be
-exactly the table's. A second, cluster-wide release (zero replicas, so no operator acts on
-other tests' namespaces; a results store and peering configured) is checked the same way.
+Succeeded, its pod running as the evaluation's own ServiceAccount, with no request of the
+operator refused. The API server's authorizer then answers, for every verb on every resource of
+tests/packaging/rbac_table.py, what each ServiceAccount (the evaluation's own included) may do
+in its namespace, in kube-system, in default and cluster-wide, and the answers must be exactly
+the table's. A second, cluster-wide release (zero replicas, so no operator acts on other tests'
+namespaces; a results store, peering and the shared evaluation ServiceAccount configured) is
+checked the same way.
 """
 
 from __future__ import annotations
@@ -29,13 +31,17 @@ import yaml
 from chart_helpers import CHART, render
 from rbac_table import (
     AGENT,
+    CONFIGMAPS,
+    EVALUATION_AGENT,
     OPERATOR,
+    VERBS,
     Grant,
     Install,
     Place,
     Resource,
     checked_pairs,
     expected,
+    named,
 )
 
 from mlmodelscope.contract.wire import RESULT_KEY, SUMMARY_KEY
@@ -256,39 +262,51 @@ def test_namespace_enforces_restricted(release: Release) -> None:
     assert proc.returncode != 0 and "violates PodSecurity" in proc.stderr, proc.stderr
 
 
-def test_example_evaluation_succeeds_as_the_job_service_account(release: Release) -> None:
+EXAMPLE = "digits-helm"
+
+
+@pytest.fixture(scope="module")
+def example(release: Release) -> dict[str, Any]:
+    """The example evaluation, applied with kubectl and run to its end (once per module)."""
     from mlmodelscope.agent.digits import ensure_digits_models
 
     model = ensure_digits_models() / "digits.onnx"
-    name = "digits-helm"
-    manifest = yaml.safe_dump(evaluation(name, model))
+    manifest = yaml.safe_dump(evaluation(EXAMPLE, model))
     release.cluster.kubectl("apply", "-n", release.namespace, "-f", "-", input=manifest)
 
     def phase() -> str | None:
         release.check_operator()
-        body = release.kubectl_json("get", "meval", name, "-n", release.namespace)
+        body = release.kubectl_json("get", "meval", EXAMPLE, "-n", release.namespace)
         value = (body.get("status") or {}).get("phase")
         return value if value in ("Succeeded", "Failed") else None
 
-    final = wait_for(f"{name} to finish", phase, 240, release.operator_logs)
-    body = release.kubectl_json("get", "meval", name, "-n", release.namespace)
-    assert final == "Succeeded", json.dumps(body.get("status"), indent=1)
-    assert body["status"]["results"], "no results reached the status"
+    wait_for(f"{EXAMPLE} to finish", phase, 240, release.operator_logs)
+    body: dict[str, Any] = release.kubectl_json("get", "meval", EXAMPLE, "-n", release.namespace)
+    return body
+
+
+def test_example_evaluation_succeeds_as_its_own_service_account(
+    release: Release, example: dict[str, Any]
+) -> None:
+    name = EXAMPLE
+    assert example["status"]["phase"] == "Succeeded", json.dumps(example["status"], indent=1)
+    assert example["status"]["results"], "no results reached the status"
     pods = release.kubectl_json(
         "get", "pods", "-n", release.namespace, "-l", f"mlmodelscope.io/evaluation={name}"
     )["items"]
     assert pods, "the evaluation pod is gone"
     for pod in pods:
-        assert pod["spec"]["serviceAccountName"] == release.job_sa_name
-    # The agent wrote its result through the API with `configmaps patch` alone (a refused patch
-    # would leave only the termination message's summary).
+        assert pod["spec"]["serviceAccountName"] == f"{name}-agent"
+    # The agent wrote its result through the API with `configmaps patch` on that one ConfigMap
+    # alone (a refused patch would leave only the termination message's summary).
     results = release.kubectl_json("get", "configmap", f"{name}-results", "-n", release.namespace)
     assert set(results.get("data") or {}) >= {RESULT_KEY, SUMMARY_KEY}, results.get("data")
 
 
-def test_the_operator_was_refused_nothing(release: Release) -> None:
+def test_the_operator_was_refused_nothing(release: Release, example: dict[str, Any]) -> None:
     """After a whole evaluation (and Kopf's start, discovery and peering keep-alives) the
-    operator's log shows no request the API server refused: the Role is enough."""
+    operator's log shows no request the API server refused: the Role is enough, also to create
+    the evaluation's own Role and RoleBinding without `escalate` or `bind`."""
     started = f"mlmodelscope operator: namespaces {release.namespace}, peering {release.name}"
     wait_for(
         "the operator's start in its log",
@@ -312,11 +330,16 @@ BLANK = re.compile(r"\s*")
 Question = tuple[Place, str | None, Resource, str]
 
 
-def review(sa_namespace: str, sa_name: str, question: Question) -> dict[str, Any]:
-    """The SubjectAccessReview `kubectl auth can-i VERB RESOURCE --as=<the ServiceAccount>`
-    makes (as a SelfSubjectAccessReview under impersonation, which adds these groups)."""
+def review(
+    sa_namespace: str, sa_name: str, question: Question, object_name: str = ""
+) -> dict[str, Any]:
+    """The SubjectAccessReview `kubectl auth can-i VERB RESOURCE[/NAME] --as=<the
+    ServiceAccount>` makes (as a SelfSubjectAccessReview under impersonation, which adds these
+    groups)."""
     _, namespace, resource, verb = question
     attributes = {"verb": verb, "group": resource.group, "resource": resource.resource}
+    if object_name:
+        attributes["name"] = object_name
     if resource.subresource:
         attributes["subresource"] = resource.subresource
     if namespace is not None:
@@ -334,11 +357,17 @@ def review(sa_namespace: str, sa_name: str, question: Question) -> dict[str, Any
 
 
 def authorizer_answers(
-    cluster: Cluster, sa_namespace: str, sa_name: str, questions: list[Question]
+    cluster: Cluster,
+    sa_namespace: str,
+    sa_name: str,
+    questions: list[Question],
+    object_names: list[str] | None = None,
 ) -> list[bool]:
-    """The API server's answers to every question, in one `kubectl create` of a List of
-    SubjectAccessReviews (thousands of separate kubectl calls would take minutes)."""
-    items = [review(sa_namespace, sa_name, q) for q in questions]
+    """The API server's answers to every question (about the object named alongside, if any),
+    in one `kubectl create` of a List of SubjectAccessReviews (thousands of separate kubectl
+    calls would take minutes)."""
+    names = object_names or [""] * len(questions)
+    items = [review(sa_namespace, sa_name, q, n) for q, n in zip(questions, names, strict=True)]
     body = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
     out = cluster.kubectl("create", "-o", "json", "-f", "-", input=body).stdout
     answered: list[dict[str, Any]] = []
@@ -413,10 +442,45 @@ def places(runs: list[str], others: list[str]) -> list[tuple[Place, str | None]]
     ]
 
 
-def test_namespaced_release_grants_exactly_the_rbac_table(release: Release) -> None:
-    """The operator and the evaluation ServiceAccount of the namespaced release (the default
-    for multi-tenant clusters), every verb on every resource, in the watched namespace,
-    kube-system, default and cluster-wide."""
+def check_named(
+    cluster: Cluster, sa: tuple[str, str], evaluation_name: str, others: list[str]
+) -> list[tuple[str, ...]]:
+    """An evaluation's own account, asked about ConfigMaps by name in its namespace: every verb
+    on its own results ConfigMap and on other evaluations' (and on kube-system's
+    ``extension-apiserver-authentication``): allowed exactly what ``named`` lists. The allowed
+    answers, and the refusals on the other results, are asked again with `kubectl auth can-i`."""
+    allowed_names = named(EVALUATION_AGENT, NAMESPACED_RELEASE, evaluation_name)
+    targets = [(sa[0], f"{n}-results") for n in [evaluation_name, *others]]
+    targets.append(("kube-system", "extension-apiserver-authentication"))
+    questions: list[Question] = []
+    object_names: list[str] = []
+    for namespace, name in targets:
+        for verb in VERBS:
+            questions.append((Place.RUNS, namespace, CONFIGMAPS, verb))
+            object_names.append(name)
+    answers = authorizer_answers(cluster, *sa, questions, object_names)
+    who = f"system:serviceaccount:{sa[0]}:{sa[1]}"
+    wrong: list[tuple[str, ...]] = []
+    for question, name, allowed in zip(questions, object_names, answers, strict=True):
+        _, namespace, resource, verb = question
+        must = namespace == sa[0] and ((resource, verb), name) in allowed_names
+        if allowed != must:
+            wrong.append((sa[1], "ALLOWED" if allowed else "denied", str(namespace), name, verb))
+        if must or (verb == "patch" and namespace == sa[0]):
+            args = (verb, f"configmap/{name}", "-n", str(namespace))
+            if can_i_served(cluster, who, *args) != allowed:
+                wrong.append((sa[1], "can-i disagrees", *args))
+    return wrong
+
+
+def test_namespaced_release_grants_exactly_the_rbac_table(
+    release: Release, example: dict[str, Any]
+) -> None:
+    """The operator, the (unused) shared evaluation ServiceAccount and the example evaluation's
+    own ServiceAccount of the namespaced release (the default for multi-tenant clusters),
+    every verb on every resource, in the watched namespace, kube-system, default and
+    cluster-wide; the evaluation's own account also by ConfigMap name: it may patch its own
+    results ConfigMap and nothing else."""
     cluster, ns = release.cluster, release.namespace
     wrong = check_rbac(
         cluster,
@@ -428,13 +492,23 @@ def test_namespaced_release_grants_exactly_the_rbac_table(release: Release) -> N
     wrong += check_rbac(
         cluster, (ns, release.job_sa_name), AGENT, NAMESPACED_RELEASE, places([ns], [])
     )
+    own = (ns, f"{EXAMPLE}-agent")
+    assert (
+        example["metadata"]["uid"]
+        in release.cluster.kubectl(
+            "get", "serviceaccount", own[1], "-n", ns, "-o", "jsonpath={.metadata.ownerReferences}"
+        ).stdout
+    )
+    wrong += check_rbac(cluster, own, EVALUATION_AGENT, NAMESPACED_RELEASE, places([ns], []))
+    wrong += check_named(cluster, own, EXAMPLE, ["another-evaluation", "digits-helm-2"])
     assert not wrong, wrong
 
 
 def test_cluster_wide_release_grants_exactly_the_rbac_table(cluster: Cluster, helm: Path) -> None:
-    """The cluster-wide release, with a results store and peering, evaluations in two job
-    namespaces; zero replicas (nothing runs). Reads and its own objects everywhere; ConfigMaps
-    and Jobs written only in the job namespaces, never in kube-system or default."""
+    """The cluster-wide release, with a results store, peering and the shared evaluation
+    ServiceAccount, evaluations in two job namespaces; zero replicas (nothing runs). Reads and
+    its own objects everywhere; ConfigMaps and Jobs written only in the job namespaces, never
+    in kube-system or default; the shared account patches ConfigMaps in its own namespace."""
     suffix = uuid.uuid4().hex[:5]
     name, namespace, second = f"pw{suffix}", f"packaging-wide-{suffix}", f"packaging-jobs-{suffix}"
     create_namespace(cluster, namespace, RESTRICTED)
@@ -443,9 +517,9 @@ def test_cluster_wide_release_grants_exactly_the_rbac_table(cluster: Cluster, he
         "replicaCount": 0,
         "peering": {"enabled": True, "name": name},
         "store": {"url": "postgresql://mlmodelscope:unused@db.invalid:5432/mlmodelscope"},
-        "evaluationJobs": {"namespaces": [namespace, second]},
+        "evaluationJobs": {"namespaces": [namespace, second], "resultsAccess": "service-account"},
     }
-    install_kind = Install(store=True, peering=True)
+    install_kind = Install(store=True, peering=True, shared_account=True)
     try:
         install(cluster, helm, name, namespace, values)
         runs = [namespace, second]

@@ -47,6 +47,12 @@ app.kubernetes.io/component: operator
 {{- default (printf "%s-evaluation" (include "mlmodelscope.fullname" .)) .Values.evaluationJobs.serviceAccount.name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* "true" when evaluation pods share the jobs' ServiceAccount (evaluationJobs.resultsAccess
+"service-account"); empty when each evaluation gets its own (the operator creates them). */}}
+{{- define "mlmodelscope.sharedJobAccount" -}}
+{{- if eq .Values.evaluationJobs.resultsAccess "service-account" }}true{{ end }}
+{{- end }}
+
 {{/* Namespaces where evaluation Jobs run, as a JSON list (fromJsonArray to use). */}}
 {{- define "mlmodelscope.jobNamespaces" -}}
 {{- $ns := .Values.evaluationJobs.namespaces }}
@@ -83,7 +89,7 @@ does it keep results that wait for the store in outbox ConfigMaps, which it list
 
 {{/* Namespaces that get the operator's Role, as a JSON list (fromJsonArray to use): the
 watched namespaces, or, when the operator watches the whole cluster, the job namespaces (the
-only ones where an evaluation can run: its pods need the jobs' ServiceAccount). */}}
+only ones where an evaluation can run: only there may the operator create its children). */}}
 {{- define "mlmodelscope.operatorNamespaces" -}}
 {{- if .Values.watchNamespaces }}
 {{- .Values.watchNamespaces | uniq | toJson }}
@@ -141,6 +147,19 @@ uses there (tests/packaging/rbac_table.py is the same table, checked with kubect
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list"]
+{{- if not (include "mlmodelscope.sharedJobAccount" .) }}
+# Per-evaluation results access: each evaluation's own ServiceAccount, and a Role and
+# RoleBinding that let it patch that evaluation's results ConfigMap alone (resourceNames);
+# created once and read back to check their owner, never changed or deleted (they are owned by
+# the evaluation: the garbage collector deletes them). No escalate or bind: the API server lets
+# the operator grant configmaps patch because this Role already grants it that.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "create"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create"]
+{{- end }}
 {{- end }}
 
 {{/* The cluster-wide install's ClusterRole: only what the operator does in every namespace.

@@ -26,7 +26,7 @@ from mlmodelscope.contract.wire import (
     TERMINATION_LOG,
 )
 from mlmodelscope.controller import names, tracing
-from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.controller.settings import PER_EVALUATION, OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
 from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList, Resources
@@ -38,6 +38,7 @@ TMP_DIR: Final = "/tmp"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
 OTEL_SERVICE_NAME: Final = "mlmodelscope-agent"
+RBAC_API: Final = "rbac.authorization.k8s.io"
 
 
 def owner_reference(evaluation: ModelEvaluation) -> dict[str, Any]:
@@ -111,6 +112,71 @@ def build_results_configmap(evaluation: ModelEvaluation) -> dict[str, Any]:
         "metadata": _metadata(evaluation, names.results_configmap_name(evaluation.metadata.name)),
         "data": {},
     }
+
+
+def _access_metadata(evaluation: ModelEvaluation, name: str) -> dict[str, Any]:
+    """Like every child's, without the generation label: these serve every generation."""
+    metadata = _metadata(evaluation, name)
+    metadata["labels"].pop(names.LABEL_GENERATION)
+    return metadata
+
+
+def build_agent_service_account(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """ServiceAccount ``<name>-agent``: the identity of this evaluation's pods alone, so that
+    what it may do (:func:`build_results_writer_role`) is this evaluation's business only."""
+    name = names.agent_service_account_name(evaluation.metadata.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _access_metadata(evaluation, name),
+        "automountServiceAccountToken": True,  # the agent patches its results with the token
+    }
+
+
+def build_results_writer_role(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """Role ``<name>-results-writer``: ``patch`` on this evaluation's results ConfigMap and
+    nothing else (the agent reads nothing through the API: the spec is a volume)."""
+    name = names.results_writer_name(evaluation.metadata.name)
+    results = names.results_configmap_name(evaluation.metadata.name)
+    return {
+        "apiVersion": f"{RBAC_API}/v1",
+        "kind": "Role",
+        "metadata": _access_metadata(evaluation, name),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [results],
+                "verbs": ["patch"],
+            }
+        ],
+    }
+
+
+def build_results_writer_binding(evaluation: ModelEvaluation) -> dict[str, Any]:
+    """RoleBinding ``<name>-results-writer``: that Role, to that ServiceAccount only."""
+    name = names.results_writer_name(evaluation.metadata.name)
+    return {
+        "apiVersion": f"{RBAC_API}/v1",
+        "kind": "RoleBinding",
+        "metadata": _access_metadata(evaluation, name),
+        "roleRef": {"apiGroup": RBAC_API, "kind": "Role", "name": name},
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": names.agent_service_account_name(evaluation.metadata.name),
+                "namespace": evaluation.metadata.namespace,
+            }
+        ],
+    }
+
+
+def pod_service_account(evaluation: ModelEvaluation, settings: OperatorSettings) -> str | None:
+    """The ServiceAccount the evaluation's pods run as: its own with per-evaluation results
+    access, else the configured one (None: the namespace's default)."""
+    if settings.results_access == PER_EVALUATION:
+        return names.agent_service_account_name(evaluation.metadata.name)
+    return settings.job_service_account
 
 
 def trace_context(evaluation: ModelEvaluation) -> tuple[str, str]:
@@ -319,8 +385,9 @@ def _pod_spec(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
         ],
         **_scheduling(evaluation, settings),
     }
-    if settings.job_service_account:
-        pod["serviceAccountName"] = settings.job_service_account
+    account = pod_service_account(evaluation, settings)
+    if account:
+        pod["serviceAccountName"] = account
     return pod
 
 

@@ -51,6 +51,17 @@ def results_configmap_name(evaluation: str) -> str:
     return child_name(evaluation, "-results")
 
 
+def agent_service_account_name(evaluation: str) -> str:
+    """The evaluation's own ServiceAccount, which its pods run as (per-evaluation results
+    access, :mod:`.agent_access`)."""
+    return child_name(evaluation, "-agent")
+
+
+def results_writer_name(evaluation: str) -> str:
+    """Role and RoleBinding that let that ServiceAccount patch the results ConfigMap alone."""
+    return child_name(evaluation, "-results-writer")
+
+
 def job_name(evaluation: str, generation: int) -> str:
     return child_name(evaluation, f"-g{generation}")
 

@@ -39,6 +39,9 @@ DEFAULT_IMAGE_REPOSITORY: Final = "ghcr.io/mlmodelscope"
 DEFAULT_PEERING_NAME: Final = "mlmodelscope"
 PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+PER_EVALUATION: Final = "per-evaluation"
+SERVICE_ACCOUNT: Final = "service-account"
+ResultsAccess = Literal["per-evaluation", "service-account"]
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _NAMESPACE_PATTERN = re.compile(r"^!?[a-z0-9*?]([-a-z0-9*?]*[a-z0-9*?])?$")
@@ -85,9 +88,17 @@ class OperatorSettings:
     """Evaluation Jobs allowed to run at once in the whole cluster; 0 = no limit."""
     max_running_per_namespace: int = 0
     """Evaluation Jobs allowed to run at once per namespace; 0 = no limit."""
+    results_access: ResultsAccess = PER_EVALUATION
+    """How an evaluation pod gets the right to publish its result. ``per-evaluation``: it runs
+    as the evaluation's own ServiceAccount, whose Role lets it patch its own results ConfigMap
+    and nothing else (:mod:`.agent_access`). ``service-account``: every pod runs as
+    ``job_service_account``, which may patch every ConfigMap of the namespace, so one
+    evaluation can overwrite another's results (for a shared cloud identity). Unset: the
+    latter when ``MLMS_OPERATOR_JOB_SERVICE_ACCOUNT`` is set, so existing installs keep it."""
     job_service_account: str | None = None
-    """ServiceAccount of evaluation pods (needs patch on ConfigMaps); None = namespace
-    default, in which case results travel only through the termination message."""
+    """ServiceAccount of evaluation pods with ``service-account`` results access (needs patch
+    on ConfigMaps); None = namespace default, in which case results travel only through the
+    termination message."""
     otlp_endpoint: str | None = None
     pushgateway_url: str | None = None
     runtime_class: str | None = None
@@ -165,6 +176,7 @@ class OperatorSettings:
             image_pull_policy=reader.choice("IMAGE_PULL_POLICY", PULL_POLICIES, "IfNotPresent"),
             max_running=reader.count("MAX_RUNNING", 0),
             max_running_per_namespace=reader.count("MAX_RUNNING_PER_NAMESPACE", 0),
+            results_access=reader.results_access(),
             job_service_account=reader.name("JOB_SERVICE_ACCOUNT", _DNS_SUBDOMAIN),
             otlp_endpoint=reader.url("OTLP_ENDPOINT"),
             pushgateway_url=reader.url("PUSHGATEWAY_URL"),
@@ -195,6 +207,7 @@ KNOWN_VARIABLES: Final = (
     "MAX_RUNNING",
     "MAX_RUNNING_PER_NAMESPACE",
     "JOB_SERVICE_ACCOUNT",
+    "RESULTS_ACCESS",
     "OTLP_ENDPOINT",
     "PUSHGATEWAY_URL",
     "RUNTIME_CLASS",
@@ -287,6 +300,26 @@ class _Reader:
             return raw
 
         return cast(PullPolicy, self._parse(name, default, parse, f"one of {', '.join(choices)}"))
+
+    def results_access(self) -> ResultsAccess:
+        """``RESULTS_ACCESS``; unset, it follows ``JOB_SERVICE_ACCOUNT`` (an explicit account
+        keeps working as before). Both explicit and contradictory is an error: which account
+        the pods run as would otherwise be a guess."""
+        raw = self.text("RESULTS_ACCESS")
+        account = self.text("JOB_SERVICE_ACCOUNT")
+        if raw is None:
+            return SERVICE_ACCOUNT if account else PER_EVALUATION
+        if raw not in (PER_EVALUATION, SERVICE_ACCOUNT):
+            accepts = f"{PER_EVALUATION} or {SERVICE_ACCOUNT}"
+            self.problems.append(f"{PREFIX}RESULTS_ACCESS={raw!r}: expected {accepts}")
+            return PER_EVALUATION
+        if raw == PER_EVALUATION and account:
+            self.problems.append(
+                f"{PREFIX}RESULTS_ACCESS={PER_EVALUATION} runs each evaluation pod as its own "
+                f"ServiceAccount: unset {PREFIX}JOB_SERVICE_ACCOUNT, or set "
+                f"{PREFIX}RESULTS_ACCESS={SERVICE_ACCOUNT} to use that account"
+            )
+        return cast(ResultsAccess, raw)
 
     def name(self, name: str, pattern: re.Pattern[str]) -> str | None:
         def parse(raw: str) -> str:

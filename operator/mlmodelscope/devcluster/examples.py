@@ -1,5 +1,5 @@
 """What the dev cluster provides for the quick start (docs/operator.md): a claim holding the
-example models, and the agent's Role in `default`.
+example models.
 
 - **The claim** `mlmodelscope-examples` in `default`, bound to a hostPath PersistentVolume of
   the same name by the controller-manager's PV controller, as in any cluster (reserved both
@@ -7,9 +7,9 @@ example models, and the agent's Role in `default`.
   `<run dir>/volumes/mlmodelscope-examples`, holds a copy of the digits CNN in every format
   (`ensure_digits_models()`), so a spec can say `uri: pvc://mlmodelscope-examples/digits.onnx`.
   A copy, so that nothing a pod does reaches the model cache.
-- **The agent's Role** `mlmodelscope-agent` (configmaps patch, see "The agent's side" in
-  docs/operator.md) bound to the `default` ServiceAccount of `default`: what the Helm chart
-  grants evaluation pods in each job namespace, for an operator started from a shell.
+
+No Role for the agent: the operator gives each evaluation a ServiceAccount of its own, allowed
+to patch that evaluation's results ConfigMap alone ("The agent's side" in docs/operator.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ NAMESPACE: Final = "default"
 CLAIM: Final = "mlmodelscope-examples"
 """Name of both the PersistentVolumeClaim (in NAMESPACE) and the PersistentVolume."""
 CLAIM_SIZE: Final = "1Gi"
-AGENT_ROLE: Final = "mlmodelscope-agent"
 LABELS: Final = {"app.kubernetes.io/part-of": "mlmodelscope-dev-cluster"}
 
 
@@ -73,31 +72,6 @@ def claim_manifest() -> dict[str, Any]:
     }
 
 
-def agent_rbac_manifests() -> list[dict[str, Any]]:
-    """The Role the agent needs to publish its results, bound to `default/default`."""
-    meta = {"name": AGENT_ROLE, "namespace": NAMESPACE, "labels": dict(LABELS)}
-    rule = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": meta,
-            "rules": [rule],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": AGENT_ROLE,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": "default", "namespace": NAMESPACE}],
-        },
-    ]
-
-
 def fill_claim_folder(folder: Path, log: Log) -> list[str]:
     """Copy the example digits models into ``folder`` (built once per machine, cached); the
     names copied, or none, said in the log, when they cannot be built here."""
@@ -121,14 +95,11 @@ def fill_claim_folder(folder: Path, log: Log) -> list[str]:
 
 
 def provision(rest: KubeREST, folder: Path) -> None:
-    """Create the volume, the claim and the agent's Role (a fresh cluster has none of them)."""
+    """Create the volume and the claim (a fresh cluster has neither)."""
     objects = [
         ("/api/v1/persistentvolumes", volume_manifest(folder)),
         (f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims", claim_manifest()),
     ]
-    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}"
-    for manifest in agent_rbac_manifests():
-        objects.append((f"{rbac}/{manifest['kind'].lower()}s", manifest))
     for path, body in objects:
         try:
             rest.create(path, body)

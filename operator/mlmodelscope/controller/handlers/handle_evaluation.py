@@ -24,6 +24,7 @@ from mlmodelscope.contract.kube import (
 )
 from mlmodelscope.contract.redact import redact_text
 from mlmodelscope.controller import (
+    agent_access,
     builders,
     instrument,
     ledger,
@@ -173,7 +174,8 @@ def delete_outdated_jobs(
 
 def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> None:
     """The spec ConfigMap holds this generation's spec; the results ConfigMap exists and holds
-    nothing from another generation (the operator also checks the generation when reading)."""
+    nothing from another generation (the operator also checks the generation when reading);
+    the evaluation's pods may write that ConfigMap (:mod:`..agent_access`)."""
     namespace = evaluation.metadata.namespace or "default"
     generation = str(builders.generation_of(evaluation))
     for body, reset in (
@@ -195,6 +197,7 @@ def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> None:
         patch: dict[str, Any] = {"metadata": {"labels": body["metadata"]["labels"]}}
         patch["data"] = None if reset else body["data"]
         ctx.kube.merge_patch(configmap_path(namespace, name), patch)
+    agent_access.ensure_agent_access(ctx, evaluation)
 
 
 def created_at(evaluation: ModelEvaluation) -> str:
