@@ -13,7 +13,7 @@ from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_pat
 from mlmodelscope.contract.wire import SUMMARY_KEY
 from mlmodelscope.controller import ledger, names, queue, runs, status
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.handlers import handle_job
+from mlmodelscope.controller.handlers import handle_job, handle_pod
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.status import ConditionType, Reason
 
@@ -342,3 +342,59 @@ def test_a_transient_api_error_is_retried_later_without_sleeping_in_the_handler(
         assert [e.reason for e in events] == ["OOMKilled"]
     finally:
         ctx.later.stop()
+
+
+def lost_pod(name: str, created: str, phase: str = "Failed", **condition: str) -> dict[str, Any]:
+    conditions = [{"type": "DisruptionTarget", "status": "True", **condition}] if condition else []
+    return {
+        "metadata": {"name": name, "creationTimestamp": created},
+        "spec": {"nodeName": "cpu-exec-0"},
+        "status": {"phase": phase, "conditions": conditions},
+    }
+
+
+def test_a_pod_whose_node_was_deleted_is_a_disruption_naming_pod_node_and_reason() -> None:
+    pod = lost_pod(
+        "e-g1-abcde", T0, reason="DeletionByPodGC", message="PodGC: node no longer exists"
+    )
+    lost = runs.disruption(pod)
+    assert lost == runs.Disruption(
+        "e-g1-abcde", "cpu-exec-0", "DeletionByPodGC", "PodGC: node no longer exists"
+    )
+    assert runs.disruption_message(lost, "e-g1", counted=False) == (
+        "evaluation pod e-g1-abcde on node cpu-exec-0 was disrupted (DeletionByPodGC: PodGC: "
+        "node no longer exists); Job e-g1 replaces it without counting it against spec.retries"
+    )
+    assert runs.disruption_message(lost, "e-g1", counted=True).endswith(
+        "Job e-g1 replaces it if spec.retries allows"
+    )
+    assert runs.disruption(lost_pod("e-g1-fghij", T0)) is None  # failed, not disrupted
+    false = lost_pod("e-g1-klmno", T0, reason="x")
+    false["status"]["conditions"][0]["status"] = "False"
+    assert runs.disruption(false) is None
+
+
+def test_news_of_a_disrupted_pod_is_stale_once_a_later_attempt_runs() -> None:
+    old = lost_pod("e-g1-aaaaa", T0, reason="DeletionByPodGC")
+    later = "2026-11-22T08:01:00Z"
+    waiting = lost_pod("e-g1-bbbbb", later, phase="Pending")
+    assert not runs.superseded(old, [old, waiting])  # the replacement does not run yet
+    running = lost_pod("e-g1-bbbbb", later, phase="Running")
+    assert runs.superseded(old, [old, running])
+    assert not runs.superseded(running, [old, running])  # an earlier pod never supersedes
+
+
+def test_the_pod_handler_reports_a_disruption_unless_a_later_attempt_runs() -> None:
+    meta = {"labels": {**names.labels("e", 1), runs.JOB_NAME_LABEL: "e-g1"}, "namespace": "a"}
+    gone = lost_pod("e-g1-a", T0, reason="DeletionByPodGC", message="PodGC: node no longer exists")
+    gone["metadata"].update(meta)
+    replacement = lost_pod("e-g1-b", T1, phase="Pending")
+    ctx, kube, events = failed_job_world([gone, replacement])
+    assert handle_pod.pod_changed(gone, ctx) == "disrupted"
+    st = kube.objects[evaluation_path("a", "e")]["status"]
+    assert st["phase"] == "Pending" and "e-g1-a on node cpu-exec-0" in st["message"]
+    assert [(e.type, e.reason) for e in events] == [("Warning", "PodDisrupted")]
+    handle_pod.pod_changed(gone, ctx)  # its next event (deleted) says nothing new
+    assert len(events) == 1
+    kube.pods[1]["status"]["phase"] = "Running"
+    assert handle_pod.pod_changed(gone, ctx) == "disrupted, superseded"

@@ -202,3 +202,25 @@ def test_uri_credentials_never_reach_status_conditions_or_events() -> None:
     st = apply(st, changes[0])
     assert st["message"] == f"GET {shown}: 403"
     assert cond(st, ConditionType.FAILED)["message"] == f"GET {shown}: 403"
+
+
+def test_a_disrupted_pod_sends_the_run_back_to_pending_once_until_its_replacement_runs() -> None:
+    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
+    st = apply(st, status.running(st, 1, "e-g1", T0))
+    msg = "evaluation pod e-g1-abcde on node n was disrupted (DeletionByPodGC: PodGC: gone)"
+    change = status.pod_disrupted(st, 1, "e-g1", msg, T1)
+    assert change.event == status.Event("Warning", "PodDisrupted", msg)
+    st = apply(st, change)
+    assert st["phase"] == "Pending" and st["message"] == msg and st["startTime"] == T0
+    running = cond(st, ConditionType.RUNNING)
+    assert (running["status"], running["reason"], running["message"]) == (
+        "False",
+        "PodDisrupted",
+        msg,
+    )
+    assert not status.pod_disrupted(st, 1, "e-g1", msg, T2)  # the same pod's next event
+    again = apply(st, status.running(st, 1, "e-g1", T2))  # the replacement runs
+    assert again["phase"] == "Running" and cond(again, ConditionType.RUNNING)["status"] == "True"
+    done = run_to_success({}, 1, "e-g1")
+    assert not status.pod_disrupted(done, 1, "e-g1", msg, T2)  # a finished run stays finished
+    assert not status.pod_disrupted(st, 1, "e-g0", msg, T2)  # another Job's pod

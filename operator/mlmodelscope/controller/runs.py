@@ -1,6 +1,6 @@
 """What the evaluation handler, the Job handler and the resync share about one run: its owned
-children, finishing it from what the agent published, why its pod never started, and whether
-the kernel's OOM killer ended it.
+children, finishing it from what the agent published, why its pod never started, whether
+the kernel's OOM killer ended it, and whether Kubernetes took its pod away (a disruption).
 
 Children are matched by their owner's UID (ownerReferences), never only by name and labels: a
 ModelEvaluation deleted and re-created under the same name leaves Jobs and ConfigMaps with the
@@ -42,6 +42,9 @@ OOM_KILLED: Final = "OOMKilled"
 """The terminated reason the kubelet gives a container the kernel's OOM killer ended (exit
 code 137, SIGKILL)."""
 MEMORY_LIMIT_FIELD: Final = "spec.hardware.resources.limits.memory"
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+"""The pod condition Kubernetes sets on a pod it deletes or evicts (reason
+``DeletionByPodGC`` when the pod's node no longer exists)."""
 
 
 class ForeignChildError(Exception):
@@ -330,3 +333,52 @@ def oom_failure(
     hardware = (evaluation.get("spec") or {}).get("hardware") or {}
     limits = (hardware.get("resources") or {}).get("limits") or {}
     return Reason.OOM_KILLED, oom_message(kill, limit_from_spec=limits.get("memory") is not None)
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """An evaluation pod Kubernetes took away (its node deleted, an eviction, a preemption):
+    the ``DisruptionTarget`` condition the pod garbage collector, the taint manager or the
+    eviction API writes on it. The agent in it never reports: only this condition says why."""
+
+    pod: str
+    node: str | None
+    reason: str
+    message: str
+
+
+def disruption(pod: Mapping[str, Any]) -> Disruption | None:
+    """The pod's DisruptionTarget condition (status True), else None."""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == DISRUPTION_TARGET and cond.get("status") == "True":
+            return Disruption(
+                pod=str((pod.get("metadata") or {}).get("name") or ""),
+                node=(pod.get("spec") or {}).get("nodeName") or None,
+                reason=str(cond.get("reason") or DISRUPTION_TARGET),
+                message=str(cond.get("message") or ""),
+            )
+    return None
+
+
+def superseded(pod: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
+    """A later attempt of the same Job already runs: news about ``pod`` is stale (watch events
+    of different pods arrive in any order)."""
+    mine = _attempt_order(pod)
+    return any(
+        _attempt_order(other) > mine and (other.get("status") or {}).get("phase") == "Running"
+        for other in pods
+    )
+
+
+def disruption_message(lost: Disruption, job_name: str, counted: bool) -> str:
+    """What the user reads while the Job replaces the pod: which pod, where, who said why.
+    ``counted``: the Job has no podFailurePolicy rule that ignores disruptions, so the
+    replacement uses one of ``spec.retries`` (and there may be none left)."""
+    where = f" on node {lost.node}" if lost.node else ""
+    why = f"{lost.reason}: {lost.message}" if lost.message else lost.reason
+    then = (
+        "replaces it if spec.retries allows"
+        if counted
+        else "replaces it without counting it against spec.retries"
+    )
+    return f"evaluation pod {lost.pod}{where} was disrupted ({why}); Job {job_name} {then}"

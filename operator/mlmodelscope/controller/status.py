@@ -55,6 +55,7 @@ class Reason:
     SCHEDULED = "Scheduled"
     UNSCHEDULABLE = "Unschedulable"
     POD_RUNNING = "PodRunning"
+    POD_DISRUPTED = "PodDisrupted"
     SUCCEEDED = "Succeeded"
     RESULTS_MISSING = "ResultsMissing"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
@@ -571,6 +572,32 @@ def scheduled(
     if old is not None and old.get("reason") == Reason.UNSCHEDULABLE:
         patch["message"] = message
     return StatusChange(patch)
+
+
+def pod_disrupted(
+    status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
+) -> StatusChange:
+    """Kubernetes took the run's pod away (its node deleted, an eviction): no agent runs, so
+    back to Pending until the Job's replacement pod runs, saying why; once per message."""
+    old = condition(status, ConditionType.RUNNING)
+    if not _active(status, generation, job_name):
+        return NO_CHANGE
+    if old is not None and (old.get("reason"), old.get("message")) == (
+        Reason.POD_DISRUPTED,
+        message,
+    ):
+        return NO_CHANGE
+    patch = {
+        "phase": Phase.PENDING.value,
+        "message": _clip(message),
+        "conditions": merge_conditions(
+            _conditions_of(status),
+            [Cond(ConditionType.RUNNING, "False", Reason.POD_DISRUPTED, message)],
+            generation,
+            timestamp,
+        ),
+    }
+    return StatusChange(patch, Event("Warning", Reason.POD_DISRUPTED, _clip(message)))
 
 
 def running(

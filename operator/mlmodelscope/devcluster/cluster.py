@@ -137,6 +137,8 @@ class ProcessRecord:
     pid: int
     argv: list[str]
     log: str
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables set on top of the harness's environment (kept so a restart is identical)."""
 
 
 @dataclass
@@ -517,7 +519,8 @@ class Cluster:
                 preexec_fn=None if self.detach else _die_with_parent,
             )
         self._procs[proc.pid] = proc
-        state.processes.append(ProcessRecord(name, proc.pid, list(argv), str(log_path)))
+        state.processes = [p for p in state.processes if p.name != name]  # a restart replaces it
+        state.processes.append(ProcessRecord(name, proc.pid, list(argv), str(log_path), env or {}))
         state.save(self.state_path)
 
     def _wait(self, what: str, probe: Callable[[], bool], deadline: float) -> None:
@@ -595,6 +598,47 @@ class Cluster:
         if self.state is None:
             return {}
         return {p.name: p.pid for p in self.state.processes if self._alive(p.pid)}
+
+    # ---- fault injection ---------------------------------------------------------------
+    def stop_component(self, name: str, timeout: float = 15.0) -> None:
+        """Stop one running component (SIGTERM to its group, SIGKILL after ``timeout``), as a
+        crash or an upgrade takes it away; its record stays so `start_component` can bring it
+        back. For fault-injection tests: everything else keeps running."""
+        record = self._record(name)
+        if not self._alive(record.pid):
+            raise ClusterError(f"{name} is not running")
+        self._terminate(record.pid, self.marker, timeout)
+        if self._alive(record.pid):
+            raise ClusterError(f"{name} (pid {record.pid}) did not stop")
+
+    def start_component(self, name: str, timeout: float = 60.0) -> int:
+        """Start a stopped component again with the argv, environment, ports, data dir and log
+        it had (etcd keeps its data, the API server its address), and wait until it answers
+        (etcd `/health`, the API server `/readyz`; others: still alive after a moment).
+        Returns its new PID."""
+        record = self._record(name)
+        if self._alive(record.pid):
+            raise ClusterError(f"{name} is already running (pid {record.pid})")
+        self._spawn(name, record.argv, record.env)
+        ready = self._readiness(name)
+        deadline = time.monotonic() + timeout
+        self._wait(f"{name} to come back", ready, deadline)
+        return self._record(name).pid
+
+    def _record(self, name: str) -> ProcessRecord:
+        for record in self._require_state().processes:
+            if record.name == name:
+                return record
+        raise ClusterError(f"no component named {name!r} in this cluster")
+
+    def _readiness(self, name: str) -> Callable[[], bool]:
+        ports = self._require_state().ports
+        if name == "etcd":
+            return lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health")
+        if name == "kube-apiserver":
+            return self.is_ready
+        started = time.monotonic()
+        return lambda: time.monotonic() - started > 1.0  # `_wait` fails if it died meanwhile
 
     # ---- clients -----------------------------------------------------------------------
     def api_client(self) -> ApiClient:

@@ -1,8 +1,13 @@
-"""An evaluation pod could not be scheduled (or finally was): say so in the evaluation's status.
+"""An evaluation pod could not be scheduled (or finally was), or Kubernetes took it away: say
+so in the evaluation's status.
 
 The scheduler's own message ("0/6 nodes are available: 3 Insufficient nvidia.com/gpu, ...")
 is the most useful thing a user can see when a GPU evaluation waits, so it goes verbatim into
-the Scheduled condition, status.message and a Warning event.
+the Scheduled condition, status.message and a Warning event. A pod whose node was deleted (or
+that was evicted) carries a DisruptionTarget condition; its agent never reports, and the Job
+replaces the pod (the operator's podFailurePolicy does not count that against
+``spec.retries``), so the run goes back to Pending with a PodDisrupted Warning naming the pod,
+its node and Kubernetes' reason, until the replacement runs.
 """
 
 from __future__ import annotations
@@ -10,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mlmodelscope.controller import status
+from mlmodelscope.contract.kube import pod_path
+from mlmodelscope.controller import runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers.handle_job import JOB_NAME_LABEL, owner_of
 
@@ -33,9 +39,14 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context) -> str:
     owner = owner_of(pod)
     state = scheduling_state(pod)
     job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
-    if owner is None or state is None or not job_name:
+    if owner is None or not job_name:
         return "nothing to do"
     namespace, name, generation = owner
+    lost = runs.disruption(pod)
+    if lost is not None:
+        return _disrupted(ctx, namespace, name, generation, job_name, pod, lost)
+    if state is None:
+        return "nothing to do"
     kind, detail = state
     if kind == "unschedulable":
         ctx.update_status(
@@ -50,3 +61,25 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context) -> str:
             lambda st: status.scheduled(st, generation, job_name, detail, ctx.clock()),
         )
     return kind
+
+
+def _disrupted(
+    ctx: Context,
+    namespace: str,
+    name: str,
+    generation: int,
+    job_name: str,
+    pod: Mapping[str, Any],
+    lost: runs.Disruption,
+) -> str:
+    """A pod of the run was disrupted: say so, unless a later attempt already runs."""
+    if runs.superseded(pod, ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")):
+        return "disrupted, superseded"
+    counted = not ctx.settings.pod_failure_policy
+    message = runs.disruption_message(lost, job_name, counted)
+    ctx.update_status(
+        namespace,
+        name,
+        lambda st: status.pod_disrupted(st, generation, job_name, message, ctx.clock()),
+    )
+    return "disrupted"
