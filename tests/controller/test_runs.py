@@ -398,3 +398,26 @@ def test_the_pod_handler_reports_a_disruption_unless_a_later_attempt_runs() -> N
     assert len(events) == 1
     kube.pods[1]["status"]["phase"] = "Running"
     assert handle_pod.pod_changed(gone, ctx) == "disrupted, superseded"
+
+
+def test_a_ready_count_of_the_lost_pod_does_not_flip_a_disrupted_run_back_to_running() -> None:
+    """The Job still counts the disrupted pod ready (its node is gone, nobody updates it):
+    the run stays Pending, one PodDisrupted Warning, until a live replacement is ready."""
+    meta = {"labels": {**names.labels("e", 1), runs.JOB_NAME_LABEL: "e-g1"}, "namespace": "a"}
+    ready = [{"type": "Ready", "status": "True"}]
+    gone = lost_pod("e-g1-a", T0, phase="Running", reason="DeletionByPodGC", message="gone")
+    gone["metadata"].update(meta)
+    gone["status"]["conditions"] += ready
+    replacement = lost_pod("e-g1-b", T1, phase="Pending")
+    ctx, kube, events = failed_job_world([gone, replacement])
+    assert handle_pod.pod_changed(gone, ctx) == "disrupted"
+    job = failed_job()
+    job["status"] = {"active": 1, "ready": 1}
+    handle_job.job_changed(job, ctx)
+    handle_pod.pod_changed(gone, ctx)
+    st = kube.objects[evaluation_path("a", "e")]["status"]
+    assert st["phase"] == "Pending"
+    assert [e.reason for e in events] == ["PodDisrupted"]
+    kube.pods[1]["status"] = {"phase": "Running", "conditions": ready}
+    assert handle_job.job_changed(job, ctx) == "running"
+    assert kube.objects[evaluation_path("a", "e")]["status"]["phase"] == "Running"

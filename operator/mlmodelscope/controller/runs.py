@@ -360,6 +360,16 @@ def disruption(pod: Mapping[str, Any]) -> Disruption | None:
     return None
 
 
+def is_live_and_ready(pod: Mapping[str, Any]) -> bool:
+    """Ready, not being deleted and not disrupted: a pod whose agent really runs."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp") or disruption(pod) is not None:
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def superseded(pod: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> bool:
     """A later attempt of the same Job already runs: news about ``pod`` is stale (watch events
     of different pods arrive in any order)."""

@@ -215,7 +215,9 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         ctx.update_status(
             namespace, name, lambda st: status.unsuspended(st, generation, job_name, now())
         )
-    if int((job.get("status") or {}).get("ready") or 0) > 0:
+    if int((job.get("status") or {}).get("ready") or 0) > 0 and _a_live_pod_is_ready(
+        ctx, namespace, job_name, current
+    ):
         ctx.update_status(
             namespace, name, lambda st: status.running(st, generation, job_name, now())
         )
@@ -249,6 +251,20 @@ def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> str:
         ),
     )
     return "job deleted" if change else "already final"
+
+
+def _a_live_pod_is_ready(
+    ctx: Context, namespace: str, job_name: str, current: Mapping[str, Any]
+) -> bool:
+    """Whether the Job's ready count means the run is running again. After a disruption the
+    lost pod may still count as ready (its node is gone, nobody updates it) until the pod
+    garbage collector deletes it; then only a ready pod without a DisruptionTarget counts,
+    or the status would flap between Running and PodDisrupted on every event."""
+    running = next((c for c in current.get("conditions") or [] if c.get("type") == "Running"), None)
+    if running is None or running.get("reason") != Reason.POD_DISRUPTED:
+        return True
+    pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
+    return any(runs.is_live_and_ready(pod) for pod in pods)
 
 
 def transient(exc: Exception) -> bool:
