@@ -11,7 +11,14 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field, field_validator
 
-from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of, parse_duration
+from mlmodelscope.spec.base import (
+    Duration,
+    Rule,
+    SpecModel,
+    exactly_one_of,
+    parse_duration,
+    quoted,
+)
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 URI_PATTERN = r"^(file://|https?://|s3://|pvc://|/|\.{0,2}/?[A-Za-z0-9_])"
@@ -30,6 +37,17 @@ MAX_JOB_SECONDS = 2**31 - 1
 """The Job's ttlSecondsAfterFinished is an int32: durations that become seconds of a Job field
 must fit in it (596523h is the largest whole number of hours that does)."""
 MAX_JOB_DURATION = "596523h"
+MAX_DIMENSION = 1 << 24
+"""The largest tensor or sample dimension (16M): larger ones are a mistake, not a model."""
+MAX_BATCH_SIZE = 65536
+"""The largest batch size: a batch is allocated whole, so a larger one is refused up front."""
+MAX_TARGET_QPS = 1_000_000
+"""The largest Server targetQPS: the agent plans every arrival of a measurement window."""
+MAX_AXIS = 8
+"""Tensors have at most 8 dimensions (TensorSpec.shape), so an axis lies in [-8, 7]."""
+INT64 = 2**63 - 1
+Dimension = Annotated[int, Field(le=MAX_DIMENSION)]
+Axis = Annotated[int, Field(ge=-MAX_AXIS, le=MAX_AXIS - 1)]
 
 
 def _fits_a_job(value: str | None) -> bool:
@@ -127,7 +145,7 @@ class TensorSpec(SpecModel):
     """Tensor name as the model declares it (ONNX input name, SavedModel signature key, or a
     positional name such as 'input0' for TorchScript)."""
 
-    shape: Annotated[list[int], Field(min_length=1, max_length=8)]
+    shape: Annotated[list[Dimension], Field(min_length=1, max_length=8)]
     """Dimensions; -1 marks a dynamic dimension (normally the batch, first), e.g. [-1, 1, 8, 8]."""
 
     dtype: DType = DType.FLOAT32
@@ -349,7 +367,7 @@ class PreprocessStep(SpecModel):
 class Softmax(SpecModel):
     """Turn logits into probabilities along the last axis."""
 
-    axis: int = -1
+    axis: Axis = -1
     """Axis to normalize over."""
 
 
@@ -363,7 +381,7 @@ class TopK(SpecModel):
 class Argmax(SpecModel):
     """Reduce each sample to its best class index."""
 
-    axis: int = -1
+    axis: Axis = -1
     """Axis to reduce."""
 
 
@@ -456,7 +474,7 @@ class Dataset(SpecModel):
     """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
     tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels)."""
 
-    shape: Annotated[list[int] | None, Field(min_length=1, max_length=8)] = None
+    shape: Annotated[list[Dimension] | None, Field(min_length=1, max_length=8)] = None
     """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
 
     dtype: DType = DType.FLOAT32
@@ -475,7 +493,7 @@ class Dataset(SpecModel):
     split: Literal["train", "test", "all"] = "test"
     """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
 
-    limit: Annotated[int | None, Field(gt=0)] = None
+    limit: Annotated[int | None, Field(gt=0, le=2**31 - 1)] = None
     """Use only the first N samples (after the deterministic ordering)."""
 
     size: Annotated[int, Field(gt=0, le=10_000_000)] = 1024
@@ -539,7 +557,9 @@ class Scenario(SpecModel):
     """SingleStream (one query at a time, latency), MultiStream (samplesPerQuery samples per
     query), Server (Poisson arrivals at targetQPS, latency under load), Offline (throughput)."""
 
-    batch_sizes: Annotated[list[int], Field(min_length=1, max_length=32)] = [1]
+    batch_sizes: Annotated[
+        list[Annotated[int, Field(le=MAX_BATCH_SIZE)]], Field(min_length=1, max_length=32)
+    ] = [1]
     """Batch sizes to measure, each a separate run; unique and > 0."""
 
     warmup: Annotated[int, Field(ge=0, le=100000)] = 10
@@ -607,6 +627,16 @@ class Scenario(SpecModel):
             check=lambda m: m.target_qps is None or m.target_qps == "auto" or m.target_qps > 0,
         ),
         Rule(
+            cel="!has(self.targetQPS) || (type(self.targetQPS) == int ? "
+            f"self.targetQPS <= {MAX_TARGET_QPS} : (self.targetQPS == 'auto' || "
+            f"double(self.targetQPS) <= {MAX_TARGET_QPS}.0))",
+            message=f"must be at most {MAX_TARGET_QPS} queries per second",
+            field="targetQPS",
+            check=lambda m: (
+                m.target_qps is None or m.target_qps == "auto" or m.target_qps <= MAX_TARGET_QPS
+            ),
+        ),
+        Rule(
             cel="!has(self.batchSizes) || self.batchSizes.all(b, b > 0)",
             message="every batch size must be > 0",
             field="batchSizes",
@@ -654,7 +684,7 @@ class Toleration(SpecModel):
     """Taint value for operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all."""
-    toleration_seconds: int | None = None
+    toleration_seconds: Annotated[int | None, Field(ge=-INT64 - 1, le=INT64)] = None
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
@@ -665,6 +695,12 @@ class Toleration(SpecModel):
             field="value",
             check=lambda m: not m.value or m.operator != "Exists",
         ),
+        Rule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="applies only to effect NoExecute (the API server refuses it otherwise)",
+            field="tolerationSeconds",
+            check=lambda m: m.toleration_seconds is None or m.effect == "NoExecute",
+        ),
     )
 
 
@@ -673,7 +709,7 @@ def _quantity(value: int | str) -> int | str:
         raise ValueError("must be a non-negative quantity, e.g. '500m', '4Gi'")
     if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
         raise ValueError(
-            f"{value!r} is not a Kubernetes quantity; write e.g. '500m', '2', '512Mi', '4Gi'"
+            f"{quoted(value)} is not a Kubernetes quantity; write e.g. '500m', '2', '512Mi', '4Gi'"
         )
     return value
 
