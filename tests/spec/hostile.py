@@ -184,3 +184,33 @@ def hostile_documents(draw: st.DrawFn) -> Hostile:
         keys = ["x", "ünïcode", "../x", "a" * 100_000, "\u202e", *CREDENTIAL_URIS]
         place = (*place[:-1], draw(st.sampled_from(keys)))
     return replace(place, draw(hostile_values))
+
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(ENORMOUS[:-2]),
+)
+json_values = st.one_of(
+    json_scalars,
+    st.text(max_size=40),
+    st.sampled_from(UNICODE[2:] + CREDENTIAL_URIS + TRAVERSAL_URIS),  # no NUL, no RTL
+    st.integers(min_value=3000, max_value=20_000).map(lambda n: "x" * n),
+    st.integers(min_value=1, max_value=60).map(lambda d: nested(d)),
+    st.integers(min_value=1, max_value=60).map(lambda d: nested(d, as_list=True)),
+    st.integers(min_value=33, max_value=2000).map(lambda n: list(range(1, n + 1))),
+    st.lists(json_scalars, max_size=4),
+)
+"""Hostile values a JSON request can carry to the API server (no NaN, no 1000-deep nesting:
+kubectl and the API server's decoder stop those before any validation)."""
+
+
+@st.composite
+def hostile_requests(draw: st.DrawFn) -> Hostile:
+    """BASE with one place under spec set to a value the API server can decode."""
+    place = draw(st.sampled_from([p for p in PLACES if p[0] == "spec"]))
+    if len(place) > 2 and isinstance(place[-1], str) and draw(st.integers(0, 4)) == 0:
+        place = (*place[:-1], draw(st.sampled_from(["x", "../x", CREDENTIAL_URIS[0]])))
+    return replace(place, draw(json_values))

@@ -231,3 +231,32 @@ def test_a_huge_value_or_key_is_clipped_in_the_message() -> None:
     with pytest.raises(SpecValidationError) as info:
         parse_resource(replace(("spec", "k" * 1_000_000), 1).document, "hostile.yaml")
     assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("place", "value"),
+    [
+        (("spec", "hardware", "gpus"), True),
+        (("spec", "hardware", "gpus"), 1.0),
+        (("spec", "scenario", "batchSizes"), ["4"]),
+        (("spec", "retries"), "3"),
+        (("spec", "tracing", "sampling"), "0.5"),
+        (("spec", "scenario", "accuracy"), "yes"),
+        (("spec", "model", "inputs", 0, "shape"), [-1, 8.0]),
+    ],
+)
+def test_numbers_and_flags_of_the_wrong_json_type_are_refused_like_the_api_server_does(
+    place: tuple[str | int, ...], value: Any
+) -> None:
+    """Regression: pydantic's lax mode read true as 1 GPU, '3' as 3 retries and 1.0 as 1,
+    which the API server refuses (type: integer / number / boolean)."""
+    assert rejected_at(replace(place, value))
+
+
+def test_a_null_field_is_absent_as_the_api_server_reads_it() -> None:
+    """Regression: `postprocessing:` (null) was refused locally, accepted by the server."""
+    optional = replace(("spec", "postprocessing"), None).document
+    assert parse_resource(optional, "null.yaml").spec.postprocessing == []
+    with pytest.raises(SpecValidationError) as info:
+        parse_resource(replace(("spec", "model", "uri"), None).document, "null.yaml")
+    assert [str(p) for p in info.value.problems] == ["spec.model.uri: required field is missing"]

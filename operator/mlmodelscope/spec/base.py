@@ -128,6 +128,16 @@ class SpecModel(BaseModel):
     rules: ClassVar[tuple[Rule, ...]] = ()
     """Cross-field constraints of this model; see :class:`Rule`."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """``field: null`` (or ``field:`` with nothing after it in YAML) means the field is
+        not set, as the API server reads it (it drops nulls, of unknown fields too, before
+        validating): a default applies, a required field is reported missing."""
+        if not isinstance(data, dict) or not any(v is None for v in data.values()):
+            return data
+        return {k: v for k, v in data.items() if v is not None}
+
     @model_validator(mode="after")
     def _enforce_rules(self) -> SpecModel:
         for rule in type(self).rules:

@@ -9,7 +9,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 from mlmodelscope.spec.base import (
     Duration,
@@ -46,8 +46,8 @@ MAX_TARGET_QPS = 1_000_000
 MAX_AXIS = 8
 """Tensors have at most 8 dimensions (TensorSpec.shape), so an axis lies in [-8, 7]."""
 INT64 = 2**63 - 1
-Dimension = Annotated[int, Field(le=MAX_DIMENSION)]
-Axis = Annotated[int, Field(ge=-MAX_AXIS, le=MAX_AXIS - 1)]
+Dimension = Annotated[StrictInt, Field(le=MAX_DIMENSION)]
+Axis = Annotated[StrictInt, Field(ge=-MAX_AXIS, le=MAX_AXIS - 1)]
 
 
 def _fits_a_job(value: str | None) -> bool:
@@ -250,9 +250,9 @@ class ModelReference(SpecModel):
 class Resize(SpecModel):
     """Resize an image to height x width."""
 
-    height: Annotated[int, Field(gt=0, le=16384)]
+    height: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Target height in pixels."""
-    width: Annotated[int, Field(gt=0, le=16384)]
+    width: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Target width in pixels."""
     interpolation: Literal["nearest", "bilinear", "bicubic"] = "bilinear"
     """Interpolation filter."""
@@ -261,9 +261,9 @@ class Resize(SpecModel):
 class CenterCrop(SpecModel):
     """Crop the central height x width region."""
 
-    height: Annotated[int, Field(gt=0, le=16384)]
+    height: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Crop height in pixels."""
-    width: Annotated[int, Field(gt=0, le=16384)]
+    width: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Crop width in pixels."""
 
 
@@ -284,16 +284,16 @@ class ToFloat(SpecModel):
 class Scale(SpecModel):
     """Multiply every element by a constant (e.g. 1/255 for 8-bit images)."""
 
-    factor: Annotated[float, Field(gt=0)]
+    factor: Annotated[StrictFloat, Field(gt=0)]
     """The multiplier."""
 
 
 class Normalize(SpecModel):
     """Per-channel (x - mean) / std, channels last or first as the current layout says."""
 
-    mean: Annotated[list[float], Field(min_length=1, max_length=16)]
+    mean: Annotated[list[StrictFloat], Field(min_length=1, max_length=16)]
     """Per-channel mean."""
-    std: Annotated[list[float], Field(min_length=1, max_length=16)]
+    std: Annotated[list[StrictFloat], Field(min_length=1, max_length=16)]
     """Per-channel standard deviation (all > 0)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
@@ -374,7 +374,7 @@ class Softmax(SpecModel):
 class TopK(SpecModel):
     """Keep the k best classes per sample."""
 
-    k: Annotated[int, Field(gt=0, le=1000)] = 5
+    k: Annotated[StrictInt, Field(gt=0, le=1000)] = 5
     """How many classes to keep."""
 
 
@@ -437,10 +437,10 @@ class Framework(SpecModel):
     ) = None
     """ONNX Runtime execution provider; default follows hardware.device (CUDA on gpu)."""
 
-    intra_op_threads: Annotated[int | None, Field(ge=0, le=1024)] = None
+    intra_op_threads: Annotated[StrictInt | None, Field(ge=0, le=1024)] = None
     """Threads inside one operator (0 or unset: the framework's default)."""
 
-    inter_op_threads: Annotated[int | None, Field(ge=0, le=1024)] = None
+    inter_op_threads: Annotated[StrictInt | None, Field(ge=0, le=1024)] = None
     """Threads across independent operators (0 or unset: the framework's default)."""
 
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
@@ -493,10 +493,10 @@ class Dataset(SpecModel):
     split: Literal["train", "test", "all"] = "test"
     """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
 
-    limit: Annotated[int | None, Field(gt=0, le=2**31 - 1)] = None
+    limit: Annotated[StrictInt | None, Field(gt=0, le=2**31 - 1)] = None
     """Use only the first N samples (after the deterministic ordering)."""
 
-    size: Annotated[int, Field(gt=0, le=10_000_000)] = 1024
+    size: Annotated[StrictInt, Field(gt=0, le=10_000_000)] = 1024
     """synthetic: how many samples to generate."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
@@ -537,15 +537,15 @@ class Stability(SpecModel):
     """When a measurement counts as stable (perf_analyzer's rule): p50 of consecutive
     measurement windows moves less than tolerancePercent."""
 
-    tolerance_percent: Annotated[float, Field(gt=0, le=100)] = 10.0
+    tolerance_percent: Annotated[StrictFloat, Field(gt=0, le=100)] = 10.0
     """Largest allowed change of p50 between consecutive windows, in percent."""
 
-    max_windows: Annotated[int, Field(ge=2, le=100)] = 5
+    max_windows: Annotated[StrictInt, Field(ge=2, le=100)] = 5
     """Give up (verdict INVALID: unstable) after this many windows."""
 
 
 TargetQPS = Annotated[
-    float | Literal["auto"],
+    StrictFloat | Literal["auto"],
     Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
 ]
 
@@ -558,20 +558,20 @@ class Scenario(SpecModel):
     query), Server (Poisson arrivals at targetQPS, latency under load), Offline (throughput)."""
 
     batch_sizes: Annotated[
-        list[Annotated[int, Field(le=MAX_BATCH_SIZE)]], Field(min_length=1, max_length=32)
+        list[Annotated[StrictInt, Field(le=MAX_BATCH_SIZE)]], Field(min_length=1, max_length=32)
     ] = [1]
     """Batch sizes to measure, each a separate run; unique and > 0."""
 
-    warmup: Annotated[int, Field(ge=0, le=100000)] = 10
+    warmup: Annotated[StrictInt, Field(ge=0, le=100000)] = 10
     """Queries run before measuring, per batch size; excluded from results and reported."""
 
-    min_query_count: Annotated[int, Field(ge=1, le=100_000_000)] = 100
+    min_query_count: Annotated[StrictInt, Field(ge=1, le=100_000_000)] = 100
     """A measurement needs at least this many queries to be VALID."""
 
     min_duration: Duration = "1s"
     """A measurement needs to last at least this long to be VALID, e.g. '10s'."""
 
-    samples_per_query: Annotated[int, Field(ge=1, le=4096)] = 8
+    samples_per_query: Annotated[StrictInt, Field(ge=1, le=4096)] = 8
     """MultiStream: samples in each query."""
 
     target_qps: TargetQPS | None = Field(default=None, alias="targetQPS")
@@ -581,10 +581,10 @@ class Scenario(SpecModel):
     latency_bound: Duration = "100ms"
     """Server: the latency that latencyBoundPercentile of queries must meet for a VALID run."""
 
-    latency_bound_percentile: Annotated[float, Field(gt=0, lt=100)] = 99.0
+    latency_bound_percentile: Annotated[StrictFloat, Field(gt=0, lt=100)] = 99.0
     """Server: the percentile held to latencyBound."""
 
-    latency_percentiles: Annotated[list[float], Field(min_length=1, max_length=16)] = [
+    latency_percentiles: Annotated[list[StrictFloat], Field(min_length=1, max_length=16)] = [
         50.0,
         90.0,
         95.0,
@@ -593,13 +593,13 @@ class Scenario(SpecModel):
     ]
     """Latency percentiles to report (from the full distribution)."""
 
-    repetitions: Annotated[int, Field(ge=1, le=100)] = 1
+    repetitions: Annotated[StrictInt, Field(ge=1, le=100)] = 1
     """Independent repetitions of each measurement; all are kept, the median one summarized."""
 
-    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
     """Seed for sample order, synthetic data and Server arrivals."""
 
-    accuracy: bool = True
+    accuracy: StrictBool = True
     """Run a separate accuracy pass over the whole dataset (needs labels)."""
 
     stability: Stability = Stability()
@@ -684,7 +684,7 @@ class Toleration(SpecModel):
     """Taint value for operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all."""
-    toleration_seconds: Annotated[int | None, Field(ge=-INT64 - 1, le=INT64)] = None
+    toleration_seconds: Annotated[StrictInt | None, Field(ge=-INT64 - 1, le=INT64)] = None
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
@@ -747,7 +747,7 @@ class Hardware(SpecModel):
     device: Device = Device.CPU
     """cpu or gpu."""
 
-    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    gpus: Annotated[StrictInt, Field(ge=0, le=64)] = 0
     """Number of GPUs (nvidia.com/gpu) for device gpu; 0 means 1 when device is gpu."""
 
     gpu_product: Annotated[
@@ -799,7 +799,7 @@ class Tracing(SpecModel):
     """none; model (evaluation, scenario, queries, pre/predict/post); framework (+ operator or
     layer spans from the framework's profiler); library (+ GPU kernels and copies)."""
 
-    sampling: Annotated[float, Field(ge=0, le=1)] = 1.0
+    sampling: Annotated[StrictFloat, Field(ge=0, le=1)] = 1.0
     """Fraction of queries traced at model level and below (evaluation and scenario spans are
     always kept)."""
 
@@ -837,7 +837,7 @@ class EvaluationSpec(SpecModel):
     timeout: Duration = "1h"
     """Wall-clock limit of the evaluation job (activeDeadlineSeconds)."""
 
-    retries: Annotated[int, Field(ge=0, le=10)] = 0
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 0
     """Times a failed evaluation pod is retried (the Job's backoffLimit)."""
 
     ttl_after_finished: Duration | None = None
