@@ -271,6 +271,15 @@ def test_connection_refused_is_a_fetch_error(server: Server) -> None:
         fetch_model(model(url))
 
 
+def test_a_transport_failure_names_the_uri_field_and_no_credentials(server: Server) -> None:
+    """Regression (hostile input): a transient failure named the URI but not the field."""
+    url = server.url("model.onnx?token=t0k3n-S3CRET").replace("http://", "http://u:pw@")
+    server.stop()
+    with pytest.raises(FetchError, match=r"^spec\.model\.uri: GET http://REDACTED@") as info:
+        fetch_model(model(url))
+    assert "t0k3n-S3CRET" not in str(info.value) and ":pw@" not in str(info.value)
+
+
 # ---------------------------------------------------------------------------------- archives
 
 

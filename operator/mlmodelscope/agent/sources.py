@@ -677,8 +677,11 @@ def fetch_uri(
         return _from_meta(cache, meta, cached=True, source=source)
     with cache.staging() as staged:
         artifact = staged / _basename(uri)
-        with artifact.open("wb") as out:
-            digest, _ = download(uri, out, uri_field, FetchPolicy.from_env(os.environ))
+        try:
+            with artifact.open("wb") as out:
+                digest, _ = download(uri, out, uri_field, FetchPolicy.from_env(os.environ))
+        except FetchError as exc:  # still retryable, but the message names the field
+            raise FetchError(f"{uri_field}: {exc}", status=exc.status) from exc
         meta = _publish(cache, staged, artifact, digest, uri=uri, expected=sha256, fields=fields)
     cache.add_alias(f"uri:{uri}", digest)
     return _from_meta(cache, meta, cached=False, source=source)
