@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hostile import Hostile, hostile_requests
+from hostile import Hostile, hostile_requests, replace
 from hypothesis import HealthCheck, given, settings
 from pydantic import ValidationError
 
@@ -86,3 +86,27 @@ def test_the_api_server_and_the_local_models_agree_on_hostile_documents(
         return
     assert paths, f"{hostile.field}: pydantic accepted what the server refuses: {error}"
     assert any(named(p, error) for p in paths), f"{hostile.field}: {paths} not in {error}"
+
+
+FIXED = [
+    (("spec", "model", "uri"), "pvc://../etc/passwd"),
+    (("spec", "model", "uri"), "pvc://claim/../../etc/passwd"),
+    (("spec", "scenario", "batchSizes"), [1, 2**40]),
+    (("spec", "model", "inputs", 0, "shape"), [-1, 2**40]),
+    (("spec", "scenario", "targetQPS"), 10_000_000),
+    (("spec", "postprocessing", 0, "softmax", "axis"), 99),
+    (("spec", "hardware", "tolerations", 0, "tolerationSeconds"), 60),
+    (("spec", "hardware", "gpus"), True),
+]
+"""The values this issue's fixes made the models refuse: the CRD refuses them the same way."""
+
+
+def test_the_api_server_refuses_what_the_hostile_input_fixes_refuse(
+    crd_cluster: Cluster, namespace: str
+) -> None:
+    for place, value in FIXED:
+        hostile = replace(place, value)
+        paths = local_problems(hostile)
+        error = server_verdict(crd_cluster, namespace, hostile)
+        assert paths and error, (hostile.field, paths, error)
+        assert any(named(p, error) for p in paths), (paths, error)

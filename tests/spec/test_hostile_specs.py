@@ -260,3 +260,33 @@ def test_a_null_field_is_absent_as_the_api_server_reads_it() -> None:
     with pytest.raises(SpecValidationError) as info:
         parse_resource(replace(("spec", "model", "uri"), None).document, "null.yaml")
     assert [str(p) for p in info.value.problems] == ["spec.model.uri: required field is missing"]
+
+
+@pytest.mark.parametrize(
+    ("place", "uri", "words"),
+    [
+        (("spec", "model", "uri"), "pvc://../etc/passwd", "PersistentVolumeClaim name"),
+        (("spec", "model", "uri"), "pvc:///etc/passwd", "PersistentVolumeClaim name"),
+        (("spec", "model", "uri"), "pvc://Claim_1/m.onnx", "PersistentVolumeClaim name"),
+        (("spec", "model", "uri"), "pvc://claim/../../etc/passwd", "must not contain '..'"),
+        (("spec", "model", "uri"), "pvc://claim/m/..", "must not contain '..'"),
+        (("spec", "dataset", "uri"), "pvc://claim/../x.npz", "must not contain '..'"),
+    ],
+)
+def test_a_pvc_uri_names_a_claim_and_stays_inside_it(
+    place: tuple[str | int, ...], uri: str, words: str
+) -> None:
+    """Regression: the CRD admitted these; the operator mounted a claim named '..' (the Job
+    refused) or the agent refused the path only once its pod ran."""
+    document = replace(place, uri).document
+    if place[1] == "dataset":
+        document["spec"]["dataset"] = {"type": "npz", "uri": uri}
+    with pytest.raises(SpecValidationError) as info:
+        parse_resource(document, "hostile.yaml")
+    field = field_path(place)
+    assert any(p.path == field and words in p.message for p in info.value.problems), info.value
+
+
+def test_a_pvc_uri_inside_its_claim_is_accepted() -> None:
+    for uri in ("pvc://models/digits.onnx", "pvc://my.claim", "pvc://c/a..b/..c/m.onnx"):
+        parse_resource(replace(("spec", "model", "uri"), uri).document, "pvc.yaml")

@@ -64,6 +64,36 @@ def _job_seconds_rule(field: str) -> Rule:
     )
 
 
+PVC_CLAIM = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/|$)"
+"""A pvc:// URI starts with the claim's name (a DNS subdomain) and a slash."""
+PARENT_SEGMENT = r"/[.][.](/|$)"
+
+
+def _pvc_rules(field: str = "uri") -> tuple[Rule, ...]:
+    """A pvc:// URI names a claim the operator mounts and a path inside it: the claim must be
+    a PersistentVolumeClaim name and the path must not climb out of the volume with '..'."""
+    unset = f"!has(self.{field}) || !self.{field}.startsWith('pvc://')"
+
+    def is_pvc(m: Any) -> bool:
+        uri = getattr(m, field)
+        return isinstance(uri, str) and uri.startswith("pvc://")
+
+    return (
+        Rule(
+            cel=f"{unset} || self.{field}.matches('{PVC_CLAIM}')",
+            message="write pvc://<claim>/<path>, where <claim> is a PersistentVolumeClaim name",
+            field=field,
+            check=lambda m: not is_pvc(m) or re.search(PVC_CLAIM, getattr(m, field)) is not None,
+        ),
+        Rule(
+            cel=f"{unset} || !self.{field}.matches('{PARENT_SEGMENT}')",
+            message="a pvc:// path must not contain '..'; give a path inside the claim",
+            field=field,
+            check=lambda m: not is_pvc(m) or re.search(PARENT_SEGMENT, getattr(m, field)) is None,
+        ),
+    )
+
+
 class ModelFormat(StrEnum):
     ONNX = "onnx"
     TORCHSCRIPT = "torchscript"
@@ -203,6 +233,8 @@ class ModelSource(SpecModel):
     """Secret holding credentials for the model source (e.g. AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY for s3://), exposed to the evaluation job as environment variables."""
 
+    rules: ClassVar[tuple[Rule, ...]] = _pvc_rules()
+
 
 class ModelExport(SpecModel):
     """The same model serialized in another format, for frameworks that cannot load the
@@ -216,6 +248,8 @@ class ModelExport(SpecModel):
 
     sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
     """Expected SHA-256 of this copy, as `mlms hash PATH` prints it."""
+
+    rules: ClassVar[tuple[Rule, ...]] = _pvc_rules()
 
 
 EXPORT_RULES: tuple[Rule, ...] = (
@@ -500,6 +534,7 @@ class Dataset(SpecModel):
     """synthetic: how many samples to generate."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        *_pvc_rules(),
         Rule(
             cel="self.type != 'synthetic' || has(self.shape)",
             message="required when type is synthetic: the shape of one sample, e.g. [3, 224, 224]",
