@@ -46,7 +46,7 @@ def hostile_cases(digits_onnx: Path) -> dict[str, tuple[dict[str, Any], str, str
         "traversal": (
             {"model": {"uri": "file:///../../../etc/passwd"}},
             "Failed",
-            "spec.model",
+            "spec.model.uri",
         ),
         "semantic": (
             {"framework": {"name": "pytorch", "intraOpThreads": 1}},

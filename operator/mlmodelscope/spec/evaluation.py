@@ -595,7 +595,7 @@ class Scenario(SpecModel):
     batch_sizes: Annotated[
         list[Annotated[StrictInt, Field(le=MAX_BATCH_SIZE)]], Field(min_length=1, max_length=32)
     ] = [1]
-    """Batch sizes to measure, each a separate run; unique and > 0."""
+    """Batch sizes to measure, each a separate run; unique, > 0 and at most 65536."""
 
     warmup: Annotated[StrictInt, Field(ge=0, le=100000)] = 10
     """Queries run before measuring, per batch size; excluded from results and reported."""
@@ -610,8 +610,8 @@ class Scenario(SpecModel):
     """MultiStream: samples in each query."""
 
     target_qps: TargetQPS | None = Field(default=None, alias="targetQPS")
-    """Server: queries per second to offer (Poisson arrivals), or 'auto' to search the peak QPS
-    that still meets latencyBound (LoadGen's FindPeakPerformance)."""
+    """Server: queries per second to offer (Poisson arrivals, at most 1000000), or 'auto' to
+    search the peak QPS that still meets latencyBound (LoadGen's FindPeakPerformance)."""
 
     latency_bound: Duration = "100ms"
     """Server: the latency that latencyBoundPercentile of queries must meet for a VALID run."""
