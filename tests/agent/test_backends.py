@@ -20,6 +20,7 @@ from mlmodelscope.agent.backends import (
     create_backend,
 )
 from mlmodelscope.agent.digits import MODEL_FILES as DIGITS_FILES
+from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import EvaluationSpec, FrameworkName
 
 pytestmark = pytest.mark.frameworks
@@ -197,6 +198,19 @@ def test_missing_model_names_the_path(
     path = tmp_path / "absent" / DIGITS_FILES[fmt]
     with pytest.raises(ModelLoadError, match=re.escape(str(path))):
         load(make_spec(framework, fmt, path), path)
+
+
+def test_a_file_that_is_no_model_names_the_uri_field(
+    tmp_path: Path, make_spec: SpecFactory
+) -> None:
+    """Regression (hostile input): file:///etc/passwd as an ONNX model ended Failed with
+    ONNX Runtime's words and no field, and as retryable."""
+    path = tmp_path / "passwd"
+    path.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    with pytest.raises(ModelLoadError) as info:
+        load(make_spec("onnxruntime", "onnx", path), path)
+    assert isinstance(info.value, SpecError) and info.value.field == "spec.model.uri"
+    assert str(info.value).startswith(f"spec.model.uri: cannot load onnx model {path}")
 
 
 NHWC = [{"name": "input", "shape": [-1, 8, 8, 1]}]

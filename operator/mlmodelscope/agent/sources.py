@@ -274,16 +274,31 @@ def extract_archive(archive: Path, dest: Path, *, field: str = "spec.model.uri")
     the model root: the single top-level folder if the archive holds exactly one, else ``dest``.
     """
     dest.mkdir(parents=True, exist_ok=False)
-    if archive.name.lower().endswith(".zip"):
-        _extract_zip(archive, dest, field)
-    else:
-        try:
+    try:
+        if archive.name.lower().endswith(".zip"):
+            _extract_zip(archive, dest, field)
+        else:
             _extract_tar(archive, dest, field)
-        except tarfile.FilterError as exc:
-            raise UnsafeArchiveError(field, f"{archive.name}: {exc}") from exc
-        except tarfile.TarError as exc:
-            raise SpecError(field, f"{archive.name} is not a readable tar archive: {exc}") from exc
+    except tarfile.FilterError as exc:
+        raise UnsafeArchiveError(field, f"{archive.name}: {exc}") from exc
+    except tarfile.TarError as exc:
+        raise SpecError(field, f"{archive.name} is not a readable tar archive: {exc}") from exc
+    except zipfile.BadZipFile as exc:
+        raise SpecError(field, f"{archive.name} is not a readable zip archive: {exc}") from exc
+    except OSError as exc:  # members that clash: a file named like a folder, '.' as a file
+        where = _relative(exc.filename, dest)
+        raise UnsafeArchiveError(
+            field, f"{archive.name}: cannot unpack member {where!r}: {exc.strerror or exc}"
+        ) from exc
     return _archive_root(dest)
+
+
+def _relative(filename: object, dest: Path) -> str:
+    """An OSError's file as a member path (the extraction folder is the agent's business)."""
+    text = os.fsdecode(filename) if isinstance(filename, str | bytes) else "?"
+    with contextlib.suppress(ValueError):
+        return Path(text).relative_to(dest).as_posix()
+    return Path(text).name
 
 
 def _archive_root(dest: Path) -> Path:
@@ -662,8 +677,11 @@ def fetch_uri(
         return _from_meta(cache, meta, cached=True, source=source)
     with cache.staging() as staged:
         artifact = staged / _basename(uri)
-        with artifact.open("wb") as out:
-            digest, _ = download(uri, out, uri_field, FetchPolicy.from_env(os.environ))
+        try:
+            with artifact.open("wb") as out:
+                digest, _ = download(uri, out, uri_field, FetchPolicy.from_env(os.environ))
+        except FetchError as exc:  # still retryable, but the message names the field
+            raise FetchError(f"{uri_field}: {exc}", status=exc.status) from exc
         meta = _publish(cache, staged, artifact, digest, uri=uri, expected=sha256, fields=fields)
     cache.add_alias(f"uri:{uri}", digest)
     return _from_meta(cache, meta, cached=False, source=source)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
@@ -22,6 +22,24 @@ from pydantic.alias_generators import to_camel
 _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+
+
+SHOWN_CHARS: Final = 64
+"""The most characters of a value a message repeats."""
+NOT_SHOWN: Final = "this value (not repeated: it looks like a URI, which may hold credentials)"
+
+
+def quoted(value: object) -> str:
+    """``value`` as an error message repeats it: quoted, escaped and clipped to SHOWN_CHARS.
+
+    A value with ``://`` or ``@`` is not repeated at all: it may carry credentials
+    (``user:pass@``, a presigned query), and spec errors reach terminals, CI logs and Events.
+    """
+    text = value if isinstance(value, str) else repr(value)
+    if "://" in text or "@" in text:
+        return NOT_SHOWN
+    clipped = text[:SHOWN_CHARS] + "..." if len(text) > SHOWN_CHARS else text
+    return repr(clipped) if isinstance(value, str) else clipped
 
 
 def parse_duration(value: str) -> float:
@@ -32,7 +50,8 @@ def parse_duration(value: str) -> float:
     text = value.strip()
     if not re.fullmatch(DURATION_PATTERN, text):
         raise ValueError(
-            f"{value!r} is not a duration; write a number with a unit, e.g. '500ms', '30s', '1m30s'"
+            f"{quoted(value)} is not a duration; "
+            "write a number with a unit, e.g. '500ms', '30s', '1m30s'"
         )
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
 
@@ -101,12 +120,23 @@ class SpecModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         validate_default=True,
+        allow_inf_nan=False,  # YAML's .inf and .nan: no count, size or rate is infinite
         use_attribute_docstrings=True,
         json_schema_extra=_schema_with_rules,
     )
 
     rules: ClassVar[tuple[Rule, ...]] = ()
     """Cross-field constraints of this model; see :class:`Rule`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """``field: null`` (or ``field:`` with nothing after it in YAML) means the field is
+        not set, as the API server reads it (it drops nulls, of unknown fields too, before
+        validating): a default applies, a required field is reported missing."""
+        if not isinstance(data, dict) or not any(v is None for v in data.values()):
+            return data
+        return {k: v for k, v in data.items() if v is not None}
 
     @model_validator(mode="after")
     def _enforce_rules(self) -> SpecModel:

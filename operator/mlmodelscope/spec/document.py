@@ -7,6 +7,7 @@ Kubernetes user writes it (``spec.scenario.targetQPS``) and says what is accepte
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mlmodelscope import API_GROUP, API_VERSION
-from mlmodelscope.spec.base import SpecError
+from mlmodelscope.spec.base import SpecError, quoted
 from mlmodelscope.spec.evaluation import (
     FORMATS_BY_FRAMEWORK,
     NAME_PATTERN,
@@ -105,11 +106,19 @@ class LoadedEvaluation:
 # ----------------------------------------------------------------------------- error formatting
 
 
-def _loc_to_path(loc: Iterable[int | str]) -> str:
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_./]{0,252}")
+"""A key a path shows as written: a field name, or a label key such as nvidia.com/gpu.product."""
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    """``spec.model.inputs[0].shape``; a key that is no plain name (an unknown field called
+    ``../x``, a URI, a megabyte of text) is shown quoted in brackets, clipped, never a URI."""
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(part):
+            path += f"[{quoted(part)}]"
         else:
             path += f".{part}" if path else part
     return path
@@ -152,7 +161,7 @@ def _known_fields(model: type[BaseModel]) -> list[str]:
 
 def _problem_from_error(error: Any, root: type[BaseModel], prefix: str) -> Problem:
     loc = [p for p in error["loc"] if not (isinstance(p, str) and "[" in p)]
-    path = _loc_to_path([*([prefix] if prefix else []), *loc])
+    path = field_path([*([prefix] if prefix else []), *loc])
     kind = error["type"]
     cause = (error.get("ctx") or {}).get("error")
     if isinstance(cause, SpecError):
@@ -300,6 +309,9 @@ def read_documents(file: Path, expected: str = KIND) -> list[Any]:
         documents = list(iter_documents(text))
     except yaml.YAMLError as exc:
         raise SpecValidationError(str(file), [Problem("", f"not valid YAML: {exc}")]) from None
+    except RecursionError:  # PyYAML composes nodes recursively: ~1000 nested [ or { end it
+        problem = Problem("", "not readable: its YAML is nested too deeply (hundreds of levels)")
+        raise SpecValidationError(str(file), [problem]) from None
     if not documents:
         raise SpecValidationError(str(file), [Problem("", f"no {expected} document found")])
     return documents

@@ -9,9 +9,16 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
-from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of, parse_duration
+from mlmodelscope.spec.base import (
+    Duration,
+    Rule,
+    SpecModel,
+    exactly_one_of,
+    parse_duration,
+    quoted,
+)
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 URI_PATTERN = r"^(file://|https?://|s3://|pvc://|/|\.{0,2}/?[A-Za-z0-9_])"
@@ -30,6 +37,17 @@ MAX_JOB_SECONDS = 2**31 - 1
 """The Job's ttlSecondsAfterFinished is an int32: durations that become seconds of a Job field
 must fit in it (596523h is the largest whole number of hours that does)."""
 MAX_JOB_DURATION = "596523h"
+MAX_DIMENSION = 1 << 24
+"""The largest tensor or sample dimension (16M): larger ones are a mistake, not a model."""
+MAX_BATCH_SIZE = 65536
+"""The largest batch size: a batch is allocated whole, so a larger one is refused up front."""
+MAX_TARGET_QPS = 1_000_000
+"""The largest Server targetQPS: the agent plans every arrival of a measurement window."""
+MAX_AXIS = 8
+"""Tensors have at most 8 dimensions (TensorSpec.shape), so an axis lies in [-8, 7]."""
+INT64 = 2**63 - 1
+Dimension = Annotated[StrictInt, Field(le=MAX_DIMENSION)]
+Axis = Annotated[StrictInt, Field(ge=-MAX_AXIS, le=MAX_AXIS - 1)]
 
 
 def _fits_a_job(value: str | None) -> bool:
@@ -43,6 +61,36 @@ def _job_seconds_rule(field: str) -> Rule:
         message=f"must be at most {MAX_JOB_DURATION} (the Job keeps it as 32-bit seconds)",
         field=field,
         check=lambda m: _fits_a_job(getattr(m, re.sub(r"(?<!^)(?=[A-Z])", "_", field).lower())),
+    )
+
+
+PVC_CLAIM = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/|$)"
+"""A pvc:// URI starts with the claim's name (a DNS subdomain) and a slash."""
+PARENT_SEGMENT = r"/[.][.](/|$)"
+
+
+def _pvc_rules(field: str = "uri") -> tuple[Rule, ...]:
+    """A pvc:// URI names a claim the operator mounts and a path inside it: the claim must be
+    a PersistentVolumeClaim name and the path must not climb out of the volume with '..'."""
+    unset = f"!has(self.{field}) || !self.{field}.startsWith('pvc://')"
+
+    def is_pvc(m: Any) -> bool:
+        uri = getattr(m, field)
+        return isinstance(uri, str) and uri.startswith("pvc://")
+
+    return (
+        Rule(
+            cel=f"{unset} || self.{field}.matches('{PVC_CLAIM}')",
+            message="write pvc://<claim>/<path>, where <claim> is a PersistentVolumeClaim name",
+            field=field,
+            check=lambda m: not is_pvc(m) or re.search(PVC_CLAIM, getattr(m, field)) is not None,
+        ),
+        Rule(
+            cel=f"{unset} || !self.{field}.matches('{PARENT_SEGMENT}')",
+            message="a pvc:// path must not contain '..'; give a path inside the claim",
+            field=field,
+            check=lambda m: not is_pvc(m) or re.search(PARENT_SEGMENT, getattr(m, field)) is None,
+        ),
     )
 
 
@@ -127,7 +175,7 @@ class TensorSpec(SpecModel):
     """Tensor name as the model declares it (ONNX input name, SavedModel signature key, or a
     positional name such as 'input0' for TorchScript)."""
 
-    shape: Annotated[list[int], Field(min_length=1, max_length=8)]
+    shape: Annotated[list[Dimension], Field(min_length=1, max_length=8)]
     """Dimensions; -1 marks a dynamic dimension (normally the batch, first), e.g. [-1, 1, 8, 8]."""
 
     dtype: DType = DType.FLOAT32
@@ -185,6 +233,8 @@ class ModelSource(SpecModel):
     """Secret holding credentials for the model source (e.g. AWS_ACCESS_KEY_ID and
     AWS_SECRET_ACCESS_KEY for s3://), exposed to the evaluation job as environment variables."""
 
+    rules: ClassVar[tuple[Rule, ...]] = _pvc_rules()
+
 
 class ModelExport(SpecModel):
     """The same model serialized in another format, for frameworks that cannot load the
@@ -198,6 +248,8 @@ class ModelExport(SpecModel):
 
     sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
     """Expected SHA-256 of this copy, as `mlms hash PATH` prints it."""
+
+    rules: ClassVar[tuple[Rule, ...]] = _pvc_rules()
 
 
 EXPORT_RULES: tuple[Rule, ...] = (
@@ -232,9 +284,9 @@ class ModelReference(SpecModel):
 class Resize(SpecModel):
     """Resize an image to height x width."""
 
-    height: Annotated[int, Field(gt=0, le=16384)]
+    height: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Target height in pixels."""
-    width: Annotated[int, Field(gt=0, le=16384)]
+    width: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Target width in pixels."""
     interpolation: Literal["nearest", "bilinear", "bicubic"] = "bilinear"
     """Interpolation filter."""
@@ -243,9 +295,9 @@ class Resize(SpecModel):
 class CenterCrop(SpecModel):
     """Crop the central height x width region."""
 
-    height: Annotated[int, Field(gt=0, le=16384)]
+    height: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Crop height in pixels."""
-    width: Annotated[int, Field(gt=0, le=16384)]
+    width: Annotated[StrictInt, Field(gt=0, le=16384)]
     """Crop width in pixels."""
 
 
@@ -266,16 +318,16 @@ class ToFloat(SpecModel):
 class Scale(SpecModel):
     """Multiply every element by a constant (e.g. 1/255 for 8-bit images)."""
 
-    factor: Annotated[float, Field(gt=0)]
+    factor: Annotated[StrictFloat, Field(gt=0)]
     """The multiplier."""
 
 
 class Normalize(SpecModel):
     """Per-channel (x - mean) / std, channels last or first as the current layout says."""
 
-    mean: Annotated[list[float], Field(min_length=1, max_length=16)]
+    mean: Annotated[list[StrictFloat], Field(min_length=1, max_length=16)]
     """Per-channel mean."""
-    std: Annotated[list[float], Field(min_length=1, max_length=16)]
+    std: Annotated[list[StrictFloat], Field(min_length=1, max_length=16)]
     """Per-channel standard deviation (all > 0)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
@@ -349,21 +401,21 @@ class PreprocessStep(SpecModel):
 class Softmax(SpecModel):
     """Turn logits into probabilities along the last axis."""
 
-    axis: int = -1
+    axis: Axis = -1
     """Axis to normalize over."""
 
 
 class TopK(SpecModel):
     """Keep the k best classes per sample."""
 
-    k: Annotated[int, Field(gt=0, le=1000)] = 5
+    k: Annotated[StrictInt, Field(gt=0, le=1000)] = 5
     """How many classes to keep."""
 
 
 class Argmax(SpecModel):
     """Reduce each sample to its best class index."""
 
-    axis: int = -1
+    axis: Axis = -1
     """Axis to reduce."""
 
 
@@ -419,10 +471,10 @@ class Framework(SpecModel):
     ) = None
     """ONNX Runtime execution provider; default follows hardware.device (CUDA on gpu)."""
 
-    intra_op_threads: Annotated[int | None, Field(ge=0, le=1024)] = None
+    intra_op_threads: Annotated[StrictInt | None, Field(ge=0, le=1024)] = None
     """Threads inside one operator (0 or unset: the framework's default)."""
 
-    inter_op_threads: Annotated[int | None, Field(ge=0, le=1024)] = None
+    inter_op_threads: Annotated[StrictInt | None, Field(ge=0, le=1024)] = None
     """Threads across independent operators (0 or unset: the framework's default)."""
 
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
@@ -456,7 +508,7 @@ class Dataset(SpecModel):
     """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
     tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels)."""
 
-    shape: Annotated[list[int] | None, Field(min_length=1, max_length=8)] = None
+    shape: Annotated[list[Dimension] | None, Field(min_length=1, max_length=8)] = None
     """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
 
     dtype: DType = DType.FLOAT32
@@ -475,13 +527,14 @@ class Dataset(SpecModel):
     split: Literal["train", "test", "all"] = "test"
     """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
 
-    limit: Annotated[int | None, Field(gt=0)] = None
+    limit: Annotated[StrictInt | None, Field(gt=0, le=2**31 - 1)] = None
     """Use only the first N samples (after the deterministic ordering)."""
 
-    size: Annotated[int, Field(gt=0, le=10_000_000)] = 1024
+    size: Annotated[StrictInt, Field(gt=0, le=10_000_000)] = 1024
     """synthetic: how many samples to generate."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        *_pvc_rules(),
         Rule(
             cel="self.type != 'synthetic' || has(self.shape)",
             message="required when type is synthetic: the shape of one sample, e.g. [3, 224, 224]",
@@ -519,15 +572,15 @@ class Stability(SpecModel):
     """When a measurement counts as stable (perf_analyzer's rule): p50 of consecutive
     measurement windows moves less than tolerancePercent."""
 
-    tolerance_percent: Annotated[float, Field(gt=0, le=100)] = 10.0
+    tolerance_percent: Annotated[StrictFloat, Field(gt=0, le=100)] = 10.0
     """Largest allowed change of p50 between consecutive windows, in percent."""
 
-    max_windows: Annotated[int, Field(ge=2, le=100)] = 5
+    max_windows: Annotated[StrictInt, Field(ge=2, le=100)] = 5
     """Give up (verdict INVALID: unstable) after this many windows."""
 
 
 TargetQPS = Annotated[
-    float | Literal["auto"],
+    StrictFloat | Literal["auto"],
     Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
 ]
 
@@ -539,32 +592,34 @@ class Scenario(SpecModel):
     """SingleStream (one query at a time, latency), MultiStream (samplesPerQuery samples per
     query), Server (Poisson arrivals at targetQPS, latency under load), Offline (throughput)."""
 
-    batch_sizes: Annotated[list[int], Field(min_length=1, max_length=32)] = [1]
-    """Batch sizes to measure, each a separate run; unique and > 0."""
+    batch_sizes: Annotated[
+        list[Annotated[StrictInt, Field(le=MAX_BATCH_SIZE)]], Field(min_length=1, max_length=32)
+    ] = [1]
+    """Batch sizes to measure, each a separate run; unique, > 0 and at most 65536."""
 
-    warmup: Annotated[int, Field(ge=0, le=100000)] = 10
+    warmup: Annotated[StrictInt, Field(ge=0, le=100000)] = 10
     """Queries run before measuring, per batch size; excluded from results and reported."""
 
-    min_query_count: Annotated[int, Field(ge=1, le=100_000_000)] = 100
+    min_query_count: Annotated[StrictInt, Field(ge=1, le=100_000_000)] = 100
     """A measurement needs at least this many queries to be VALID."""
 
     min_duration: Duration = "1s"
     """A measurement needs to last at least this long to be VALID, e.g. '10s'."""
 
-    samples_per_query: Annotated[int, Field(ge=1, le=4096)] = 8
+    samples_per_query: Annotated[StrictInt, Field(ge=1, le=4096)] = 8
     """MultiStream: samples in each query."""
 
     target_qps: TargetQPS | None = Field(default=None, alias="targetQPS")
-    """Server: queries per second to offer (Poisson arrivals), or 'auto' to search the peak QPS
-    that still meets latencyBound (LoadGen's FindPeakPerformance)."""
+    """Server: queries per second to offer (Poisson arrivals, at most 1000000), or 'auto' to
+    search the peak QPS that still meets latencyBound (LoadGen's FindPeakPerformance)."""
 
     latency_bound: Duration = "100ms"
     """Server: the latency that latencyBoundPercentile of queries must meet for a VALID run."""
 
-    latency_bound_percentile: Annotated[float, Field(gt=0, lt=100)] = 99.0
+    latency_bound_percentile: Annotated[StrictFloat, Field(gt=0, lt=100)] = 99.0
     """Server: the percentile held to latencyBound."""
 
-    latency_percentiles: Annotated[list[float], Field(min_length=1, max_length=16)] = [
+    latency_percentiles: Annotated[list[StrictFloat], Field(min_length=1, max_length=16)] = [
         50.0,
         90.0,
         95.0,
@@ -573,13 +628,13 @@ class Scenario(SpecModel):
     ]
     """Latency percentiles to report (from the full distribution)."""
 
-    repetitions: Annotated[int, Field(ge=1, le=100)] = 1
+    repetitions: Annotated[StrictInt, Field(ge=1, le=100)] = 1
     """Independent repetitions of each measurement; all are kept, the median one summarized."""
 
-    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
     """Seed for sample order, synthetic data and Server arrivals."""
 
-    accuracy: bool = True
+    accuracy: StrictBool = True
     """Run a separate accuracy pass over the whole dataset (needs labels)."""
 
     stability: Stability = Stability()
@@ -605,6 +660,16 @@ class Scenario(SpecModel):
             message="must be a number > 0 or 'auto'",
             field="targetQPS",
             check=lambda m: m.target_qps is None or m.target_qps == "auto" or m.target_qps > 0,
+        ),
+        Rule(
+            cel="!has(self.targetQPS) || (type(self.targetQPS) == int ? "
+            f"self.targetQPS <= {MAX_TARGET_QPS} : (self.targetQPS == 'auto' || "
+            f"double(self.targetQPS) <= {MAX_TARGET_QPS}.0))",
+            message=f"must be at most {MAX_TARGET_QPS} queries per second",
+            field="targetQPS",
+            check=lambda m: (
+                m.target_qps is None or m.target_qps == "auto" or m.target_qps <= MAX_TARGET_QPS
+            ),
         ),
         Rule(
             cel="!has(self.batchSizes) || self.batchSizes.all(b, b > 0)",
@@ -654,7 +719,7 @@ class Toleration(SpecModel):
     """Taint value for operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all."""
-    toleration_seconds: int | None = None
+    toleration_seconds: Annotated[StrictInt | None, Field(ge=-INT64 - 1, le=INT64)] = None
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
@@ -665,6 +730,12 @@ class Toleration(SpecModel):
             field="value",
             check=lambda m: not m.value or m.operator != "Exists",
         ),
+        Rule(
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            message="applies only to effect NoExecute (the API server refuses it otherwise)",
+            field="tolerationSeconds",
+            check=lambda m: m.toleration_seconds is None or m.effect == "NoExecute",
+        ),
     )
 
 
@@ -673,7 +744,7 @@ def _quantity(value: int | str) -> int | str:
         raise ValueError("must be a non-negative quantity, e.g. '500m', '4Gi'")
     if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
         raise ValueError(
-            f"{value!r} is not a Kubernetes quantity; write e.g. '500m', '2', '512Mi', '4Gi'"
+            f"{quoted(value)} is not a Kubernetes quantity; write e.g. '500m', '2', '512Mi', '4Gi'"
         )
     return value
 
@@ -711,7 +782,7 @@ class Hardware(SpecModel):
     device: Device = Device.CPU
     """cpu or gpu."""
 
-    gpus: Annotated[int, Field(ge=0, le=64)] = 0
+    gpus: Annotated[StrictInt, Field(ge=0, le=64)] = 0
     """Number of GPUs (nvidia.com/gpu) for device gpu; 0 means 1 when device is gpu."""
 
     gpu_product: Annotated[
@@ -763,7 +834,7 @@ class Tracing(SpecModel):
     """none; model (evaluation, scenario, queries, pre/predict/post); framework (+ operator or
     layer spans from the framework's profiler); library (+ GPU kernels and copies)."""
 
-    sampling: Annotated[float, Field(ge=0, le=1)] = 1.0
+    sampling: Annotated[StrictFloat, Field(ge=0, le=1)] = 1.0
     """Fraction of queries traced at model level and below (evaluation and scenario spans are
     always kept)."""
 
@@ -801,7 +872,7 @@ class EvaluationSpec(SpecModel):
     timeout: Duration = "1h"
     """Wall-clock limit of the evaluation job (activeDeadlineSeconds)."""
 
-    retries: Annotated[int, Field(ge=0, le=10)] = 0
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 0
     """Times a failed evaluation pod is retried (the Job's backoffLimit)."""
 
     ttl_after_finished: Duration | None = None

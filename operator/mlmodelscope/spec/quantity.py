@@ -10,6 +10,7 @@ import re
 from decimal import Decimal
 from typing import Final
 
+from mlmodelscope.spec.base import quoted
 from mlmodelscope.spec.evaluation import QUANTITY_PATTERN
 
 BINARY: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -24,7 +25,7 @@ def quantity_value(value: int | str) -> Decimal:
     for text that is no non-negative Kubernetes quantity."""
     text = str(value).strip()
     if isinstance(value, bool) or not re.match(QUANTITY_PATTERN, text):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity")
+        raise ValueError(f"{quoted(value)} is not a Kubernetes quantity")
     match = _NUMBER.match(text)
     assert match is not None  # the pattern above admits only such text
     number, suffix = match.groups()

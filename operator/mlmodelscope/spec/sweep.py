@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from mlmodelscope.spec.base import Duration, Rule, SpecModel, exactly_one_of
 from mlmodelscope.spec.document import (
@@ -213,7 +213,7 @@ class SweepMatrix(SpecModel):
     """Scenario types, each with the settings of spec.template.scenario (unset: the template's
     type alone). targetQPS applies to Server children only."""
 
-    batch_sizes: Annotated[list[int] | None, Field(min_length=1, max_length=32)] = None
+    batch_sizes: Annotated[list[StrictInt] | None, Field(min_length=1, max_length=32)] = None
     """Batch sizes, one per child (unset: each child measures all of
     spec.template.scenario.batchSizes)."""
 
@@ -323,7 +323,7 @@ class SweepTemplate(SpecModel):
     timeout: Duration = "1h"
     """Wall-clock limit of each child's evaluation job (activeDeadlineSeconds)."""
 
-    retries: Annotated[int, Field(ge=0, le=10)] = 0
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 0
     """Times a failed evaluation pod is retried (each child Job's backoffLimit)."""
 
     ttl_after_finished: Duration | None = None
@@ -344,7 +344,7 @@ class SweepSpec(SpecModel):
     template: SweepTemplate
     """The settings every child shares (a ModelEvaluation spec without model and framework)."""
 
-    parallelism: Annotated[int, Field(ge=1, le=MAX_CHILDREN)] = 1
+    parallelism: Annotated[StrictInt, Field(ge=1, le=MAX_CHILDREN)] = 1
     """The most children running (created and not finished) at once."""
 
     failure_policy: FailurePolicy = FailurePolicy.CONTINUE
@@ -352,7 +352,7 @@ class SweepSpec(SpecModel):
     failed). Stop: create no further children after the first failure (the sweep ends Stopped;
     children already running finish)."""
 
-    suspend: bool = False
+    suspend: StrictBool = False
     """true: create no further children (running ones finish); false again resumes the sweep."""
 
 

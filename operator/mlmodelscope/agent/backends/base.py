@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import EvaluationSpec
 
 if TYPE_CHECKING:
@@ -38,6 +39,14 @@ class MissingExtraError(RuntimeError):
 
 class ModelLoadError(RuntimeError):
     """The model could not be loaded or does not match the spec (shape, names, format)."""
+
+
+class UnloadableModelError(ModelLoadError, SpecError):
+    """The file at spec.model.uri is no model the framework can load (a corrupt download,
+    the wrong file, ``file:///etc/passwd``): the spec must change, retrying cannot help."""
+
+    def __init__(self, message: str, field: str = "spec.model.uri") -> None:
+        SpecError.__init__(self, field, message)
 
 
 @dataclass(frozen=True)

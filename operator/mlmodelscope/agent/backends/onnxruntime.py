@@ -17,6 +17,7 @@ from mlmodelscope.agent.backends.base import (
     BackendInfo,
     MissingExtraError,
     ModelLoadError,
+    UnloadableModelError,
 )
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
 
@@ -85,7 +86,7 @@ class OnnxRuntimeBackend(Backend):
         try:
             session = ort.InferenceSession(str(model_path), options, providers=providers)
         except Exception as exc:
-            raise ModelLoadError(f"cannot load onnx model {model_path}: {exc}") from exc
+            raise UnloadableModelError(f"cannot load onnx model {model_path}: {exc}") from exc
         used = session.get_providers()
         if providers[0] not in used:
             # ONNX Runtime falls back to CPU silently when a GPU provider fails to initialize.

@@ -20,6 +20,7 @@ from mlmodelscope.agent.backends.base import (
     BackendInfo,
     MissingExtraError,
     ModelLoadError,
+    UnloadableModelError,
 )
 from mlmodelscope.spec.evaluation import (
     FORMATS_BY_FRAMEWORK,
@@ -98,7 +99,9 @@ class PyTorchBackend(Backend):
         except ModelLoadError:
             raise
         except Exception as exc:
-            raise ModelLoadError(f"cannot load {fmt.value} model {model_path}: {exc}") from exc
+            raise UnloadableModelError(
+                f"cannot load {fmt.value} model {model_path}: {exc}"
+            ) from exc
         self._module = module
         self._output_names = [o.name for o in spec.model.outputs]
         if fmt == ModelFormat.TORCHSCRIPT:

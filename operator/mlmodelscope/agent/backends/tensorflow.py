@@ -20,6 +20,7 @@ from mlmodelscope.agent.backends.base import (
     BackendInfo,
     MissingExtraError,
     ModelLoadError,
+    UnloadableModelError,
 )
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
 
@@ -80,7 +81,7 @@ class TensorFlowBackend(Backend):
             with tf.device(self._device):
                 loaded = tf.saved_model.load(str(model_path))
         except Exception as exc:
-            raise ModelLoadError(f"cannot load savedmodel {model_path}: {exc}") from exc
+            raise UnloadableModelError(f"cannot load savedmodel {model_path}: {exc}") from exc
         signatures = dict(loaded.signatures)
         if SIGNATURE not in signatures:
             raise ModelLoadError(
