@@ -1,6 +1,6 @@
 """Does the operator keep up with many evaluations at once? N ModelEvaluations applied at once
-plus churn, on the dev cluster's simulated (kwok) CPU node, with the operator's per-namespace
-concurrency limit on, so every admission goes through the queue.
+plus churn, on the dev cluster's simulated (kwok) CPU node; with ``--limit-per-namespace`` the
+operator's per-namespace concurrency limit is on, so every admission goes through the queue.
 
 1. ``--evaluations`` evaluations are created in one namespace (8 client threads), all at once.
 2. Churn while they drain: every 10th is deleted, every 10th (another one) has its spec edited
@@ -17,11 +17,15 @@ concurrency limit on, so every admission goes through the queue.
    whole lifecycle (admission, Job, pod, completion, status, freed slot) is exercised without
    running a model.
 
-Reported: drain time, probe latencies, the operator's resident memory (sampled every 0.5 s
-from /proc), the API server's LIST requests for Jobs and ModelEvaluations during the run
-(minus this script's own; from its ``apiserver_request_total``), and Jobs per run generation
-(must be exactly one). With the admission ledger, LISTs come from the resync (two per tick),
-not from each decision, so they do not grow with N.
+Reported: time until every Job existed (after the last create; from the Jobs'
+creationTimestamp, so to the second), create-to-Job latency p50/p99 per evaluation (the two
+creationTimestamps: whole seconds), drain time, probe latencies, the operator's resident memory
+(sampled every 0.5 s from /proc), the API server's requests during the run per evaluation by
+resource (its ``apiserver_request_total``: every client's, this script's own LISTs subtracted;
+the other controllers also write Jobs, pods and Events), its LIST requests for Jobs and
+ModelEvaluations, and Jobs per run generation (must be exactly one). With the admission ledger,
+LISTs come from the resync (two per tick and namespace), not from each decision, so they do
+not grow with N.
 
     .venv/bin/python benchmarks/operator_load.py --evaluations 1000 --out operator-load.json
 """
@@ -43,6 +47,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +64,11 @@ KWOK_TOLERATION = {
     "effect": "NoSchedule",
 }
 LISTED = ("jobs", "modelevaluations")
+COUNTED = (
+    "modelevaluations", "jobs", "pods", "configmaps", "events", "serviceaccounts", "roles",
+    "rolebindings",
+)  # fmt: skip
+"""Resources whose request counts are reported per evaluation."""
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -109,6 +119,13 @@ class LoadReport:
     rss_mib_peak: float
     lists: dict[str, float]
     """API server LIST requests per resource during the run, this script's own subtracted."""
+    requests_per_evaluation: dict[str, float]
+    """API server requests during the run (all verbs and clients) per created evaluation."""
+    all_jobs_s: float
+    """From the last create until the last Job of a first generation was created (1 s)."""
+    job_latency_p50_s: float
+    job_latency_p99_s: float
+    """Evaluation creationTimestamp to its first Job's (whole seconds)."""
     own_lists: int
     phases: dict[str, int]
     reasons: dict[str, int]
@@ -127,6 +144,11 @@ class LoadReport:
             ("limit per namespace", str(self.limit_per_namespace)),
             ("create all (s)", f"{self.create_s:.1f}"),
             ("every evaluation has a status (s)", f"{self.ingest_s:.1f}"),
+            ("every Job created, after the last create (s)", f"{self.all_jobs_s:.0f}"),
+            (
+                "create to Job p50 / p99 (s, whole seconds)",
+                f"{self.job_latency_p50_s:.0f} / {self.job_latency_p99_s:.0f}",
+            ),
             ("drain (s)", f"{self.drain_s:.1f}"),
             ("runs per second", f"{runs / self.drain_s:.2f}"),
             ("probes", str(len(probes))),
@@ -136,6 +158,10 @@ class LoadReport:
                 f"{self.rss_mib_start:.0f} / {self.rss_mib_peak:.0f}",
             ),
             *((f"LIST {r} during the run", f"{n:.0f}") for r, n in self.lists.items()),
+            (
+                "API requests per evaluation",
+                ", ".join(f"{r} {n:.1f}" for r, n in self.requests_per_evaluation.items()),
+            ),
             ("final phases", ", ".join(f"{k} {v}" for k, v in sorted(self.phases.items()))),
             ("generations with >1 Job", str(len(self.duplicate_jobs))),
         ]
@@ -143,16 +169,26 @@ class LoadReport:
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def list_requests(metrics_text: str) -> dict[str, float]:
-    """LIST requests so far per resource in :data:`LISTED`, from the API server's metrics."""
-    counts = dict.fromkeys(LISTED, 0.0)
+def request_counts(metrics_text: str) -> Counter[tuple[str, str]]:
+    """Requests so far by (resource, verb), from the API server's ``apiserver_request_total``."""
+    counts: Counter[tuple[str, str]] = Counter()
     for line in metrics_text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
-        if labels.get("verb") == "LIST" and labels.get("resource") in counts:
-            counts[labels["resource"]] += float(line.rsplit(" ", 1)[1])
+        value = int(float(line.rsplit(" ", 1)[1]))
+        counts[(labels.get("resource", ""), labels.get("verb", ""))] += value
     return counts
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of the full list."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)] if ordered else math.nan
+
+
+def seconds(timestamp: str) -> float:
+    return datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def rss_mib(pid: int) -> float:
@@ -196,16 +232,19 @@ def ended(item: dict[str, Any]) -> bool:
     return st.get("observedGeneration") == generation and st.get("phase") in ("Succeeded", "Failed")
 
 
-def wait_job(kube: Kube, namespace: str, name: str, timeout: float) -> float:
-    """Create ``name`` in ``namespace`` and return the seconds until its first Job exists."""
+def wait_job(kube: Kube, namespace: str, name: str, timeout: float) -> tuple[float, int]:
+    """Create ``name`` in ``namespace``; the seconds until its first Job exists, and the GETs
+    spent polling for it."""
     started = time.monotonic()
     kube.create(evaluation_path(namespace), {**manifest(name)})
     job = job_path(namespace, names.job_name(name, 1))
+    gets = 1
     while kube.get_or_none(job) is None:
         if time.monotonic() - started > timeout:
-            return math.inf
+            return math.inf, gets
         time.sleep(0.05)
-    return time.monotonic() - started
+        gets += 1
+    return time.monotonic() - started, gets
 
 
 def run_load(
@@ -223,13 +262,15 @@ def run_load(
     with ``MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE=limit_per_namespace``."""
     evaluations_path = evaluation_path(load_namespace)
     own_lists = 0
-    before = list_requests(metrics())
+    before_all = request_counts(metrics())
+    before = {r: float(before_all[(r, "LIST")]) for r in LISTED}
     with sampled_rss(operator_pid) as rss:
         started = time.monotonic()
         todo = [f"load-{i:05d}" for i in range(evaluations)]
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda n: kube.create(evaluations_path, manifest(n)), todo))
         create_s = time.monotonic() - started
+        creates_done = time.time()
         deleted = todo[5::10]
         edited = todo[7::10]
         for name in deleted:
@@ -247,11 +288,14 @@ def run_load(
             time.sleep(0.5)
         ingest_s = time.monotonic() - started
         probes: list[float] = []
+        probe_gets = 0
         next_probe = time.monotonic()
         while True:
             if time.monotonic() >= next_probe:
                 name = f"probe-{len(probes):03d}"
-                probes.append(wait_job(kube, probe_namespace, name, PROBE_TARGET_S * 4))
+                latency, gets = wait_job(kube, probe_namespace, name, PROBE_TARGET_S * 4)
+                probes.append(latency)
+                probe_gets += gets
                 next_probe = time.monotonic() + probe_every_s
             items = kube.list(evaluations_path)
             own_lists += 1
@@ -261,7 +305,8 @@ def run_load(
                 raise TimeoutError(f"{sum(not ended(i) for i in items)} evaluations never ended")
             time.sleep(1.0)
         drain_s = time.monotonic() - started
-    after = list_requests(metrics())
+    after_all = request_counts(metrics())
+    after = {r: float(after_all[(r, "LIST")]) for r in LISTED}
     jobs = kube.list(job_path(load_namespace), names.MANAGED_SELECTOR)
     own_lists_jobs = 1
     labels = [j["metadata"].get("labels") or {} for j in jobs]
@@ -276,6 +321,31 @@ def run_load(
     lists = {r: after[r] - before[r] for r in LISTED}
     lists["modelevaluations"] -= own_lists
     lists["jobs"] -= own_lists_jobs
+    own = Counter(
+        {
+            ("modelevaluations", "LIST"): own_lists,
+            ("modelevaluations", "POST"): evaluations + len(probes),
+            ("modelevaluations", "DELETE"): len(deleted),
+            ("modelevaluations", "PATCH"): len(edited),
+            ("jobs", "LIST"): own_lists_jobs,
+            ("jobs", "GET"): probe_gets,
+        }
+    )
+    delta = Counter({k: after_all[k] - before_all[k] for k in after_all})
+    delta.subtract(own)
+    requests = {
+        r: sum(v for (res, _), v in delta.items() if res == r) / evaluations for r in COUNTED
+    }
+    first_jobs = {
+        label.get(names.LABEL_EVALUATION): seconds(j["metadata"]["creationTimestamp"])
+        for label, j in zip(labels, jobs, strict=True)
+        if label.get(names.LABEL_GENERATION) == "1"
+    }
+    latencies = [
+        first_jobs[i["metadata"]["name"]] - seconds(i["metadata"]["creationTimestamp"])
+        for i in items
+        if i["metadata"]["name"] in first_jobs
+    ]
     return LoadReport(
         evaluations=evaluations,
         deleted=len(deleted),
@@ -288,6 +358,10 @@ def run_load(
         rss_mib_start=rss[0],
         rss_mib_peak=max(rss),
         lists=lists,
+        requests_per_evaluation=requests,
+        all_jobs_s=max(first_jobs.values(), default=math.nan) - creates_done,
+        job_latency_p50_s=percentile(latencies, 50),
+        job_latency_p99_s=percentile(latencies, 99),
         own_lists=own_lists,
         phases=dict(Counter(str((i.get("status") or {}).get("phase")) for i in items)),
         reasons=dict(failed_reasons),
@@ -298,7 +372,7 @@ def run_load(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--evaluations", type=int, default=1000)
-    parser.add_argument("--limit-per-namespace", type=int, default=50)
+    parser.add_argument("--limit-per-namespace", type=int, default=0, help="0: no limit")
     parser.add_argument("--resync-seconds", type=float, default=30.0)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
