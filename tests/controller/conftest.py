@@ -99,11 +99,15 @@ def start_operator(
     cluster: Cluster, namespace: str, crds: None, tmp_path: Path
 ) -> Iterator[Callable[..., OperatorProcess]]:
     """Start (and always stop) operators for this test's namespace; settings as keywords,
-    e.g. ``start_operator(MLMS_OPERATOR_MAX_RUNNING="2")``."""
+    e.g. ``start_operator(MLMS_OPERATOR_MAX_RUNNING="2")``. ``standalone=False`` leaves out
+    ``--standalone`` (peering, with MLMS_OPERATOR_PEERING). Each operator logs to its own
+    file; restarts write on after the previous operator's lines unless ``log`` names one."""
     started: list[OperatorProcess] = []
 
-    def start(*args: str, **env: str) -> OperatorProcess:
-        op = OperatorProcess(cluster, namespace, tmp_path / "operator.log", env, list(args))
+    def start(
+        *args: str, standalone: bool = True, log: str = "operator.log", **env: str
+    ) -> OperatorProcess:
+        op = OperatorProcess(cluster, namespace, tmp_path / log, env, list(args), standalone)
         op.start()
         started.append(op)
         return op

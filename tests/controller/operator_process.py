@@ -14,16 +14,23 @@ from mlmodelscope.devcluster.cluster import Cluster
 
 
 class OperatorProcess:
-    """`mlms operator --standalone` as a subprocess, stopped by PID."""
+    """`mlms operator --standalone` (or with peering) as a subprocess, stopped by PID."""
 
     def __init__(
-        self, cluster: Cluster, namespace: str, log: Path, env: dict[str, str], args: list[str]
+        self,
+        cluster: Cluster,
+        namespace: str,
+        log: Path,
+        env: dict[str, str],
+        args: list[str],
+        standalone: bool = True,
     ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.log = log
         self.env = env
         self.args = args
+        self.standalone = standalone
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -37,7 +44,12 @@ class OperatorProcess:
         env.update(self.env)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mlmodelscope", "operator", "--standalone", *self.args],
+                [
+                    sys.executable,
+                    *("-m", "mlmodelscope", "operator"),
+                    *(["--standalone"] if self.standalone else []),
+                    *self.args,
+                ],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import pytest
 
@@ -14,8 +15,8 @@ from mlmodelscope.controller.periodic import Periodic
 class Counter(Periodic):
     name = "counter"
 
-    def __init__(self, fail_first: bool = False, seconds: float = 0.01) -> None:
-        super().__init__()
+    def __init__(self, fail_first: bool = False, seconds: float = 0.01, acting: Any = None) -> None:
+        super().__init__(acting)
         self.ticks = 0
         self.fail_first = fail_first
         self.seconds = seconds
@@ -56,3 +57,15 @@ def test_the_first_tick_waits_unless_asked_at_start() -> None:
     threading.Event().wait(0.2)
     eager.stop()
     assert eager.ticks == 1
+
+
+def test_a_standby_replica_skips_its_ticks_until_it_acts() -> None:
+    """Kopf's peering pauses only Kopf's watches; the clock threads ask before every tick."""
+    acting = threading.Event()
+    counter = Counter(acting=acting.is_set)
+    counter.start()
+    threading.Event().wait(0.2)
+    assert counter.ticks == 0
+    acting.set()
+    assert counter.third.wait(5)
+    counter.stop()

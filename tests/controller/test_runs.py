@@ -421,3 +421,21 @@ def test_a_ready_count_of_the_lost_pod_does_not_flip_a_disrupted_run_back_to_run
     kube.pods[1]["status"] = {"phase": "Running", "conditions": ready}
     assert handle_job.job_changed(job, ctx) == "running"
     assert kube.objects[evaluation_path("a", "e")]["status"]["phase"] == "Running"
+
+
+def test_a_job_deleted_because_the_spec_changed_does_not_fail_the_run_it_replaced() -> None:
+    """A spec edit's handler deletes the running Job of generation 1; its DELETED event can
+    arrive before the status names generation 2. That run was replaced, not failed: no
+    Failed/JobDeleted (kubectl wait --for=condition=Failed must not fire), no Event. A Job
+    deleted with the spec unchanged still fails its run."""
+    ctx, kube, events = failed_job_world([])
+    evaluation = kube.objects[evaluation_path("a", "e")]
+    kube.objects.pop(configmap_path("a", "e-results"))  # nothing published
+    running = {**failed_job(), "status": {"active": 1}}
+    evaluation["metadata"]["generation"] = 2
+    assert handle_job.job_changed(running, ctx, deleted=True) == "replaced"
+    assert evaluation["status"]["phase"] == "Running" and events == []
+    evaluation["metadata"]["generation"] = 1
+    assert handle_job.job_changed(running, ctx, deleted=True) == "job deleted"
+    assert evaluation["status"]["phase"] == "Failed"
+    assert [e.reason for e in events] == ["JobDeleted"]

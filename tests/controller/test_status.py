@@ -224,3 +224,20 @@ def test_a_disrupted_pod_sends_the_run_back_to_pending_once_until_its_replacemen
     done = run_to_success({}, 1, "e-g1")
     assert not status.pod_disrupted(done, 1, "e-g1", msg, T2)  # a finished run stays finished
     assert not status.pod_disrupted(st, 1, "e-g0", msg, T2)  # another Job's pod
+
+
+def test_a_run_replaced_before_it_ended_is_kept_in_history_with_the_phase_it_had() -> None:
+    """Spec edits in quick succession: generation 1 was Running, generation 2 only Pending
+    when each was replaced; both stay in history, newest first, without a completion time.
+    A generation that never had a Job leaves nothing (it never ran)."""
+    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
+    st = apply(st, status.running(st, 1, "e-g1", T1))
+    assert st["phase"] == "Running"
+    st = apply(st, status.job_created(st, 2, "e-g2", "e-results", None, T1))
+    st = apply(st, status.queued(st, 3, "waiting", T2))
+    st = apply(st, status.job_created(st, 4, "e-g4", "e-results", None, T2))
+    assert [(h["generation"], h["phase"]) for h in st["history"]] == [
+        (2, "Pending"),
+        (1, "Running"),
+    ]
+    assert all("completionTime" not in h for h in st["history"])

@@ -421,6 +421,21 @@ def test_peering_is_on_with_more_than_one_replica(helm: Path) -> None:
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
 
 
+def test_two_replicas_get_distinct_peering_identities_and_no_shared_priority(helm: Path) -> None:
+    """Kopf pauses every replica that shares the highest priority, so the chart sets none:
+    each replica takes its own from its start time (controller/peering.py), and its peer
+    identity is its pod name."""
+    manifests = render(helm, sets=["replicaCount=2"])
+    deployment = one(manifests, "Deployment", "mlms-mlmodelscope-operator")
+    assert deployment["spec"]["replicas"] == 2
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert "--standalone" not in container["args"]
+    settings = _settings(manifests)
+    assert settings.peering == "mlmodelscope" and settings.peering_priority is None
+
+
 def test_service_monitor_and_network_policy_are_opt_in(helm: Path) -> None:
     manifests = render(helm)
     assert not find(manifests, "ServiceMonitor") and not find(manifests, "NetworkPolicy")

@@ -3,7 +3,9 @@ events are posted.
 
 Status is written by read-modify-write of the freshest object (never a handler's possibly
 stale body) under a per-evaluation lock, because the evaluation's own handlers and the Job
-and Pod handlers all update the same status from different Kopf workers.
+and Pod handlers all update the same status from different Kopf workers; the write is
+guarded by the resourceVersion it was computed from, because writers outside this process
+(another replica, a user, another controller) take no lock of ours.
 """
 
 from __future__ import annotations
@@ -12,9 +14,9 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from mlmodelscope.contract.kube import Kube, evaluation_path
+from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
 from mlmodelscope.controller import status
 from mlmodelscope.controller.later import Later
 from mlmodelscope.controller.ledger import AdmissionLedger
@@ -25,8 +27,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("mlmodelscope.controller")
 
+CONFLICT_ATTEMPTS: Final = 5
+"""Status writes tried before a conflict (409) is left to the caller's retry."""
+
 EventPoster = Callable[[Mapping[str, Any], status.Event], None]
 StatusFn = Callable[[Mapping[str, Any]], status.StatusChange]
+
+
+def always() -> bool:
+    return True
 
 
 def log_event(evaluation: Mapping[str, Any], event: status.Event) -> None:
@@ -50,6 +59,9 @@ class Context:
     """Slots held and evaluations waiting, from the watch streams (shared by copies)."""
     later: Later = field(default_factory=Later)
     """Retries of Job events, off Kopf's worker threads."""
+    acting: Callable[[], bool] = always
+    """Whether this replica acts now (:meth:`.peering.Peering.acting`; standalone: always);
+    the periodic threads skip their ticks while it says no."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -66,17 +78,46 @@ class Context:
     ) -> tuple[dict[str, Any] | None, status.StatusChange]:
         """Apply ``compute(current status)`` to the live object and post its event.
 
+        The patch carries the resourceVersion it was computed from, so a write by anyone else
+        in between (another replica during a peering handover, a user, another controller)
+        makes it fail with 409 instead of silently replacing lists such as ``conditions``
+        with ones computed from the older object; it is then recomputed from a fresh read, up
+        to :data:`CONFLICT_ATTEMPTS` times (then the 409 is raised: handlers retry it).
+
         Returns the evaluation as read (None when gone or being deleted) and the change.
         """
+        path = evaluation_path(namespace, name)
         with self.lock(namespace, name):
-            evaluation = self.kube.get_or_none(evaluation_path(namespace, name))
-            if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
-                return None, status.NO_CHANGE
-            change = compute(evaluation.get("status") or {})
-            if change.patch:
-                path = evaluation_path(namespace, name) + "/status"
-                evaluation = self.kube.merge_patch(path, {"status": change.patch})
+            for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+                current = self.kube.get_or_none(path)
+                if current is None or current["metadata"].get("deletionTimestamp"):
+                    return None, status.NO_CHANGE
+                evaluation: dict[str, Any] = current
+                change = compute(evaluation.get("status") or {})
+                if not change.patch:
+                    break
+                try:
+                    evaluation = self.kube.merge_patch(
+                        path + "/status", guarded(evaluation, change)
+                    )
+                except KubeError as exc:
+                    if exc.status != 409 or attempt == CONFLICT_ATTEMPTS:
+                        raise
+                    log.debug("status of %s/%s changed meanwhile (409): recomputing", namespace,
+                              name)  # fmt: skip
+                    continue
                 self.ledger.observe_evaluation(evaluation)
+                break
         if change.event is not None:
             self.post_event(evaluation, change.event)
         return evaluation, change
+
+
+def guarded(evaluation: Mapping[str, Any], change: status.StatusChange) -> dict[str, Any]:
+    """The merge patch of ``change``, valid only on the version it was computed from (the API
+    server answers 409 when ``metadata.resourceVersion`` no longer matches)."""
+    body: dict[str, Any] = {"status": change.patch}
+    version = (evaluation.get("metadata") or {}).get("resourceVersion")
+    if version:
+        body["metadata"] = {"resourceVersion": version}
+    return body

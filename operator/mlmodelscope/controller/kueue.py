@@ -213,7 +213,7 @@ class KueueWatch(Periodic):
     name = "kueue-reasons"
 
     def __init__(self, ctx: Context, interval: float | None = None) -> None:
-        super().__init__()
+        super().__init__(ctx.acting)
         self.ctx = ctx
         self.seconds = interval if interval is not None else ctx.settings.kueue_poll_seconds
         self._lock = threading.Lock()

@@ -30,7 +30,7 @@ import urllib3
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
 from mlmodelscope.contract.redact import install_log_redaction
-from mlmodelscope.controller import builders, kueue, names, recording, resync, status
+from mlmodelscope.controller import builders, kueue, names, peering, recording, resync, status
 from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
     handle_delete,
@@ -243,6 +243,19 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     return registry
 
 
+def _peering(settings: OperatorSettings, kube: Kube) -> peering.Peering:
+    """This replica's place in the peering object: its own priority (from its start time
+    unless MLMS_OPERATOR_PEERING_PRIORITY sets one), so two replicas never both pause."""
+    priority = settings.peering_priority
+    return peering.Peering(
+        kube=kube,
+        name=settings.peering or DEFAULT_PEERING_NAME,
+        identity=peering.own_identity(),
+        priority=peering.start_priority() if priority is None else priority,
+        namespaces=settings.namespaces,
+    )
+
+
 def run_operator(
     settings: OperatorSettings,
     *,
@@ -253,8 +266,9 @@ def run_operator(
     ready_flag: Any = None,
 ) -> None:
     """Run until SIGTERM/SIGINT (or ``stop_flag``): Kopf finishes the running handlers, then
-    exits. With peering configured and not ``standalone``, only the highest-priority operator
-    of the peering object ``settings.peering`` acts (leader election through Kopf peering)."""
+    exits. With peering configured and not ``standalone``, only the highest-priority live
+    operator of the peering object ``settings.peering`` acts (leader election through Kopf
+    peering, :mod:`.peering`); the others are hot standbys."""
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
     install_log_redaction()  # before Kopf's per-object loggers turn log lines into Events
     try:
@@ -268,20 +282,31 @@ def run_operator(
     instruments = Instruments.start(settings)
     if recorder is not None:
         recorder.metrics = instruments.metrics
-    ctx = Context(settings=settings, kube=kube, post_event=kopf_event, recorder=recorder)
-    registry = build_registry(ctx, instruments)
     alone = standalone or settings.peering is None
+    peers = None if alone else _peering(settings, kube)
+    ctx = Context(settings=settings, kube=kube, post_event=kopf_event, recorder=recorder)
+    if peers is not None:
+        ctx.acting = peers.acting
+    registry = build_registry(ctx, instruments)
     log.info(
         "mlmodelscope operator: %s, %s",
         f"namespaces {', '.join(settings.namespaces)}" if settings.namespaces else "cluster-wide",
-        "standalone" if alone else f"peering {settings.peering}",
+        "standalone"
+        if peers is None
+        else f"peering {peers.name} as {peers.identity}, priority {peers.priority}",
     )
+    kopf_settings = kopf.OperatorSettings()
+    kopf_settings.peering.lifetime = settings.peering_lifetime_seconds
     try:
         kopf.run(
             registry=registry,
+            settings=kopf_settings,
             standalone=alone,
             # Naming a peering makes Kopf wait for its CRD, even when standalone.
-            peering_name=None if alone else settings.peering or DEFAULT_PEERING_NAME,
+            peering_name=None if peers is None else peers.name,
+            # The identity the gate excludes from its rivals (Kopf's type is a NewType of str).
+            identity=None if peers is None else cast(Any, peers.identity),
+            priority=None if peers is None else peers.priority,
             clusterwide=not settings.namespaces,
             namespaces=settings.namespaces,
             liveness_endpoint=liveness,

@@ -3,7 +3,9 @@ reading Kueue's reasons), each in one daemon thread.
 
 Not Kopf timers: a Kopf timer puts a finalizer on every object it runs for, so deleting an
 evaluation would then wait for the operator. One thread per kind of work runs regardless of
-how many objects there are; each tick does what is due for all of them.
+how many objects there are; each tick does what is due for all of them. Kopf's peering pauses
+only Kopf's own watches, so each tick first asks whether this replica acts (:mod:`.peering`):
+a standby replica's threads run but do nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from typing import ClassVar
 
 log = logging.getLogger(__name__)
@@ -26,7 +29,9 @@ class Periodic:
     first_tick_at_start: ClassVar[bool] = False
     """Tick at once when started, or only after the first interval."""
 
-    def __init__(self) -> None:
+    def __init__(self, acting: Callable[[], bool] | None = None) -> None:
+        self._acting = acting or (lambda: True)
+        """Asked before every tick: False on a standby replica (peering), which skips it."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -53,7 +58,8 @@ class Periodic:
             return
         while not self._stop.is_set():
             try:
-                self.tick()
+                if self._acting():
+                    self.tick()
             except Exception as exc:  # try again next time
                 log.warning("%s failed: %s", self.name, exc)
             self._stop.wait(self.interval())

@@ -448,7 +448,7 @@ class RecordRetrier(Periodic):
     first_tick_at_start = True
 
     def __init__(self, ctx: Context) -> None:
-        super().__init__()
+        super().__init__(ctx.acting)
         self.ctx = ctx
 
     def interval(self) -> float:

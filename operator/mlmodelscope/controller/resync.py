@@ -63,7 +63,7 @@ class EvaluationResync(Periodic):
     first_tick_at_start: ClassVar[bool] = True
 
     def __init__(self, ctx: Context) -> None:
-        super().__init__()
+        super().__init__(ctx.acting)
         self.ctx = ctx
 
     def interval(self) -> float:

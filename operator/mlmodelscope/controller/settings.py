@@ -107,6 +107,12 @@ class OperatorSettings:
     """Namespaces (or glob patterns) to watch; empty = the whole cluster."""
     peering: str | None = None
     """Kopf peering object name for leader election; None = standalone."""
+    peering_priority: int | None = None
+    """This replica's Kopf peering priority; None = one of its own from its start time
+    (:mod:`.peering`: the oldest live replica acts)."""
+    peering_lifetime_seconds: int = 60
+    """How long this replica's peering keep-alive counts: a replica that died without saying
+    so (SIGKILL, a lost node) is replaced by a standby at most this long after."""
     pod_failure_policy: bool = True
     """Fail a Job at once (no retries) when the agent exits with the spec-error code."""
     job_ttl_seconds: int | None = 86400
@@ -183,6 +189,8 @@ class OperatorSettings:
             runtime_class=reader.name("RUNTIME_CLASS", _DNS_SUBDOMAIN),
             namespaces=reader.namespaces("NAMESPACES"),
             peering=reader.peering("PEERING"),
+            peering_priority=reader.integer("PEERING_PRIORITY"),
+            peering_lifetime_seconds=reader.count("PEERING_LIFETIME_SECONDS", 60, minimum=5),
             pod_failure_policy=reader.flag("POD_FAILURE_POLICY", True),
             job_ttl_seconds=reader.optional_count("JOB_TTL_SECONDS", 86400),
             run_as_user=reader.count("RUN_AS_USER", 65532, minimum=1),
@@ -213,6 +221,8 @@ KNOWN_VARIABLES: Final = (
     "RUNTIME_CLASS",
     "NAMESPACES",
     "PEERING",
+    "PEERING_PRIORITY",
+    "PEERING_LIFETIME_SECONDS",
     "POD_FAILURE_POLICY",
     "JOB_TTL_SECONDS",
     "RUN_AS_USER",
@@ -267,6 +277,9 @@ class _Reader:
 
         accepts = f"a whole number >= {minimum}" + (" (0 = no limit)" if minimum == 0 else "")
         return self._parse(name, default, parse, accepts)
+
+    def integer(self, name: str) -> int | None:
+        return self._parse(name, None, int, "a whole number (negative allowed)")
 
     def port(self, name: str, default: int) -> int:
         def parse(raw: str) -> int:

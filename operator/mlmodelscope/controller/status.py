@@ -32,6 +32,7 @@ from mlmodelscope.spec.status import Phase, RecordState, RunRecord, Summary
 MESSAGE_LIMIT: Final = 4096
 HISTORY_LIMIT: Final = 10
 TERMINAL: Final = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+PHASES: Final = tuple(p.value for p in Phase)
 
 
 class ConditionType:
@@ -189,9 +190,13 @@ def is_terminal(status: Mapping[str, Any], generation: int) -> bool:
 
 
 def _history_record(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The run ``status`` describes, for history: one that had a Job, whether it ended or was
+    replaced by a spec edit before it did (then with the phase it had, Pending, Queued or
+    Running, and no completion time), so edits in quick succession leave a trace of each run
+    they cut short."""
     generation = status.get("observedGeneration")
     phase = status.get("phase")
-    if not isinstance(generation, int) or phase not in TERMINAL or not status.get("jobName"):
+    if not isinstance(generation, int) or phase not in PHASES or not status.get("jobName"):
         return None
     try:
         summary = Summary.model_validate(status.get("summary") or {})

@@ -100,14 +100,15 @@ class Summary(SpecModel):
 
 
 class RunRecord(SpecModel):
-    """A finished earlier run, kept in status.history when the spec changed."""
+    """An earlier run, kept in status.history when the spec changed: finished, or replaced
+    before it ended (then with the phase it had)."""
 
     generation: int
     """metadata.generation the run evaluated."""
     run_id: str | None = None
     """The agent's run UUID."""
     phase: Phase
-    """How it ended."""
+    """How it ended, or the phase it had when a spec edit replaced it."""
     completion_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     """When it ended."""
     summary: Summary = Summary()

@@ -6,7 +6,8 @@ condition means read the agent's results (ConfigMap first, then the pod's termin
 message) and end Succeeded, or Failed/ResultsMissing when there are none; the Failed condition
 ends Failed with the Job's reason and the agent's own error message, or with OOMKilled and the
 memory limit when the kernel killed the last attempt for memory. Jobs of an older
-generation are ignored. With a results store configured, a run that ended is then recorded there
+generation are ignored, and so is the deletion of a Job whose run a spec edit replaced. With
+a results store configured, a run that ended is then recorded there
 (:mod:`~mlmodelscope.controller.recording`); a finished run whose ``status.record`` is still
 missing (the operator stopped in between) is recorded at the Job's next event.
 """
@@ -138,6 +139,14 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             log.info("%s/%s: finished run found unrecorded: %s", namespace, name, found)
         return "already final"
     now = ctx.clock
+    if (
+        deleted
+        and not _ended(job)
+        and int(evaluation["metadata"].get("generation") or 1) > generation
+    ):
+        # The spec changed and its handler deleted this Job to replace the run: not a
+        # failure. The next generation's status moves the run into history as it stood.
+        return "replaced"
     if deleted and not _ended(job):
         # Deleted before the Job said it ended: the agent may still have published the
         # result (a Job deleted right after its pod finished); that result stands.

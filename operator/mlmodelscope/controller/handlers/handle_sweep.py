@@ -207,7 +207,7 @@ class SweepResync(Periodic):
     name = "sweep-resync"
 
     def __init__(self, ctx: Context, interval: float = RESYNC_SECONDS) -> None:
-        super().__init__()
+        super().__init__(ctx.acting)
         self.ctx = ctx
         self.seconds = interval
 
