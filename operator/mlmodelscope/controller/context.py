@@ -18,6 +18,8 @@ from mlmodelscope.contract.kube import Kube, evaluation_path
 from mlmodelscope.controller import status
 from mlmodelscope.controller.later import Later
 from mlmodelscope.controller.ledger import AdmissionLedger
+from mlmodelscope.controller.namespace_policy import NamespacePolicies
+from mlmodelscope.controller.policy import Policy
 from mlmodelscope.controller.settings import OperatorSettings
 
 if TYPE_CHECKING:
@@ -50,8 +52,14 @@ class Context:
     """Slots held and evaluations waiting, from the watch streams (shared by copies)."""
     later: Later = field(default_factory=Later)
     """Retries of Job events, off Kopf's worker threads."""
+    namespace_policies: NamespacePolicies = field(default_factory=NamespacePolicies)
+    """Namespaces' policy annotations, each read at most every 10 s (shared by copies)."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def policy_for(self, namespace: str) -> Policy:
+        """The operator-wide policy narrowed by ``namespace``'s annotations."""
+        return self.namespace_policies.effective(self.settings.policy, self.kube, namespace)
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
