@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
-from mlmodelscope.controller import policy, status
+from mlmodelscope.controller import namespace_policy, policy, status
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.spec import ModelEvaluation
 
@@ -132,3 +133,149 @@ def test_policy_denied_is_a_failed_run_with_a_warning_event() -> None:
     assert change.event is not None and change.event.reason == "PolicyDenied"
     again = status.policy_denied({**change.patch}, 3, "x", "t2")
     assert again is status.NO_CHANGE
+
+
+# ------------------------------------------------ per namespace: annotations only narrow
+
+NS = "team-a"
+
+
+def narrowed(
+    ev: ModelEvaluation, annotations: dict[str, str], env: dict[str, str] | None = None
+) -> list[str]:
+    """Denials with the operator's settings (``env``) narrowed by a Namespace's annotations."""
+    settings = OperatorSettings.from_env(env or {})
+    rules = namespace_policy.rules_from_annotations(NS, annotations)
+    effective = replace(settings.policy, namespace=rules)
+    return policy.denials(ev, effective, settings.agent_images())
+
+
+def test_a_namespace_without_policy_annotations_changes_nothing(make_evaluation: Make) -> None:
+    ev = make_evaluation(model={"uri": "pvc://models/m.onnx"})
+    rules = namespace_policy.rules_from_annotations(NS, {"owner": "team-a", "x.io/y": "1"})
+    assert rules == policy.NamespaceRules(NS)
+    assert narrowed(ev, {"owner": "team-a"}) == denials(ev) == []
+
+
+def test_a_namespace_forbids_claims_the_operator_allows_naming_annotation_and_setting(
+    make_evaluation: Make,
+) -> None:
+    ev = make_evaluation(model={"uri": "pvc://models/m.onnx"})
+    [problem] = narrowed(ev, {"policy.mlmodelscope.io/allow-pvcs": "false"})
+    assert "PersistentVolumeClaim 'models'" in problem
+    assert "not allowed in namespace 'team-a'" in problem
+    assert "policy.mlmodelscope.io/allow-pvcs='false'" in problem
+    assert "narrows MLMS_OPERATOR_ALLOW_PVCS=true" in problem
+    assert "whoever may edit Namespace 'team-a'" in problem
+    assert narrowed(ev, {"policy.mlmodelscope.io/allow-pvcs": "models,other"}) == []
+
+
+def test_allowances_intersect_names_and_and_booleans(make_evaluation: Make) -> None:
+    """Operator {a, b} and namespace {b, c}: only b; true and false: false."""
+    env = {"MLMS_OPERATOR_ALLOW_SECRET_REFS": "a,b"}
+    ann = {"policy.mlmodelscope.io/allow-secret-refs": "b,c"}
+
+    def with_secret(name: str) -> ModelEvaluation:
+        return make_evaluation(
+            model={"uri": "s3://bucket/m.onnx", "credentialsSecretRef": {"name": name}}
+        )
+
+    assert narrowed(with_secret("b"), ann, env) == []
+    [a] = narrowed(with_secret("a"), ann, env)
+    assert "in namespace 'team-a'" in a and "allow-secret-refs='b,c'" in a
+    [c] = narrowed(with_secret("c"), ann, env)
+    assert "MLMS_OPERATOR_ALLOW_SECRET_REFS=a,b" in c and "in namespace" not in c
+    everything = {"MLMS_OPERATOR_ALLOW_SECRET_REFS": "true"}
+    [off] = narrowed(
+        with_secret("b"), {"policy.mlmodelscope.io/allow-secret-refs": "no"}, everything
+    )
+    assert "allow-secret-refs='false'" in off and "ALLOW_SECRET_REFS=true" in off
+
+
+def test_a_namespace_cannot_widen_what_the_operator_forbids(make_evaluation: Make) -> None:
+    """A tenant's annotation allowing more than the operator has no effect; the message says
+    why the annotation did not help."""
+    secret = make_evaluation(
+        model={"uri": "s3://bucket/m.onnx", "credentialsSecretRef": {"name": "db-password"}}
+    )
+    [problem] = narrowed(secret, {"policy.mlmodelscope.io/allow-secret-refs": "true"})
+    assert "MLMS_OPERATOR_ALLOW_SECRET_REFS=false" in problem
+    assert "policy.mlmodelscope.io/allow-secret-refs on Namespace 'team-a' allows it" in problem
+    assert "only narrows" in problem
+    image = make_evaluation(framework={"name": "onnxruntime", "image": "evil.io/miner:1"})
+    for prefixes in ("evil.io/", "*"):
+        ann = {"policy.mlmodelscope.io/allowed-image-prefixes": prefixes}
+        [problem] = narrowed(image, ann)
+        assert "MLMS_OPERATOR_ALLOWED_IMAGE_PREFIXES" in problem and "only narrows" in problem
+    keyless = make_evaluation(hardware={"tolerations": [{"operator": "Exists"}]})
+    env = {"MLMS_OPERATOR_ALLOWED_TOLERATIONS": "pool"}
+    ann = {"policy.mlmodelscope.io/allowed-tolerations": "true"}
+    [problem] = narrowed(keyless, ann, env)
+    assert "MLMS_OPERATOR_ALLOWED_TOLERATIONS=pool" in problem
+
+
+def test_namespace_image_prefixes_must_also_pass_the_operators(make_evaluation: Make) -> None:
+    """Operator ghcr.io/acme/, namespace ghcr.io/acme/vision/ and elsewhere.io/: only images
+    under ghcr.io/acme/vision/ pass both; the operator's agent repositories stay allowed."""
+    env = {"MLMS_OPERATOR_ALLOWED_IMAGE_PREFIXES": "ghcr.io/acme/"}
+    ann = {"policy.mlmodelscope.io/allowed-image-prefixes": "ghcr.io/acme/vision/,elsewhere.io/"}
+
+    def image(ref: str) -> ModelEvaluation:
+        return make_evaluation(framework={"name": "onnxruntime", "image": ref})
+
+    assert narrowed(image("ghcr.io/acme/vision/agent:1"), ann, env) == []
+    [inside] = narrowed(image("ghcr.io/acme/nlp/agent:1"), ann, env)
+    assert "not under an image prefix allowed in namespace 'team-a'" in inside
+    assert "allowed-image-prefixes='ghcr.io/acme/vision/,elsewhere.io/'" in inside
+    assert "narrows MLMS_OPERATOR_ALLOWED_IMAGE_PREFIXES" in inside
+    [outside] = narrowed(image("elsewhere.io/agent:1"), ann, env)
+    assert "an administrator may add its prefix to MLMS_OPERATOR_ALLOWED_IMAGE_PREFIXES" in outside
+    own = OperatorSettings.from_env({}).agent_images()[0]
+    only_own = {"policy.mlmodelscope.io/allowed-image-prefixes": ""}
+    assert narrowed(image(own), only_own, env) == []
+    assert narrowed(image("ghcr.io/acme/vision/agent:1"), only_own, env)
+
+
+def test_namespace_tolerations_intersect_and_keyless_needs_both_true(make_evaluation: Make) -> None:
+    ann = {"policy.mlmodelscope.io/allowed-tolerations": "pool"}
+    ev = make_evaluation(
+        hardware={"tolerations": [{"key": "pool"}, {"key": "gpu-a100"}, {"operator": "Exists"}]}
+    )
+    problems = narrowed(ev, ann)
+    assert [p.split(" tolerates ")[0] for p in problems] == [
+        "spec.hardware.tolerations[1]",
+        "spec.hardware.tolerations[2]",
+    ]
+    assert all("allowed-tolerations='pool'" in p for p in problems)
+    assert "set the annotation to true" in problems[1]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expects"),
+    [
+        ("allow-pvcs", "maybe;not", "true, false, or comma-separated claim names"),
+        ("allow-secret-refs", "a b", "comma-separated Secret names"),
+        ("allowed-tolerations", "x=y", "comma-separated taint keys"),
+        ("allowed-image-prefixes", "ghcr.io/a, b c", "comma-separated image prefixes"),
+    ],
+)
+def test_a_malformed_annotation_denies_every_evaluation_of_the_namespace(
+    make_evaluation: Make, key: str, value: str, expects: str
+) -> None:
+    """Fail closed: an annotation the operator cannot read is not read as no policy."""
+    [problem] = narrowed(make_evaluation(), {f"policy.mlmodelscope.io/{key}": value})
+    assert f"Namespace 'team-a' has annotation policy.mlmodelscope.io/{key}={value!r}" in problem
+    assert "which is malformed (expected " in problem and expects in problem
+    assert "must fix or remove it" in problem
+    assert "every evaluation in the namespace is denied" in problem
+
+
+def test_an_unknown_policy_annotation_denies_and_suggests_the_known_one(
+    make_evaluation: Make,
+) -> None:
+    """A typo must not leave the namespace silently wider than its administrator meant."""
+    [problem] = narrowed(make_evaluation(), {"policy.mlmodelscope.io/allow-pvc": "false"})
+    assert "policy.mlmodelscope.io/allow-pvc, which is not an operator policy annotation" in (
+        problem
+    )
+    assert "did you mean policy.mlmodelscope.io/allow-pvcs?" in problem

@@ -209,6 +209,9 @@ OPERATOR: tuple[Grant, ...] = (
           "Kopf's resource observer"),
     Grant(NAMESPACES, ("list", "watch"), Scope.CLUSTER, When.NAMESPACED,
           "Kopf's namespace observer (not used when cluster-wide)"),
+    Grant(NAMESPACES, ("get",), Scope.CLUSTER, When.ALWAYS,
+          "namespace_policy.read_rules: an evaluation's Namespace's policy.mlmodelscope.io/* "
+          "annotations (NamespacePolicies: each Namespace at most every 10 s)"),
     Grant(NODES, ("get",), Scope.CLUSTER, When.CLUSTER_WIDE,
           "simulated.simulated_node: SimulatedNode instead of ResultsMissing"),
     Grant(CLUSTER_KOPF_PEERINGS, ("list", "watch", "patch"), Scope.CLUSTER,

@@ -199,6 +199,17 @@ the operator's own objects (and post Events on them) wherever they are; every ot
 - apiGroups: [""]
   resources: ["nodes"]
   verbs: ["get"]
+{{- include "mlmodelscope.namespacePolicyRule" . | nindent 0 }}
+{{- end }}
+
+{{/* Per-namespace policy: the operator reads the policy.mlmodelscope.io/* annotations of an
+evaluation's Namespace before it creates anything for it (cluster-scoped, so a ClusterRole
+even for a namespaced install; names and annotations only, no other object). */}}
+{{- define "mlmodelscope.namespacePolicyRule" -}}
+# Per-namespace policy: the policy.mlmodelscope.io/* annotations of an evaluation's Namespace.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get"]
 {{- end }}
 
 {{/* Selector labels of the results server (mlms serve). */}}

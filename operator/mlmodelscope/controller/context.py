@@ -20,6 +20,8 @@ from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
 from mlmodelscope.controller import status
 from mlmodelscope.controller.later import Later
 from mlmodelscope.controller.ledger import AdmissionLedger
+from mlmodelscope.controller.namespace_policy import NamespacePolicies
+from mlmodelscope.controller.policy import Policy
 from mlmodelscope.controller.settings import OperatorSettings
 
 if TYPE_CHECKING:
@@ -62,8 +64,14 @@ class Context:
     acting: Callable[[], bool] = always
     """Whether this replica acts now (:meth:`.peering.Peering.acting`; standalone: always);
     the periodic threads skip their ticks while it says no."""
+    namespace_policies: NamespacePolicies = field(default_factory=NamespacePolicies)
+    """Namespaces' policy annotations, each read at most every 10 s (shared by copies)."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def policy_for(self, namespace: str) -> Policy:
+        """The operator-wide policy narrowed by ``namespace``'s annotations."""
+        return self.namespace_policies.effective(self.settings.policy, self.kube, namespace)
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:

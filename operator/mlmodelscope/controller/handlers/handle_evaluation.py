@@ -110,12 +110,14 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
 
 
 def enforce_policy(ctx: Context, evaluation: ModelEvaluation) -> None:
-    """End the run Failed/PolicyDenied (a Warning Event with it) when the operator's policy
-    refuses what the spec asks for; nothing is created for it. Raises PolicyDeniedError."""
-    problems = policy.denials(evaluation, ctx.settings.policy, ctx.settings.agent_images())
+    """End the run Failed/PolicyDenied (a Warning Event with it) when the operator's policy,
+    narrowed by the namespace's annotations, refuses what the spec asks for; nothing is
+    created for it. Raises PolicyDeniedError."""
+    namespace = evaluation.metadata.namespace or "default"
+    effective = ctx.policy_for(namespace)
+    problems = policy.denials(evaluation, effective, ctx.settings.agent_images())
     if not problems:
         return
-    namespace = evaluation.metadata.namespace or "default"
     name = evaluation.metadata.name
     generation = builders.generation_of(evaluation)
     message = redact_text("denied by the operator's policy: " + "; ".join(problems))
@@ -354,6 +356,8 @@ def _admit_queued_one(ctx: Context, entry: queue.QueueEntry) -> str:
         evaluation = parse_body(item, ctx.kube)
     except SpecValidationError:
         return "invalid"  # its own handler reports it
-    if policy.denials(evaluation, ctx.settings.policy, ctx.settings.agent_images()):
-        return "denied"  # likewise (queued before the operator restarted with a narrower policy)
+    try:  # the policy may have narrowed since it queued (its namespace, a restart)
+        enforce_policy(ctx, evaluation)
+    except PolicyDeniedError:
+        return "denied"
     return admit(ctx, evaluation)
