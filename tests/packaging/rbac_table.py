@@ -194,8 +194,9 @@ OPERATOR: tuple[Grant, ...] = (
     Grant(EVENTS, ("list",), Scope.RUNS, When.ALWAYS,
           "runs._failed_create reads a Job's FailedCreate Events"),
     Grant(WORKLOADS, ("list",), Scope.RUNS, When.ALWAYS, "kueue.KueueWatch._list"),
-    Grant(KOPF_PEERINGS, ("list", "watch", "patch"), Scope.RUNS, When.NAMESPACED_PEERING,
-          "Kopf peering keep-alives"),
+    Grant(KOPF_PEERINGS, ("get", "list", "watch", "patch"), Scope.RUNS,
+          When.NAMESPACED_PEERING,
+          "Kopf peering keep-alives; get: peering.Peering.acting (a standby skips its ticks)"),
     Grant(SERVICE_ACCOUNTS, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
           "agent_access.ensure_agent_access: the evaluation's own account (get: the owner of "
           "one that exists)"),
@@ -214,8 +215,9 @@ OPERATOR: tuple[Grant, ...] = (
           "annotations (NamespacePolicies: each Namespace at most every 10 s)"),
     Grant(NODES, ("get",), Scope.CLUSTER, When.CLUSTER_WIDE,
           "simulated.simulated_node: SimulatedNode instead of ResultsMissing"),
-    Grant(CLUSTER_KOPF_PEERINGS, ("list", "watch", "patch"), Scope.CLUSTER,
-          When.CLUSTER_WIDE_PEERING, "Kopf peering keep-alives"),
+    Grant(CLUSTER_KOPF_PEERINGS, ("get", "list", "watch", "patch"), Scope.CLUSTER,
+          When.CLUSTER_WIDE_PEERING,
+          "Kopf peering keep-alives; get: peering.Peering.acting (a standby skips its ticks)"),
 )  # fmt: skip
 """The operator's ServiceAccount."""
 

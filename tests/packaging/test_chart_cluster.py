@@ -164,7 +164,7 @@ def release(cluster: Cluster, helm: Path) -> Iterator[Release]:
         "operator": {"healthPort": port},
         "metrics": {"enabled": False},
         # Kopf peering (a KopfPeering in the namespace): its keep-alives use the Role's
-        # kopfpeerings list/watch/patch for real.
+        # kopfpeerings get/list/watch/patch for real.
         "peering": {"enabled": True, "name": name},
     }
     try:
