@@ -53,16 +53,11 @@ from typing import Any
 
 from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path, job_path
 from mlmodelscope.controller import names
+from mlmodelscope.devcluster import nodes
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE_TARGET_S = 5.0
-KWOK_CPU = {"mlmodelscope.io/simulation": "kwok", "mlmodelscope.io/pool": "cpu"}
-KWOK_TOLERATION = {
-    "key": "mlmodelscope.io/simulation",
-    "operator": "Equal",
-    "value": "kwok",
-    "effect": "NoSchedule",
-}
+KWOK_CPU = {nodes.SIMULATION_LABEL: "kwok", nodes.POOL_LABEL: "cpu"}
 LISTED = ("jobs", "modelevaluations")
 COUNTED = (
     "modelevaluations", "jobs", "pods", "configmaps", "events", "serviceaccounts", "roles",
@@ -90,7 +85,7 @@ def manifest(name: str) -> dict[str, Any]:
             "scenario": {"batchSizes": [1]},
             "hardware": {
                 "nodeSelector": KWOK_CPU,
-                "tolerations": [KWOK_TOLERATION],
+                "tolerations": [nodes.SIMULATED_TOLERATION],
                 "resources": {
                     "requests": {"cpu": "10m", "memory": "16Mi"},
                     "limits": {"memory": "64Mi"},
