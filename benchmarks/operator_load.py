@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -57,6 +58,8 @@ from mlmodelscope.devcluster import nodes
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE_TARGET_S = 5.0
+KWOK_PODS = 1000
+"""Pods the kwok node holds at once in the benchmark (``--node-pods``)."""
 KWOK_CPU = {nodes.SIMULATION_LABEL: "kwok", nodes.POOL_LABEL: "cpu"}
 LISTED = ("jobs", "modelevaluations")
 COUNTED = (
@@ -64,6 +67,65 @@ COUNTED = (
     "rolebindings",
 )  # fmt: skip
 """Resources whose request counts are reported per evaluation."""
+
+
+MEMORY_PROFILED = """
+import os, signal, sys, tracemalloc, runpy
+tracemalloc.start(8)
+dumps = [0]
+def dump(*_):
+    dumps[0] += 1
+    snap = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(False, tracemalloc.__file__)])
+    with open(f"{os.environ['MLMS_MEMORY_PROFILE']}.{dumps[0]}", "w") as out:
+        current, peak = tracemalloc.get_traced_memory()
+        out.write(f"traced now {current / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB\\n")
+        for kind in ("filename", "lineno", "traceback"):
+            out.write(f"\\n== by {kind}\\n")
+            for stat in snap.statistics(kind)[:40]:
+                out.write(f"{stat.size / 2**20:8.2f} MiB {stat.count:8d} ")
+                out.write("\\n    ".join(stat.traceback.format()) + "\\n")
+        out.write("\\n== live Kubernetes objects (dicts with metadata.uid), by who holds them\\n")
+        import gc, collections, types
+        gc.collect()
+        live = [o for o in gc.get_objects() if type(o) is dict and isinstance(
+            o.get("metadata"), dict) and "uid" in o["metadata"]]
+        out.write(f"{len(live)} bodies\\n")
+        exclude = {id(live)}
+        def holders_of(o):
+            refs = gc.get_referrers(o)
+            exclude.add(id(refs))
+            return [r for r in refs if id(r) not in exclude and not isinstance(r, types.FrameType)]
+        def name(o):
+            if type(o) is dict:
+                return "dict(" + ",".join(sorted(map(str, o))[:5]) + ")"
+            if type(o) in (list, tuple):
+                return f"{type(o).__name__}[{len(o)}]"
+            return type(o).__module__ + "." + type(o).__qualname__
+        chains = collections.Counter()
+        for body in live[:: max(1, len(live) // 100)]:
+            chain, obj = [], body
+            for _ in range(6):
+                refs = holders_of(obj)
+                if not refs:
+                    break
+                obj = refs[0]
+                chain.append(name(obj))
+            chains[" <- ".join(chain)] += 1
+        for chain, n in chains.most_common(20):
+            out.write(f"{n:5d}  {chain}\\n")
+signal.signal(signal.SIGUSR2, dump)
+sys.argv = ["mlmodelscope", *sys.argv[1:]]
+runpy.run_module("mlmodelscope", run_name="__main__", alter_sys=True)
+"""
+"""With ``--memory-profile``: the operator under tracemalloc; SIGUSR2 writes the largest
+allocation sites (diagnosis only: tracemalloc slows the operator down)."""
+
+
+def _signal_every(process: Any, seconds: float) -> None:
+    while process.poll() is None:
+        time.sleep(seconds)
+        process.send_signal(signal.SIGUSR2)
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -116,6 +178,8 @@ class LoadReport:
     """API server LIST requests per resource during the run, this script's own subtracted."""
     requests_per_evaluation: dict[str, float]
     """API server requests during the run (all verbs and clients) per created evaluation."""
+    requests_by_verb: dict[str, dict[str, float]]
+    """The same for ModelEvaluations and Jobs, by verb (and subresource, e.g. PATCH status)."""
     all_jobs_s: float
     """From the last create until the last Job of a first generation was created (1 s)."""
     job_latency_p50_s: float
@@ -128,10 +192,15 @@ class LoadReport:
     """Run generations with more than one Job (must be empty)."""
 
     def table(self) -> str:
+        rows = self.rows()
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+    def rows(self) -> list[tuple[str, str]]:
         probes = sorted(self.probe_job_s)
         runs = self.evaluations + self.edited - self.deleted
         p50_max = f"{statistics.median(probes):.2f} / {probes[-1]:.2f}" if probes else "-"
-        rows = [
+        return [
             (
                 "evaluations (deleted, edited)",
                 f"{self.evaluations} ({self.deleted}, {self.edited})",
@@ -157,22 +226,41 @@ class LoadReport:
                 "API requests per evaluation",
                 ", ".join(f"{r} {n:.1f}" for r, n in self.requests_per_evaluation.items()),
             ),
+            *(
+                (
+                    f"{resource} requests per evaluation, by verb",
+                    ", ".join(f"{verb} {n:.1f}" for verb, n in verbs.items()),
+                )
+                for resource, verbs in self.requests_by_verb.items()
+            ),
             ("final phases", ", ".join(f"{k} {v}" for k, v in sorted(self.phases.items()))),
             ("generations with >1 Job", str(len(self.duplicate_jobs))),
         ]
-        width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
-def request_counts(metrics_text: str) -> Counter[tuple[str, str]]:
-    """Requests so far by (resource, verb), from the API server's ``apiserver_request_total``."""
+def markdown(reports: list[LoadReport]) -> str:
+    """One Markdown table, a column per run (rows as in :meth:`LoadReport.rows`)."""
+    columns = [dict(r.rows()) for r in reports]
+    head = "| | " + " | ".join(f"{r.evaluations:,} evaluations" for r in reports) + " |"
+    lines = [head, "|---" * (len(reports) + 1) + "|"]
+    for label, _ in reports[0].rows():
+        lines.append(f"| {label} | " + " | ".join(c.get(label, "-") for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def request_counts(metrics_text: str, subresources: bool = False) -> Counter[tuple[str, str]]:
+    """Requests so far by (resource, verb), from the API server's ``apiserver_request_total``;
+    with ``subresources`` the verb reads e.g. ``PATCH status``."""
     counts: Counter[tuple[str, str]] = Counter()
     for line in metrics_text.splitlines():
         if not line.startswith("apiserver_request_total{"):
             continue
         labels = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0]))
         value = int(float(line.rsplit(" ", 1)[1]))
-        counts[(labels.get("resource", ""), labels.get("verb", ""))] += value
+        verb = labels.get("verb", "")
+        if subresources and labels.get("subresource"):
+            verb = f"{verb} {labels['subresource']}"
+        counts[(labels.get("resource", ""), verb)] += value
     return counts
 
 
@@ -257,7 +345,9 @@ def run_load(
     with ``MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE=limit_per_namespace``."""
     evaluations_path = evaluation_path(load_namespace)
     own_lists = 0
-    before_all = request_counts(metrics())
+    before_text = metrics()
+    before_all = request_counts(before_text)
+    before_verbs = request_counts(before_text, subresources=True)
     before = {r: float(before_all[(r, "LIST")]) for r in LISTED}
     with sampled_rss(operator_pid) as rss:
         started = time.monotonic()
@@ -300,7 +390,9 @@ def run_load(
                 raise TimeoutError(f"{sum(not ended(i) for i in items)} evaluations never ended")
             time.sleep(1.0)
         drain_s = time.monotonic() - started
-    after_all = request_counts(metrics())
+    after_text = metrics()
+    after_all = request_counts(after_text)
+    after_verbs = request_counts(after_text, subresources=True)
     after = {r: float(after_all[(r, "LIST")]) for r in LISTED}
     jobs = kube.list(job_path(load_namespace), names.MANAGED_SELECTOR)
     own_lists_jobs = 1
@@ -331,6 +423,16 @@ def run_load(
     requests = {
         r: sum(v for (res, _), v in delta.items() if res == r) / evaluations for r in COUNTED
     }
+    verbs = Counter({k: after_verbs[k] - before_verbs[k] for k in after_verbs})
+    verbs.subtract(own)
+    by_verb = {
+        r: {
+            verb: n / evaluations
+            for (res, verb), n in sorted(verbs.items())
+            if res == r and n / evaluations >= 0.05
+        }
+        for r in ("modelevaluations", "jobs")
+    }
     first_jobs = {
         label.get(names.LABEL_EVALUATION): seconds(j["metadata"]["creationTimestamp"])
         for label, j in zip(labels, jobs, strict=True)
@@ -354,6 +456,7 @@ def run_load(
         rss_mib_peak=max(rss),
         lists=lists,
         requests_per_evaluation=requests,
+        requests_by_verb=by_verb,
         all_jobs_s=max(first_jobs.values(), default=math.nan) - creates_done,
         job_latency_p50_s=percentile(latencies, 50),
         job_latency_p99_s=percentile(latencies, 99),
@@ -366,12 +469,51 @@ def run_load(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--evaluations", type=int, default=1000)
+    parser.add_argument(
+        "--evaluations",
+        default="1000",
+        help="how many to apply at once; a comma-separated list runs each on a fresh cluster",
+    )
     parser.add_argument("--limit-per-namespace", type=int, default=0, help="0: no limit")
     parser.add_argument("--resync-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--node-pods",
+        type=int,
+        default=KWOK_PODS,
+        help="pods the kwok node runs at once (the drain's bound; 110 is a kubelet's default)",
+    )
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--markdown", type=Path, help="write the table as Markdown here")
+    parser.add_argument(
+        "--memory-profile",
+        type=Path,
+        help="run the operator under tracemalloc and write its largest allocation sites here",
+    )
     args = parser.parse_args(argv)
+    sizes = [int(n) for n in str(args.evaluations).split(",") if n]
+    started = datetime.now(UTC)
+    reports = []
+    for n in sizes:
+        report = measure(n, args)
+        print(report.table(), flush=True)
+        reports.append(report)
+    if args.markdown:
+        args.markdown.write_text(markdown(reports))
+    if args.out:
+        document = {
+            "started": started.isoformat(),
+            "ended": datetime.now(UTC).isoformat(),
+            "cpus": os.cpu_count(),
+            "node_pods": args.node_pods,
+            "resync_seconds": args.resync_seconds,
+            "runs": [asdict(r) for r in reports],
+        }
+        args.out.write_text(json.dumps(document, indent=2))
+    return 0
 
+
+def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
+    """One load on a fresh dev cluster and a fresh operator process."""
     from mlmodelscope.devcluster.cluster import Cluster
 
     with tempfile.TemporaryDirectory(prefix="mlms-load-") as tmp:
@@ -379,6 +521,7 @@ def main(argv: list[str] | None = None) -> int:
         with Cluster(run_dir, real_node=False) as cluster:
             cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
             cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+            widen_kwok_node(cluster, args.node_pods)
             load_ns, probe_ns = "load", "probe"
             for ns in (load_ns, probe_ns):
                 cluster.kubectl("create", "namespace", ns)
@@ -394,34 +537,60 @@ def main(argv: list[str] | None = None) -> int:
             log = (Path(tmp) / "operator.log").open("wb")
             import subprocess
 
-            operator = subprocess.Popen(
-                [sys.executable, "-m", "mlmodelscope", "operator", "--standalone"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+            command = [sys.executable, "-m", "mlmodelscope", "operator", "--standalone"]
+            if args.memory_profile:
+                env["MLMS_MEMORY_PROFILE"] = f"{args.memory_profile}-{evaluations}"
+                command[1:3] = ["-c", MEMORY_PROFILED]
+            operator = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+            if args.memory_profile:
+                threading.Thread(target=_signal_every, args=(operator, 90.0), daemon=True).start()
             try:
                 time.sleep(5)  # the operator's first listing
-                report = run_load(
+                return run_load(
                     kube,
                     lambda: cluster.kubectl("get", "--raw", "/metrics").stdout,
                     operator.pid,
                     load_ns,
                     probe_ns,
-                    args.evaluations,
+                    evaluations,
                     args.limit_per_namespace,
+                    timeout_s=max(1200.0, evaluations * 1.2),
                 )
             except (KubeError, TimeoutError):
                 log.flush()
                 print((Path(tmp) / "operator.log").read_text()[-4000:], file=sys.stderr)
                 raise
             finally:
+                if args.memory_profile:
+                    operator.send_signal(signal.SIGUSR2)
+                    time.sleep(60)
                 operator.terminate()
-                operator.wait(30)
-    print(report.table())
-    if args.out:
-        args.out.write_text(json.dumps(asdict(report), indent=2))
-    return 0
+                try:
+                    operator.wait(30)
+                except subprocess.TimeoutExpired:
+                    operator.kill()
+                    operator.wait(30)
+
+
+def widen_kwok_node(cluster: Any, pods: int) -> None:
+    """Let the kwok CPU node hold ``pods`` pods at once: with a kubelet's 110 the drain of
+    5,000 evaluations measures the node, not the operator."""
+    nodes_json = json.loads(
+        cluster.kubectl(
+            "get",
+            "nodes",
+            "-l",
+            f"{nodes.SIMULATION_LABEL}=kwok,{nodes.POOL_LABEL}=cpu",
+            "-o",
+            "json",
+        ).stdout
+    )
+    for node in nodes_json["items"]:
+        patch = {"status": {"capacity": {"pods": str(pods)}, "allocatable": {"pods": str(pods)}}}
+        cluster.kubectl(
+            "patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch),
+        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ class Grant:
 
 OPERATOR: tuple[Grant, ...] = (
     Grant(EVALUATIONS, ("list", "watch"), Scope.SERVED, When.ALWAYS,
-          "Kopf's watch; handle_evaluation._list_everywhere (queue, resync)"),
+          "Kopf's watch; handle_evaluation._pages_everywhere (ledger, resync)"),
     Grant(EVALUATIONS, ("get",), Scope.SERVED, When.ALWAYS,
           "handlers read the live object before acting; Context.update_status"),
     Grant(EVALUATIONS, ("patch",), Scope.SERVED, When.ALWAYS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -21,6 +21,8 @@ from mlmodelscope.contract.paths import container_path
 
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
+LIST_PAGE: Final = 500
+"""Objects per LIST page (Kopf's own listings use ``settings.watching.chunk_size``)."""
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"
 MODELS: Final = "models"
@@ -180,10 +182,24 @@ class Kube:
                 return None
             raise
 
+    def pages(
+        self, path: str, label_selector: str | None = None, limit: int = LIST_PAGE
+    ) -> Iterator[list[dict[str, Any]]]:
+        """A LIST in pages of ``limit`` (the API server's ``continue`` tokens): a caller that
+        keeps only what it needs of each page never holds thousands of objects at once."""
+        params = {"limit": str(limit)}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        while True:
+            answer = self.request("GET", path, params=params)
+            yield answer.get("items") or []
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                return
+            params["continue"] = token
+
     def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        params = {"labelSelector": label_selector} if label_selector else None
-        items: list[dict[str, Any]] = self.request("GET", path, params=params)["items"]
-        return items
+        return [item for page in self.pages(path, label_selector) for item in page]
 
     def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", path, dict(body))

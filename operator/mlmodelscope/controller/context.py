@@ -82,7 +82,11 @@ class Context:
             self._locks.pop((namespace, name), None)
 
     def update_status(
-        self, namespace: str, name: str, compute: StatusFn
+        self,
+        namespace: str,
+        name: str,
+        compute: StatusFn,
+        known: Mapping[str, Any] | None = None,
     ) -> tuple[dict[str, Any] | None, status.StatusChange]:
         """Apply ``compute(current status)`` to the live object and post its event.
 
@@ -92,12 +96,20 @@ class Context:
         with ones computed from the older object; it is then recomputed from a fresh read, up
         to :data:`CONFLICT_ATTEMPTS` times (then the 409 is raised: handlers retry it).
 
+        ``known``: the evaluation as the caller has just read it. The first attempt computes
+        from it instead of reading again (a handler that read the evaluation to decide what
+        to do does not pay a second GET); if it is outdated the patch gets 409 and the next
+        attempt reads. A change computed as nothing from it writes nothing and reads nothing.
+
         Returns the evaluation as read (None when gone or being deleted) and the change.
         """
         path = evaluation_path(namespace, name)
         with self.lock(namespace, name):
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-                current = self.kube.get_or_none(path)
+                if attempt == 1 and known is not None:
+                    current: dict[str, Any] | None = dict(known)
+                else:
+                    current = self.kube.get_or_none(path)
                 if current is None or current["metadata"].get("deletionTimestamp"):
                     return None, status.NO_CHANGE
                 evaluation: dict[str, Any] = current

@@ -7,8 +7,9 @@ it completed), would otherwise leave the evaluation Pending or Running for good.
 like the handlers: an existing Job (of this evaluation's UID) is handled as if it had just
 changed (which also ends a run whose pod never starts, after the start timeout); a Job that no
 longer exists ends the run from the agent's published result, else Failed/JobDeleted; queued
-evaluations are offered the free slots. The tick lists the Jobs and the evaluations once
-each, and rebuilds the admission ledger from the same listings. A plain thread
+evaluations are offered the free slots. The tick lists the evaluations and the Jobs once
+each, in pages, keeping only the unfinished evaluations and the Jobs they (or the ledger) need,
+and rebuilds the admission ledger from the same listings. A plain thread
 (:class:`.periodic.Periodic`), not a Kopf timer, so no evaluation carries a finalizer.
 """
 
@@ -26,7 +27,7 @@ from mlmodelscope.controller.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
-UNFINISHED = ("Queued", "Pending", "Running")
+UNFINISHED = handle_evaluation.UNFINISHED
 
 
 def resync_one(
@@ -71,9 +72,9 @@ class EvaluationResync(Periodic):
 
     def tick(self) -> None:
         ctx = self.ctx
-        jobs, evaluations = handle_evaluation.sync_ledger(ctx)
-        listed = {(j["metadata"]["namespace"], j["metadata"]["name"]): j for j in jobs}
-        for item in evaluations:
+        listing = handle_evaluation.sync_ledger(ctx)
+        listed = listing.jobs
+        for item in listing.evaluations:
             meta = item["metadata"]
             try:
                 outcome = resync_one(ctx, item, listed)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from mlmodelscope.contract.kube import (
@@ -41,6 +42,9 @@ from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evalua
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
 log = logging.getLogger(__name__)
+
+UNFINISHED = ("Queued", "Pending", "Running")
+"""Phases of a run that has not ended."""
 KEPT_METADATA = ("name", "namespace", "uid", "generation", "creationTimestamp", "labels")
 
 
@@ -206,24 +210,62 @@ def created_at(evaluation: ModelEvaluation) -> str:
     return str((evaluation.metadata.model_extra or {}).get("creationTimestamp") or "")
 
 
-def _list_everywhere(
+def _pages_everywhere(
     ctx: Context, path_for: Callable[[str], str], everywhere: str, selector: str | None
-) -> list[dict[str, Any]]:
-    """List across the watched namespaces (all of them when no plain list is configured)."""
+) -> Iterator[list[dict[str, Any]]]:
+    """List across the watched namespaces (all of them when no plain list is configured),
+    page by page."""
     spaces = ctx.settings.namespaces
     if spaces and all(not any(c in ns for c in "*?!") for ns in spaces):
-        return [item for ns in spaces for item in ctx.kube.list(path_for(ns), selector)]
-    return ctx.kube.list(everywhere, selector)
+        for ns in spaces:
+            yield from ctx.kube.pages(path_for(ns), selector)
+    else:
+        yield from ctx.kube.pages(everywhere, selector)
 
 
-def sync_ledger(ctx: Context) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rebuild the admission ledger from one listing of the evaluation Jobs and one of the
-    evaluations (at the first decision after start-up, and on every resync); returns both."""
+@dataclass
+class Listing:
+    """What one resync keeps of its listings: the evaluations whose run has not ended (the
+    only ones it reconciles) and the Jobs it may need (those holding a slot, and those of the
+    unfinished evaluations), by (namespace, name). Ended evaluations and their Jobs are
+    dropped page by page, so a tick's memory follows the evaluations in flight, not all of
+    them."""
+
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
+    jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+def _unfinished_job(evaluation: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, Job name) of an evaluation whose current run has not ended, else None."""
+    st = evaluation.get("status") or {}
+    if st.get("phase") not in UNFINISHED:
+        return None
+    return str(evaluation["metadata"].get("namespace")), str(st.get("jobName") or "")
+
+
+def sync_ledger(ctx: Context) -> Listing:
+    """Rebuild the admission ledger from one listing of the evaluations and one of the
+    evaluation Jobs (at the first decision after start-up, and on every resync), in pages;
+    returns what the resync needs of them (:class:`Listing`)."""
     ctx.ledger.begin_rebuild()
-    jobs = _list_everywhere(ctx, job_path, all_jobs_path(), names.MANAGED_SELECTOR)
-    evaluations = _list_everywhere(ctx, evaluation_path, all_evaluations_path(), None)
-    ctx.ledger.finish_rebuild(jobs, evaluations)
-    return jobs, evaluations
+    listing = Listing()
+    wanted_jobs: set[tuple[str, str]] = set()
+    everywhere = all_evaluations_path()
+    for page in _pages_everywhere(ctx, evaluation_path, everywhere, None):
+        for item in page:
+            key = _unfinished_job(item)
+            if key is not None:
+                listing.evaluations.append(item)
+                wanted_jobs.add(key)
+    selector = names.MANAGED_SELECTOR
+    for page in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):
+        for job in page:
+            meta = job["metadata"]
+            key = (str(meta["namespace"]), str(meta["name"]))
+            if key in wanted_jobs or queue.holds_slot(job):
+                listing.jobs[key] = job
+    ctx.ledger.finish_rebuild(listing.jobs.values(), listing.evaluations)
+    return listing
 
 
 def admit(ctx: Context, evaluation: ModelEvaluation) -> str:

@@ -158,6 +158,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             namespace,
             name,
             lambda st: status.failed(st, generation, job_name, Reason.JOB_DELETED, message, now()),
+            known=evaluation,
         )
         return "job deleted"
     # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
@@ -167,7 +168,10 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         if outcome is not None and outcome.succeeded and outcome.rows:
             done = outcome
             ctx.update_status(
-                namespace, name, lambda st: status.succeeded(st, generation, job_name, done, now())
+                namespace,
+                name,
+                lambda st: status.succeeded(st, generation, job_name, done, now()),
+                known=evaluation,
             )
             instrument.results_collected(namespace)
             recording.record_finished(ctx, namespace, name, generation, done.run_id)
@@ -188,6 +192,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             namespace,
             name,
             lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
+            known=evaluation,
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
         return reason
@@ -207,6 +212,7 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             namespace,
             name,
             lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
+            known=evaluation,
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
         return reason
@@ -218,17 +224,25 @@ def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             namespace,
             name,
             lambda st: status.waiting_for_kueue(st, generation, job_name, results_cm, kueue, now()),
+            known=evaluation,
         )
         return "suspended"
     if current.get("phase") == "Queued":
-        ctx.update_status(
-            namespace, name, lambda st: status.unsuspended(st, generation, job_name, now())
+        unsuspended, _ = ctx.update_status(
+            namespace,
+            name,
+            lambda st: status.unsuspended(st, generation, job_name, now()),
+            known=evaluation,
         )
+        evaluation = unsuspended or evaluation  # the next write starts from this version
     if int((job.get("status") or {}).get("ready") or 0) > 0 and _a_live_pod_is_ready(
         ctx, namespace, job_name, current
     ):
         ctx.update_status(
-            namespace, name, lambda st: status.running(st, generation, job_name, now())
+            namespace,
+            name,
+            lambda st: status.running(st, generation, job_name, now()),
+            known=evaluation,
         )
         return "running"
     not_started = runs.fail_start(ctx, namespace, name, generation, job)

@@ -15,6 +15,7 @@ import os
 import kopf
 
 from mlmodelscope import API_GROUP
+from mlmodelscope.contract.kube import LIST_PAGE
 from mlmodelscope.controller import names
 
 MAX_WORKERS = 8
@@ -36,6 +37,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.label_selectors["batch", "jobs"] = names.MANAGED_SELECTOR
     settings.watching.label_selectors["v1", "pods"] = names.MANAGED_SELECTOR
+    # Kopf lists every watched kind at start and after each watch expiry: in pages, so that a
+    # relisting of thousands of Jobs and pods never sits in memory at once.
+    settings.watching.chunk_size = LIST_PAGE
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
