@@ -15,10 +15,12 @@ from typer.testing import CliRunner
 
 from mlmodelscope.agent.digits import digits_evaluation
 from mlmodelscope.agent.loadgen_driver import DetailLog, _reasons, latency_key
+from mlmodelscope.agent.pod import configmap_patch
 from mlmodelscope.agent.runner import EvaluationError, evaluate
 from mlmodelscope.cli import app
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.contract.schema import SCHEMA_PATH
+from mlmodelscope.contract.wire import RESULT_KEY
 from mlmodelscope.spec import SpecValidationError, load_evaluations
 from mlmodelscope.spec.evaluation import LOADGEN_PERCENTILES, Scenario
 
@@ -113,6 +115,11 @@ def test_mlms_run_keeps_loadgen_logs(tmp_path: Path, digits_models: Path) -> Non
     assert (folder / "mlperf_log_summary.txt").is_file()
     assert (folder / "mlperf_log_detail.txt").is_file()
     assert not (folder / "mlperf_log_trace.json").exists()  # trace off, empty file removed
+    # in a cluster the files stay in the pod: the published document carries the summary
+    doc = json.loads((tmp_path / "out" / "lg-cli.json").read_text())
+    published = json.loads(configmap_patch(doc)["data"][RESULT_KEY])
+    summary = (folder / "mlperf_log_summary.txt").read_text()
+    assert published["measurements"][0]["loadgen"]["summary_text"] == summary
 
 
 def test_builtin_driver_is_recorded(tmp_path: Path, digits_models: Path) -> None:
