@@ -260,6 +260,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def per(values: Sequence[float]) -> str:
+    """Signed per-round values, µs."""
+    return ", ".join(f"{x:+.2f}" for x in values)
+
+
 def format_tables(result: dict[str, Any]) -> tuple[str, str]:
     """The side-by-side percentiles and the two verdicts, as Markdown."""
     s = result["sides"]
@@ -283,7 +288,6 @@ def format_tables(result: dict[str, Any]) -> tuple[str, str]:
             f"| {queries} | {valid} |"
         )
     table = "\n".join(lines)
-    per = lambda xs: ", ".join(f"{x:+.2f}" for x in xs)  # noqa: E731
     verdicts = "\n".join(
         [
             "| comparison (p50) | difference (µs) | per round (µs) | held against | verdict |",
