@@ -276,6 +276,7 @@ def test_agent_target_installs_its_framework_extra(framework: str, device: str) 
     assert FRAMEWORK_EXTRA[(framework, device)] in extras
     assert all(extra in EXTRAS for extra in extras), extras
     assert "datasets" in extras and "telemetry" in extras
+    assert "loadgen" in extras  # scenario.driver: loadgen works in every agent image
     assert ("gpu" in extras) == (device == "gpu")
     if device == "gpu":
         assert args["BASE_IMAGE"].startswith("nvidia/cuda:") and "ubuntu24.04" in args["BASE_IMAGE"]

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -39,7 +40,7 @@ from mlmodelscope.contract.result import (
     SamplePredictions,
 )
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
-from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.spec.evaluation import EvaluationSpec, ScenarioDriver
 from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 from mlmodelscope.spec.status import BatchResult, LatencySummary
 
@@ -297,6 +298,11 @@ def evaluate(
         from mlmodelscope.agent.stats import summarize_latencies
 
         document["spec_sha256"] = spec_hash(spec)
+        loadgen = spec.scenario.driver == ScenarioDriver.LOADGEN
+        if loadgen:  # before anything is fetched: a missing package is the spec's to fix
+            from mlmodelscope.agent.loadgen_driver import import_loadgen, run_loadgen
+
+            import_loadgen()
         with timed("fetch model"):
             fetched = fetch_model(spec.model, base_dir=loaded.base_dir, cache_dir=cache_dir)
         document["model"] = {
@@ -365,18 +371,34 @@ def evaluate(
             for batch_size in spec.scenario.batch_sizes:
                 report.stage(f"measure {spec.scenario.type.value} batch {batch_size}")
                 ring = BatchRing.for_scenario(spec.scenario, [inputs], batch_size)
-                overhead = measure_harness_overhead(spec.scenario.type, ring)
+                time_left = max(deadline - time.monotonic(), 1.0)
                 with telemetry.scenario(spec.scenario.type.value, batch_size):
-                    with backend.measuring():
-                        measurement = run_scenario(
-                            spec.scenario,
-                            sut,
-                            ring,
-                            progress=report.progress,
-                            time_limit_s=max(deadline - time.monotonic(), 1.0),
-                        )
-                    entry = measurement.to_dict(include_raw=include_raw)
-                    entry["harness_overhead"] = overhead.to_dict()
+                    if loadgen:
+                        log_dir, base = loadgen_logs(output, batch_size)
+                        with backend.measuring():
+                            entry = run_loadgen(
+                                spec.scenario,
+                                sut,
+                                ring,
+                                log_dir,
+                                relative_to=base,
+                                time_limit_s=time_left,
+                                include_raw=include_raw,
+                                thread_context=backend.measuring,
+                            )
+                    else:
+                        overhead = measure_harness_overhead(spec.scenario.type, ring)
+                        with backend.measuring():
+                            measurement = run_scenario(
+                                spec.scenario,
+                                sut,
+                                ring,
+                                progress=report.progress,
+                                time_limit_s=time_left,
+                            )
+                        entry = {"driver": "builtin"}
+                        entry.update(measurement.to_dict(include_raw=include_raw))
+                        entry["harness_overhead"] = overhead.to_dict()
                     measurements.append(entry)
                     # telemetry: traced passes per level run after, never inside, the
                     # measurement, so the latency reported above is untraced (XSP leveling)
@@ -415,6 +437,18 @@ def evaluate(
     if output is not None:
         write_document(document, output)
     return RunOutcome(document, output, outputs)
+
+
+def loadgen_logs(output: Path | None, batch_size: int) -> tuple[Path, Path | None]:
+    """Where LoadGen writes one batch size's logs, and the folder the document names them
+    relative to: ``<name>.loadgen/batch-<b>`` beside the result document (emptied first, so
+    no file of an earlier run is mistaken for this one's), else a fresh temporary folder."""
+    if output is None:
+        return Path(tempfile.mkdtemp(prefix="mlms-loadgen-")), None
+    folder = output.parent / f"{output.stem}.loadgen" / f"batch-{batch_size}"
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    return folder, output.parent
 
 
 def _finish(document: dict[str, Any], timings: dict[str, float], started: float) -> None:

@@ -587,6 +587,10 @@ def _gc_paused(enabled: bool) -> Iterator[None]:
             gc.enable()
 
 
+gc_paused = _gc_paused
+"""The cyclic GC collected, then paused while the block runs (for other drivers)."""
+
+
 @dataclass(frozen=True)
 class _Plan:
     """A scenario's settings resolved into numbers once (internal)."""

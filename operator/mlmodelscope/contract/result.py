@@ -121,10 +121,12 @@ class LatencyStats(ContractModel):
 
     count: Annotated[int, Field(ge=0)]
     mean_s: float
-    stdev_s: Seconds
+    stdev_s: Seconds | None = None
+    """Absent where MLPerf LoadGen computed the figures (it reports no spread)."""
     min_s: float
     max_s: float
-    trimmed_mean_s: float
+    trimmed_mean_s: float | None = None
+    """Absent where MLPerf LoadGen computed the figures (it reports no trimmed mean)."""
     percentiles_s: dict[str, float]
     """Percentile label (p50, p90, p99, ...) -> seconds, LoadGen's nearest-rank estimator."""
 
@@ -358,7 +360,9 @@ class Warmup(ContractModel):
 
 
 class RawLatencies(ContractModel):
-    """Every measured query, in issue order (nanoseconds)."""
+    """Every measured query, in issue order (nanoseconds). Driver loadgen: ``latencies_ns``
+    is empty (LoadGen keeps its latencies to itself); ``predict_ns`` and ``postprocess_ns``
+    hold every batch the SUT ran."""
 
     latencies_ns: list[int] = []
     predict_ns: list[int] = []
@@ -366,8 +370,51 @@ class RawLatencies(ContractModel):
     queue_ns: list[int] | None = None
 
 
+class LoadGenLogs(ContractModel):
+    """Where MLPerf LoadGen's own log files of one measurement are."""
+
+    dir: str
+    """Their folder: relative to the result document's folder when the run wrote a document
+    (``mlms run``: ``<name>.loadgen/batch-<b>``), else absolute."""
+    summary: str
+    """mlperf_log_summary.txt (its text is also in ``summary_text``)."""
+    detail: str
+    """mlperf_log_detail.txt: every setting and result key, one JSON record per line."""
+
+
+class LoadGenInfo(ContractModel):
+    """What MLPerf LoadGen reported for a ``driver: loadgen`` measurement, as it reported it."""
+
+    version: str
+    scenario: Scenario
+    mode: str
+    """Always PerformanceOnly."""
+    validity: Literal["VALID", "INVALID"]
+    """LoadGen's own verdict (``result_validity``), copied into ``verdict``."""
+    sample_batch_size: Annotated[int, Field(ge=1)]
+    """Samples of the dataset in one LoadGen sample: each LoadGen sample is one pre-built
+    batch of the agent's (batch 1: one dataset sample, as in MLPerf)."""
+    performance_sample_count: Annotated[int, Field(ge=1)]
+    """LoadGen samples (pre-built batches) in the query sample library."""
+    settings: dict[str, Any]
+    """LoadGen's effective settings (``effective_*`` keys of the detail log, prefix dropped)."""
+    results: dict[str, Any]
+    """LoadGen's result keys (``result_*`` of the detail log, prefix dropped), raw units."""
+    errors: list[str] = []
+    """LoadGen's error messages (each also makes the verdict INVALID)."""
+    warnings: list[str] = []
+    sut_span_s: Seconds
+    """The agent's own clock: first query issued to the SUT until the last one completed."""
+    logs: LoadGenLogs
+    summary_text: str
+    """mlperf_log_summary.txt as LoadGen wrote it (in a cluster the files stay in the pod)."""
+
+
 class Measurement(ContractModel):
     """One batch size's scenario run."""
+
+    driver: Literal["builtin", "loadgen"] = "builtin"
+    """Which load generator produced the numbers (``spec.scenario.driver``)."""
 
     scenario: Scenario
     batch_size: Annotated[int, Field(ge=1)]
@@ -391,8 +438,11 @@ class Measurement(ContractModel):
     repetition: Annotated[int, Field(ge=0)] | None = None
     repetitions: list[dict[str, Any]] | None = None
     harness_overhead: LatencyStats
-    """The harness's own cost per query (the same loop with a null backend)."""
+    """The harness's own cost per query (the same loop with a null backend; driver loadgen:
+    a LoadGen test of the same scenario driving the null backend)."""
     raw: RawLatencies | None = None
+    loadgen: LoadGenInfo | None = None
+    """Driver loadgen: what LoadGen reported and where its logs are."""
 
 
 _SUCCEEDED_NEEDS = (

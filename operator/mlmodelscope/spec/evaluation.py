@@ -141,6 +141,24 @@ class ScenarioType(StrEnum):
     OFFLINE = "Offline"
 
 
+class ScenarioDriver(StrEnum):
+    BUILTIN = "builtin"
+    LOADGEN = "loadgen"
+
+
+LOADGEN_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 97.0, 99.0, 99.9)
+"""The latency percentiles MLPerf LoadGen reports (its results.cc): the only ones a
+``driver: loadgen`` measurement can carry."""
+_LOADGEN_CEL = "[" + ", ".join(f"{p:.1f}" for p in LOADGEN_PERCENTILES) + "]"
+_LOADGEN_TEXT = ", ".join(f"{p:g}" for p in LOADGEN_PERCENTILES)
+_ONLY_LOADGEN = f"driver loadgen reports only the percentiles LoadGen computes: {_LOADGEN_TEXT}"
+_NOT_LOADGEN = "!has(self.driver) || self.driver != 'loadgen' || "
+
+
+def _is_loadgen(m: Any) -> bool:
+    return bool(m.driver == ScenarioDriver.LOADGEN)
+
+
 class Device(StrEnum):
     CPU = "cpu"
     GPU = "gpu"
@@ -638,9 +656,62 @@ class Scenario(SpecModel):
     """Run a separate accuracy pass over the whole dataset (needs labels)."""
 
     stability: Stability = Stability()
-    """When a latency measurement counts as stable."""
+    """When a latency measurement counts as stable (driver builtin; LoadGen runs one window
+    and decides validity itself)."""
+
+    driver: ScenarioDriver = ScenarioDriver.BUILTIN
+    """Who issues the queries: builtin (the agent's own load generator) or loadgen (MLPerf
+    LoadGen, `pip install 'mlmodelscope[loadgen]'`: the same system under test and batches,
+    LoadGen's latencies, validity and log files)."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=_NOT_LOADGEN + "!has(self.targetQPS) || type(self.targetQPS) == int || "
+            "self.targetQPS != 'auto'",
+            message="'auto' (the peak-QPS search) needs driver builtin; "
+            "driver loadgen needs a number",
+            field="targetQPS",
+            check=lambda m: not _is_loadgen(m) or m.target_qps != "auto",
+        ),
+        Rule(
+            cel=_NOT_LOADGEN + "!has(self.repetitions) || self.repetitions == 1",
+            message="driver loadgen runs one LoadGen test per batch size: set repetitions 1",
+            field="repetitions",
+            check=lambda m: not _is_loadgen(m) or m.repetitions == 1,
+        ),
+        Rule(
+            cel=_NOT_LOADGEN + "!has(self.latencyPercentiles) || "
+            f"self.latencyPercentiles.all(p, p in {_LOADGEN_CEL})",
+            message=_ONLY_LOADGEN,
+            field="latencyPercentiles",
+            check=lambda m: (
+                not _is_loadgen(m) or all(p in LOADGEN_PERCENTILES for p in m.latency_percentiles)
+            ),
+        ),
+        Rule(
+            cel=_NOT_LOADGEN + "!has(self.type) || self.type != 'Server' || "
+            f"!has(self.latencyBoundPercentile) || self.latencyBoundPercentile in {_LOADGEN_CEL}",
+            message=_ONLY_LOADGEN,
+            field="latencyBoundPercentile",
+            check=lambda m: (
+                not _is_loadgen(m)
+                or m.type != ScenarioType.SERVER
+                or m.latency_bound_percentile in LOADGEN_PERCENTILES
+            ),
+        ),
+        Rule(
+            cel=_NOT_LOADGEN + "!has(self.type) || self.type != 'MultiStream' || "
+            "!has(self.batchSizes) || !has(self.samplesPerQuery) || "
+            "self.batchSizes.all(b, self.samplesPerQuery % b == 0)",
+            message="driver loadgen issues a MultiStream query as whole batches: every batch "
+            "size must divide samplesPerQuery",
+            field="batchSizes",
+            check=lambda m: (
+                not _is_loadgen(m)
+                or m.type != ScenarioType.MULTI_STREAM
+                or all(m.samples_per_query % b == 0 for b in m.batch_sizes if b > 0)
+            ),
+        ),
         Rule(
             cel="!has(self.type) || self.type != 'Server' || has(self.targetQPS)",
             message="required when type is Server: queries per second to offer, or 'auto'",
