@@ -626,8 +626,7 @@ class Postprocessor:
                 step = self.steps[index]
                 raise SpecError(
                     f"{self.field}[{index}].{step.op}.axis",
-                    f"only the class axis (the last, -1) is supported; the output has {ndim} "
-                    "axes",
+                    f"only the class axis (the last, -1) is supported; the output has {ndim} axes",
                 )
 
     def _scores(self, raw: np.ndarray) -> np.ndarray:
@@ -642,9 +641,8 @@ class Postprocessor:
         """The work a measured query does: the scores and their top-k indices, as
         :meth:`__call__` computes them, without assembling :class:`Predictions` (which only
         the accuracy pass reads). Returns the (N, k) indices."""
-        raw = outputs if isinstance(outputs, np.ndarray) else outputs[0]
-        if not isinstance(raw, np.ndarray):
-            raw = np.asarray(raw)
+        first: Any = outputs if isinstance(outputs, np.ndarray) else outputs[0]
+        raw: np.ndarray = first if type(first) is np.ndarray else np.asarray(first)
         if raw.ndim == 1 and raw.dtype.kind in "iu":
             return raw[:, np.newaxis]
         if raw.ndim == 0:
