@@ -429,7 +429,7 @@ def run_case(case: Case, intra: int, inter: int, rounds: int) -> Row:
     # The agent's system under test, built as runner.evaluate builds it, for the interleaved run.
     backend = create_backend(spec.framework.name)
     backend.load(Path(case.model_path), spec)
-    postprocess = Postprocessor(spec.postprocessing) if spec.postprocessing else None
+    postprocess = Postprocessor(spec.postprocessing).timed if spec.postprocessing else None
     sut = BackendSUT(backend, postprocess, capacity=case.interleaved + case.warmup)
     sut_batches = [query[0] for query in ring.queries]
 

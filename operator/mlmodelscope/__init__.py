@@ -1,6 +1,11 @@
 """mlmodelscope: reproducible evaluation and benchmarking of deep-learning models on Kubernetes."""
 
-from importlib.metadata import PackageNotFoundError, version
+import time
+
+_IMPORT_NS = time.perf_counter_ns()
+"""When ``import mlmodelscope`` started (the agent's start-up timeline, agent/startup.py)."""
+
+from importlib.metadata import PackageNotFoundError, version  # noqa: E402
 
 try:
     __version__ = version("mlmodelscope")

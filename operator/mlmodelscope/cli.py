@@ -243,6 +243,9 @@ def run(
 ) -> None:
     """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run, in
     this process or (--runtime docker) in the framework's container image."""
+    from mlmodelscope.agent.startup import mark
+
+    mark("cli")  # the start-up timeline's end of Python and CLI start-up
     import json
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -871,6 +874,9 @@ def agent(
     ] = "/dev/termination-log",
 ) -> None:
     """Run one evaluation inside its Kubernetes Job and publish the results (the pod command)."""
+    from mlmodelscope.agent.startup import mark
+
+    mark("cli")  # the start-up timeline's end of Python and CLI start-up
     import logging
 
     from mlmodelscope.agent.pod import run_agent

@@ -115,3 +115,20 @@ def test_built_models_manifest(digits_models: Path) -> None:
         assert (digits_models / name).exists()
     assert min(manifest["accuracy"].values()) >= 0.95
     assert max(manifest["max_abs_diff"].values()) < 1e-4
+
+
+def test_split_cache_returns_the_computed_split_and_survives_a_bad_file(tmp_path: Path) -> None:
+    computed = digits._compute_split("test")
+    first = digits_split("test", cache_dir=tmp_path)
+    (cached,) = (tmp_path / "datasets" / "digits").glob("test-*.npz")
+    second = digits_split("test", cache_dir=tmp_path)  # read back from the file
+    for images, labels in (first, second):
+        np.testing.assert_array_equal(images, computed[0])
+        np.testing.assert_array_equal(labels, computed[1])
+        assert images.dtype == np.float32 and labels.dtype == np.int64
+        assert images.flags.c_contiguous
+    cached.write_bytes(b"not an npz")
+    np.testing.assert_array_equal(digits_split("test", cache_dir=tmp_path)[1], computed[1])
+    np.testing.assert_array_equal(np.load(cached)["labels"], computed[1])  # rewritten
+    cached.write_bytes(b"PK\x03\x04 truncated zip")
+    np.testing.assert_array_equal(digits_split("test", cache_dir=tmp_path)[1], computed[1])

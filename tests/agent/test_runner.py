@@ -70,6 +70,8 @@ def test_every_adapter_every_scenario(
     assert doc["backend"]["framework"] == framework
     assert doc["accuracy"]["top1"] >= 0.95
     assert [m["batch_size"] for m in doc["measurements"]] == [1, 8]
+    assert doc["startup"]["warmup_queries"] == 3  # the first batch size's run
+    assert "framework_import" in doc["startup"]["phases_s"]
     for m in doc["measurements"]:
         assert m["scenario"] == scenario
         assert m["warmup"]["queries"] == 3

@@ -541,20 +541,50 @@ class Predictions:
         return [names[i] if 0 <= i < len(names) else str(i) for i in np.ravel(indices).tolist()]
 
 
+PARTITION_MIN_CLASSES = 64
+"""From this many classes on (and k at most a quarter of them), :func:`topk` partitions first
+and sorts only the k candidates; below it a full sort of a row is cheaper than the bookkeeping."""
+
+
 def topk(scores: np.ndarray, k: int) -> np.ndarray:
-    """(N, min(k, C)) indices of the best scores, best first, ties to the lower index."""
-    keyed = scores if np.issubdtype(scores.dtype, np.floating) else scores.astype(np.float64)
-    order = np.argsort(-keyed, axis=1, kind="stable")
-    return order[:, : min(k, scores.shape[1])]
+    """(N, min(k, C)) indices of the best scores, best first, ties to the lower index; NaN
+    ranks below every number (as a stable sort of ``-scores`` puts it).
+
+    With many classes (C >= :data:`PARTITION_MIN_CLASSES`, k <= C / 4) it partitions, then
+    sorts the k candidates by (score, index); a row whose k-th score is tied with a score
+    outside the candidates, or is NaN, falls back to the full stable sort, so the result is
+    always exactly that of the full sort.
+    """
+    keyed = scores if scores.dtype.kind == "f" else scores.astype(np.float64)
+    count, classes = keyed.shape
+    k = min(k, classes)
+    negated = -keyed
+    if classes < PARTITION_MIN_CLASSES or 4 * k > classes or k == 0:
+        return negated.argsort(axis=1, kind="stable")[:, :k]
+    rows = np.arange(count)[:, np.newaxis]
+    candidates = negated.argpartition(k - 1, axis=1)[:, :k]
+    candidates.sort(axis=1)  # ascending index, so the stable sort below breaks ties by index
+    values = negated[rows, candidates]
+    order = values.argsort(axis=1, kind="stable")
+    best: np.ndarray = candidates[rows, order]
+    kth = values[rows, order[:, k - 1 :]]
+    # Exactly k scores at least as good as the k-th: no tie straddles the cut, and no NaN.
+    ambiguous = np.flatnonzero(np.count_nonzero(negated <= kth, axis=1) != k)
+    if ambiguous.size:
+        best[ambiguous] = negated[ambiguous].argsort(axis=1, kind="stable")[:, :k]
+    return best
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax; float64 stays float64, anything else becomes float32."""
+    """Numerically stable softmax, computed in the result's dtype: float64 stays float64,
+    anything else becomes float32 (a float32 softmax differs from a float64 one rounded to
+    float32 by a few units in the last place)."""
     dtype = np.float64 if x.dtype == np.float64 else np.float32
-    shifted = x.astype(np.float64) - np.max(x, axis=axis, keepdims=True)
-    e = np.exp(shifted)
-    probabilities: np.ndarray = e / np.sum(e, axis=axis, keepdims=True)
-    return probabilities.astype(dtype)
+    e: np.ndarray = x.astype(dtype)  # a copy: the model's output is never changed
+    e -= e.max(axis=axis, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
 
 
 class Postprocessor:
@@ -562,6 +592,7 @@ class Postprocessor:
 
     Without declared steps it reports argmax and top-5 of the raw outputs. Steps apply in the
     declared order; top-k/argmax always come from the final scores, and k defaults to 5.
+    :meth:`timed` is what a timed query runs: the same scores and top-k, nothing else.
     """
 
     def __init__(
@@ -575,19 +606,48 @@ class Postprocessor:
         self.field = field
         self.k = DEFAULT_TOPK
         self.class_names: list[str] | None = None
+        self._softmaxes = 0
+        self._axes: list[tuple[int, int]] = []
+        """(step index, declared axis) of the steps that name a class axis."""
         for i, step in enumerate(self.steps):
             if step.topk is not None:
                 self.k = step.topk.k
             elif step.labels is not None:
                 self.class_names = _load_labels(step, base_dir, f"{field}[{i}].labels")
+            elif step.softmax is not None:
+                self._softmaxes += 1
+                self._axes.append((i, step.softmax.axis))
+            elif step.argmax is not None:
+                self._axes.append((i, step.argmax.axis))
 
-    def _class_axis(self, index: int, axis: int, ndim: int) -> None:
-        if axis not in (-1, ndim - 1):
-            step = self.steps[index]
-            raise SpecError(
-                f"{self.field}[{index}].{step.op}.axis",
-                f"only the class axis (the last, -1) is supported; the output has {ndim} axes",
-            )
+    def _check_axes(self, ndim: int) -> None:
+        for index, axis in self._axes:
+            if axis != -1 and axis != ndim - 1:
+                step = self.steps[index]
+                raise SpecError(
+                    f"{self.field}[{index}].{step.op}.axis",
+                    f"only the class axis (the last, -1) is supported; the output has {ndim} axes",
+                )
+
+    def _scores(self, raw: np.ndarray) -> np.ndarray:
+        """The final (N, C) scores of a real-valued (or 2-D and up) first output."""
+        self._check_axes(raw.ndim)
+        scores = raw
+        for _ in range(self._softmaxes):
+            scores = softmax(scores, axis=-1)
+        return scores.reshape(len(scores), -1)
+
+    def timed(self, outputs: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+        """The work a measured query does: the scores and their top-k indices, as
+        :meth:`__call__` computes them, without assembling :class:`Predictions` (which only
+        the accuracy pass reads). Returns the (N, k) indices."""
+        first: Any = outputs if isinstance(outputs, np.ndarray) else outputs[0]
+        raw: np.ndarray = first if type(first) is np.ndarray else np.asarray(first)
+        if raw.ndim == 1 and raw.dtype.kind in "iu":
+            return raw[:, np.newaxis]
+        if raw.ndim == 0:
+            raise PreprocessError("the model output is a scalar; expected (batch, classes)")
+        return topk(self._scores(raw), self.k)
 
     def __call__(self, outputs: np.ndarray | Sequence[np.ndarray]) -> Predictions:
         """Post-process a batch; ``outputs`` is the first model output or the list of all."""
@@ -602,14 +662,7 @@ class Postprocessor:
                 argmax=indices,
                 class_names=self.class_names,
             )
-        scores = raw
-        for i, step in enumerate(self.steps):
-            if step.softmax is not None:
-                self._class_axis(i, step.softmax.axis, raw.ndim)
-                scores = softmax(scores, axis=-1)
-            elif step.argmax is not None:
-                self._class_axis(i, step.argmax.axis, raw.ndim)
-        scores = scores.reshape(len(scores), -1)
+        scores = self._scores(raw)
         best = topk(scores, self.k)
         return Predictions(
             scores=scores,

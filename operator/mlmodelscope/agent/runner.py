@@ -10,6 +10,7 @@ run writes a document whose status says Failed, never one that looks complete.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ from pydantic import ValidationError
 from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
 from mlmodelscope.agent.hooks import HooksFactory, ProgressHook, Reporter, RunHooks, no_hooks
+from mlmodelscope.agent.startup import Timeline
 from mlmodelscope.contract.redact import redact_text, redact_tree, redact_uri
 from mlmodelscope.contract.result import (
     PREDICTIONS_LIMIT,
@@ -244,6 +246,7 @@ def evaluate(
     :meth:`mlmodelscope.telemetry.agent.AgentTelemetry.start`); the default does nothing.
     Raises :class:`EvaluationError` (with a Failed document written) on any failure.
     """
+    startup = Timeline()
     report = reporter or Reporter()
     evaluation = loaded.evaluation
     spec = evaluation.spec
@@ -280,6 +283,7 @@ def evaluate(
             timings[name] = (time.perf_counter_ns() - t0) / 1e9
 
     backend: Backend | None = None
+    frozen = False
     telemetry: RunHooks = no_hooks(evaluation)
     try:
         # telemetry: evaluation span (TRACEPARENT), Pushgateway progress
@@ -303,8 +307,10 @@ def evaluate(
             from mlmodelscope.agent.loadgen_driver import import_loadgen, run_loadgen
 
             import_loadgen()
+        startup.mark("agent_imports")
         with timed("fetch model"):
             fetched = fetch_model(spec.model, base_dir=loaded.base_dir, cache_dir=cache_dir)
+        startup.mark("fetch_model")
         document["model"] = {
             "name": spec.model.name,
             "version": spec.model.version,
@@ -335,8 +341,12 @@ def evaluate(
             "labelled": samples.has_labels,
             "preprocessing": summarize_latencies(pre_ns, (50.0, 90.0, 99.0)).to_dict(),
         }
+        startup.mark("dataset")
+        backend = create_backend(spec.framework.name)
+        with timed("import framework"):
+            backend.import_framework()
+        startup.mark("framework_import")
         with timed("load model"):
-            backend = create_backend(spec.framework.name)
             backend.load(fetched.path, spec)
         info = backend.info()
         _check_framework_version(spec, info.framework_version)
@@ -346,8 +356,10 @@ def evaluate(
             "device": info.device,
             "details": dict(info.details),
         }
-        document["stack"] = collect_stack(backend_info=document["backend"])
         postprocess = Postprocessor(spec.postprocessing, base_dir=loaded.base_dir)
+        startup.mark("model_load")
+        document["stack"] = collect_stack(backend_info=document["backend"])
+        startup.mark("provenance")
 
         outputs: np.ndarray | None = None
         document["accuracy"] = None
@@ -361,12 +373,18 @@ def evaluate(
                     max(spec.scenario.batch_sizes),
                     report.progress,
                 )
+            startup.mark("accuracy_pass")
         elif spec.scenario.accuracy:
             document["accuracy_skipped"] = f"dataset {samples.name} has no labels"
 
         deadline = started + parse_duration(spec.timeout)
         measurements = []
-        sut = BackendSUT(backend, postprocess if spec.postprocessing else None)
+        sut = BackendSUT(backend, postprocess.timed if spec.postprocessing else None)
+        # Everything alive now (the framework, the model, the samples) lives until the end of
+        # the run: frozen, the full collections before each measurement skip it, which took
+        # 50-400 ms per collection after a framework import (docs/benchmarks.md, Start-up).
+        gc.freeze()
+        frozen = True
         with timed("measure"), telemetry.gpu_sampling(info.device):
             for batch_size in spec.scenario.batch_sizes:
                 report.stage(f"measure {spec.scenario.type.value} batch {batch_size}")
@@ -388,6 +406,7 @@ def evaluate(
                             )
                     else:
                         overhead = measure_harness_overhead(spec.scenario.type, ring)
+                        setup_done = time.perf_counter_ns()
                         with backend.measuring():
                             measurement = run_scenario(
                                 spec.scenario,
@@ -395,6 +414,13 @@ def evaluate(
                                 ring,
                                 progress=report.progress,
                                 time_limit_s=time_left,
+                            )
+                        if "startup" not in document and measurement.first_window_start_ns:
+                            document["startup"] = startup.document(
+                                warmup_ns=setup_done,
+                                first_query_ns=measurement.first_window_start_ns,
+                                first_latency_ns=measurement.first_query_latency_ns or 0,
+                                warmup_queries=measurement.warmup_queries,
                             )
                         entry = {"driver": "builtin"}
                         entry.update(measurement.to_dict(include_raw=include_raw))
@@ -408,7 +434,7 @@ def evaluate(
                         stage=report.stage,
                         raw_samples=samples.x,
                         preprocess=pre,
-                        postprocess=postprocess if spec.postprocessing else None,
+                        postprocess=postprocess.timed if spec.postprocessing else None,
                         scenario=spec.scenario.type.value,
                         measured=entry,
                     )
@@ -429,6 +455,8 @@ def evaluate(
             write_document(document, output)
         raise EvaluationError(message, document, output) from exc
     finally:
+        if frozen:
+            gc.unfreeze()  # collectable again once this run lets go of it
         if backend is not None:
             backend.close()
     _finish(document, timings, started)

@@ -356,6 +356,11 @@ class Measurement:
     repetition: int = 0
     repetitions: tuple[Measurement, ...] = field(default=())
     """On the summarized measurement ``run_scenario`` returns: every repetition, itself included."""
+    first_window_start_ns: int | None = None
+    """``run_scenario``'s result: the clock at the start of the first timed window (the first
+    timed query is issued right after; warm-up and the Server search came before)."""
+    first_query_latency_ns: int | None = None
+    """``run_scenario``'s result: the latency of that first timed query."""
 
     def to_dict(self, include_raw: bool = False) -> dict[str, Any]:
         """JSON-ready; raw arrays (int nanoseconds) only with ``include_raw``."""
@@ -644,6 +649,8 @@ class _Runner:
         self.sleep = sleep
         self.typical_latency_ns = 0.0
         """Median warm-up latency: sizes the first window's arrays so they need not grow."""
+        self.first_window: _Window | None = None
+        """The first timed window of the run (start-up timeline)."""
 
     # ---- one window of the scenario's own loop
     def window(self, qps: float | None, seed: Sequence[int], capacity: int) -> _Window:
@@ -765,6 +772,8 @@ class _Runner:
             if w:
                 gc.collect(1)  # what the window left (it all sits in the young generations)
             last = self.window(qps, (2, index, w), capacity)
+            if self.first_window is None:
+                self.first_window = last
             capacity = max(capacity, last.queries + last.queries // 4 + 16)
             record = self._window_record(w, last)
             windows.append(record)
@@ -957,7 +966,15 @@ def run_scenario(
                 break
     chosen = select_median(reps, by_throughput=scenario.type == ScenarioType.OFFLINE)
     summary = reps[chosen]
-    return replace(summary, repetitions=tuple(reps))
+    first = runner.first_window
+    return replace(
+        summary,
+        repetitions=tuple(reps),
+        first_window_start_ns=None if first is None else first.start_ns,
+        first_query_latency_ns=None
+        if first is None or not first.queries
+        else int(first.latencies_ns[0]),
+    )
 
 
 def measure_harness_overhead(

@@ -467,6 +467,41 @@ _STATUS_RULES: list[JsonValue] = [
 ]
 
 
+class StartupInfo(ContractModel):
+    """From the agent process's start to its first timed query: consecutive phases on one
+    monotonic clock, and two UTC anchors to set against e.g. a Job's ``creationTimestamp``
+    (Job creation -> first timed query = ``first_timed_query_at`` - creationTimestamp)."""
+
+    process_started_at: str | None = Field(None, json_schema_extra={"format": "date-time"})
+    """When the process started (UTC), from ``process_start_source``; null where unknown."""
+    process_start_source: str | None = None
+    """Where the start was read: ``/proc/self/stat starttime`` (Linux); null where unknown
+    (then the phases start at ``import mlmodelscope``)."""
+    process_start_resolution_s: Seconds | None = None
+    """The process start's resolution (a clock tick, usually 0.01 s)."""
+    first_timed_query_at: str = Field(json_schema_extra={"format": "date-time"})
+    """When the first timed query was issued (UTC): the first measured window's start,
+    after warm-up (and Server's peak search)."""
+    to_first_timed_query_s: Seconds
+    """Process start (else ``import mlmodelscope``) to the first timed query: the phases' sum."""
+    phases_s: dict[str, Seconds]
+    """Consecutive phases, in order, each ending where the next begins: ``interpreter``
+    (process start to ``import mlmodelscope``: Python start-up), ``cli`` (the CLI's imports
+    and argument parsing, up to the command starting), ``command`` (the command's imports,
+    reading and validating the spec; ``before_evaluation`` when no CLI command ran), then
+    ``agent_imports``, ``fetch_model`` (fetch and sha256), ``dataset`` (load and
+    preprocess), ``framework_import``, ``model_load`` (the backend's load, its checks and the
+    postprocessor), ``provenance`` (the software stack), ``accuracy_pass`` (when it ran),
+    ``measurement_setup`` (batches, the null-backend harness measurement), ``warmup``
+    (warm-up queries and, for Server 'auto', the peak search)."""
+    warmup_queries: Annotated[int, Field(ge=0)]
+    first_timed_query_s: Seconds
+    """The first timed query's own latency."""
+    earlier_evaluations: Annotated[int, Field(ge=0)] = 0
+    """Evaluations this process ran before this one (``mlms run`` with several): their time
+    is inside ``command``, so only a process's first evaluation shows its start-up alone."""
+
+
 class ResultDocument(ContractModel):
     """What one run of the mlmodelscope agent measured. Times are seconds unless a key ends
     in _ns (nanoseconds) or _ms (milliseconds); percentiles use LoadGen's nearest-rank
@@ -507,6 +542,9 @@ class ResultDocument(ContractModel):
     """OpenTelemetry trace id of the run (look it up in Jaeger; `mlms trace` breaks it down)."""
     tracing: TracingInfo | None = None
     gpu_metrics: GpuMetrics | None = None
+    startup: StartupInfo | None = None
+    """Where the time went from the process's start to the first timed query (absent in
+    Failed documents and those of older agents)."""
     measurements: list[Measurement] | None = None
     results: list[BatchResult] | None = None
     """Headline numbers per batch size (the rows of ``.status.results``)."""

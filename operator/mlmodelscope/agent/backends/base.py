@@ -71,6 +71,11 @@ class Backend(ABC):
 
     name: str = "base"
 
+    def import_framework(self) -> None:  # noqa: B027 - optional hook
+        """Import the framework now (seconds for TensorFlow and PyTorch), so the start-up
+        timeline can tell importing it from loading the model; ``load`` works without it.
+        Raises :class:`MissingExtraError` when the framework is not installed."""
+
     @abstractmethod
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Load the model at ``model_path`` as ``spec`` describes, on ``spec.hardware.device``."""

@@ -67,6 +67,13 @@ class OnnxRuntimeBackend(Backend):
         self._details: dict[str, str] = {}
         self._model_path: Path | None = None
 
+    def import_framework(self) -> None:
+        """Import ONNX Runtime (what ``load`` would import first)."""
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtraError("ONNX Runtime", "onnxruntime", exc) from exc
+
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Create the session on the spec's device and check model.inputs/outputs against it."""
         try:

@@ -53,6 +53,13 @@ class PyTorchBackend(Backend):
         self._format = ""
         self._output_names: list[str] = []
 
+    def import_framework(self) -> None:
+        """Import PyTorch (what ``load`` would import first)."""
+        try:
+            import torch  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtraError("PyTorch", "torch", exc) from exc
+
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Load onto cpu or cuda:0, applying the spec's thread counts and checking its inputs."""
         try:

@@ -56,6 +56,14 @@ class TensorFlowBackend(Backend):
         self._gpu = False
         self._model_path: Path | None = None
 
+    def import_framework(self) -> None:
+        """Import TensorFlow (what ``load`` would import first)."""
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError as exc:
+            raise MissingExtraError("TensorFlow", "tensorflow", exc) from exc
+
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Configure devices and threads, load the signature, check model.inputs against it."""
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
