@@ -30,7 +30,16 @@ import urllib3
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import Kube, KubeError, ServiceAccount
 from mlmodelscope.contract.redact import install_log_redaction
-from mlmodelscope.controller import builders, kueue, names, peering, recording, resync, status
+from mlmodelscope.controller import (
+    builders,
+    kueue,
+    memory,
+    names,
+    peering,
+    recording,
+    resync,
+    status,
+)
 from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
     handle_delete,
@@ -269,6 +278,7 @@ def run_operator(
     exits. With peering configured and not ``standalone``, only the highest-priority live
     operator of the peering object ``settings.peering`` acts (leader election through Kopf
     peering, :mod:`.peering`); the others are hot standbys."""
+    memory.limit_arenas()  # before any thread allocates (see the module)
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.PLAIN)
     install_log_redaction()  # before Kopf's per-object loggers turn log lines into Events
     try:

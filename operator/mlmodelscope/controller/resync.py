@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from mlmodelscope.contract.kube import KubeError, job_path
-from mlmodelscope.controller import names, status
+from mlmodelscope.controller import memory, names, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_evaluation, handle_job
 from mlmodelscope.controller.periodic import Periodic
@@ -54,7 +54,7 @@ def resync_one(
         return handle_job.job_vanished(ctx, evaluation)
     if not names.owned_by(job, meta.get("uid")):
         return "not ours"
-    return handle_job.job_changed(job, ctx)
+    return handle_job.job_changed(job, ctx, listed=evaluation)
 
 
 class EvaluationResync(Periodic):
@@ -86,3 +86,5 @@ class EvaluationResync(Periodic):
         started = handle_evaluation.admit_queued(ctx)
         if started:
             log.info("resync started %s", ", ".join(started))
+        del listing, listed
+        memory.trim()  # the listings' pages are free now: give them back (see .memory)

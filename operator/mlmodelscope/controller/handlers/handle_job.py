@@ -115,14 +115,25 @@ def failure(
     return job_reason, agent or str(job_condition.get("message") or "the evaluation Job failed")
 
 
-def job_changed(job: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
-    """React to one Job event; returns what it did (for logs)."""
+def job_changed(
+    job: Mapping[str, Any],
+    ctx: Context,
+    deleted: bool = False,
+    listed: Mapping[str, Any] | None = None,
+) -> str:
+    """React to one Job event; returns what it did (for logs). ``listed``: the evaluation as
+    the caller has just listed it (the resync), instead of reading it again; status writes
+    are guarded by its resourceVersion either way."""
     owner = owner_of(job)
     if owner is None:
         return "not ours"
     namespace, name, generation = owner
     job_name = str(job["metadata"]["name"])
-    evaluation = ctx.kube.get_or_none(evaluation_path(namespace, name))
+    evaluation = (
+        dict(listed)
+        if listed is not None
+        else ctx.kube.get_or_none(evaluation_path(namespace, name))
+    )
     if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
         return "evaluation gone"
     uid = evaluation["metadata"].get("uid")
