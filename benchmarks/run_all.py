@@ -1,7 +1,7 @@
 """Every benchmark in one command, and the tables in the docs regenerated from that one run.
 
     .venv/bin/python benchmarks/run_all.py                 # all of them, ~20 min on 2 cores
-    .venv/bin/python benchmarks/run_all.py --only operator-load-1000,startup
+    .venv/bin/python benchmarks/run_all.py --only operator-load,startup
     .venv/bin/python benchmarks/run_all.py --full          # + 5,000 evaluations, 100,000 runs
 
 Each step runs one script in its own process (its own frameworks and thread pools) with
@@ -72,9 +72,8 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("loadgen-crosscheck", "loadgen_crosscheck.py", ()),
     Step("startup", "startup.py", ()),
-    Step("operator-load-100", "operator_load.py", ("--evaluations", "100")),
-    Step("operator-load-1000", "operator_load.py", ("--evaluations", "1000")),
-    Step("operator-load-5000", "operator_load.py", ("--evaluations", "5000"), full_only=True),
+    Step("operator-load", "operator_load.py", ("--evaluations", "100,1000"), quick_only=True),
+    Step("operator-load", "operator_load.py", ("--evaluations", "100,1000,5000"), full_only=True),
     Step(
         "store-listing",
         "store_listing.py",
@@ -185,7 +184,7 @@ def header(outcome: Outcome, host: str) -> str:
 
 
 def selected(only: Sequence[str], full: bool) -> list[Step]:
-    steps = [s for s in STEPS if (full or not s.full_only) and not (full and s.quick_only)]
+    steps = [s for s in STEPS if s.full_only == full or not (s.full_only or s.quick_only)]
     if only:
         unknown = set(only) - {s.name for s in STEPS}
         if unknown:
