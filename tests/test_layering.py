@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"spec", "contract", "store"},
     "store": {"spec", "contract"},
     "server": {"spec", "contract", "store", "report"},
+    "analysis": set(),  # graph costs, DLBricks, Benanza: onnx and onnxruntime only
 }
 """Which other packages each package may import (the root ``mlmodelscope`` is always fine)."""
 
