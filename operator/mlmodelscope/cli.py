@@ -835,6 +835,67 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+zoo_app = typer.Typer(
+    help="The model zoo for timing: architectures built in code with random weights, cached.",
+    no_args_is_help=True,
+)
+app.add_typer(zoo_app, name="zoo")
+
+
+@zoo_app.command("list")
+def zoo_list() -> None:
+    """List the zoo's models, their parameters and the formats they export to."""
+    from mlmodelscope.zoo import ENTRIES
+
+    for name, item in ENTRIES.items():
+        formats = "onnx torchscript torch-export" + (" savedmodel" if item.keras else "")
+        params = " ".join(f"{k}={v}" for k, v in item.params.items())
+        console.print(f"{name:16} {item.description}\n{'':16} {params}; formats: {formats}")
+
+
+@zoo_app.command("build")
+def zoo_build(
+    name: Annotated[str, typer.Argument(help="A zoo model (see `mlms zoo list`).")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="onnx, torchscript, torch-export or savedmodel.")
+    ] = "onnx",
+    batch: Annotated[int, typer.Option("--batch", help="Batch size of the card's FLOPs.")] = 1,
+    small: Annotated[
+        bool, typer.Option("--small", help="The test size (low resolution, narrow).")
+    ] = False,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="Override one parameter, KEY=VALUE (repeatable)."),
+    ] = None,
+) -> None:
+    """Build (or reuse) a zoo model in the cache and print its path, sha256 and card."""
+    import json
+
+    from mlmodelscope.zoo import ensure_zoo_model
+
+    overrides: dict[str, Any] = {}
+    for item in param or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--param: expected KEY=VALUE, got {item!r}")
+            raise typer.Exit(2)
+        overrides[key] = json.loads(value) if value.replace(".", "", 1).isdigit() else value
+    try:
+        artifact = ensure_zoo_model(name, fmt, batch, overrides, small)
+    except ValueError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    card = artifact.card
+    console.print(f"{artifact.path}", soft_wrap=True, highlight=False)
+    console.print(f"sha256 {artifact.sha256}", highlight=False)
+    console.print(
+        f"parameters {card['parameters']:,}  FLOPs/batch {card['flops']:,}  "
+        f"inputs {json.dumps(card['inputs'])}",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
 def _mount_subcommands() -> None:
     """Attach sub-apps that live in optional modules."""
     try:
