@@ -27,6 +27,13 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"spec", "contract", "store"},
     "store": {"spec", "contract"},
     "server": {"spec", "contract", "store", "report"},
+    "analysis": set(),  # graph costs, DLBricks, Benanza: onnx and onnxruntime only
+    "zoo": {
+        "spec",
+        "contract",
+        "agent",
+        "analysis",
+    },  # caches like agent.digits; cards use graph costs
 }
 """Which other packages each package may import (the root ``mlmodelscope`` is always fine)."""
 

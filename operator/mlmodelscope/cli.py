@@ -838,6 +838,153 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+zoo_app = typer.Typer(
+    help="The model zoo for timing: architectures built in code with random weights, cached.",
+    no_args_is_help=True,
+)
+app.add_typer(zoo_app, name="zoo")
+
+
+@zoo_app.command("list")
+def zoo_list() -> None:
+    """List the zoo's models, their parameters and the formats they export to."""
+    from mlmodelscope.zoo import ENTRIES
+
+    for name, item in ENTRIES.items():
+        formats = "onnx torchscript torch-export" + (" savedmodel" if item.keras else "")
+        params = " ".join(f"{k}={v}" for k, v in item.params.items())
+        console.print(f"{name:16} {item.description}\n{'':16} {params}; formats: {formats}")
+
+
+@zoo_app.command("build")
+def zoo_build(
+    name: Annotated[str, typer.Argument(help="A zoo model (see `mlms zoo list`).")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="onnx, torchscript, torch-export or savedmodel.")
+    ] = "onnx",
+    batch: Annotated[int, typer.Option("--batch", help="Batch size of the card's FLOPs.")] = 1,
+    small: Annotated[
+        bool, typer.Option("--small", help="The test size (low resolution, narrow).")
+    ] = False,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", help="Override one parameter, KEY=VALUE (repeatable)."),
+    ] = None,
+) -> None:
+    """Build (or reuse) a zoo model in the cache and print its path, sha256 and card."""
+    import json
+
+    from mlmodelscope.zoo import ensure_zoo_model
+
+    overrides: dict[str, Any] = {}
+    for item in param or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--param: expected KEY=VALUE, got {item!r}")
+            raise typer.Exit(2)
+        overrides[key] = json.loads(value) if value.replace(".", "", 1).isdigit() else value
+    try:
+        artifact = ensure_zoo_model(name, fmt, batch, overrides, small)
+    except ValueError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    card = artifact.card
+    console.print(f"{artifact.path}", soft_wrap=True, highlight=False)
+    console.print(f"sha256 {artifact.sha256}", highlight=False)
+    console.print(
+        f"parameters {card['parameters']:,}  FLOPs/batch {card['flops']:,}  "
+        f"inputs {json.dumps(card['inputs'])}",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
+@app.command()
+def dlbricks(
+    models: Annotated[list[Path], typer.Argument(help="ONNX models to estimate.")],
+    threads: Annotated[int, typer.Option("--threads", help="ORT intra-op threads.")] = 1,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per brick and model.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed runs first.")] = 3,
+    graph: Annotated[
+        str, typer.Option("--graph", help="optimized (ORT's own graph) or raw (as exported).")
+    ] = "optimized",
+    out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
+) -> None:
+    """DLBricks: benchmark each unique layer once, sum a latency estimate per model, and
+    compare it with the model measured end to end under the same protocol."""
+    import json
+
+    from mlmodelscope.analysis.dlbricks import BenchConfig, estimate
+
+    for path in models:
+        if not path.is_file():
+            fail(f"models: no ONNX file at {path}")
+            raise typer.Exit(2)
+    try:
+        config = BenchConfig(threads=threads, warmup=warmup, runs=runs, graph=graph)
+    except ValueError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    report = estimate(models, config)
+    for m in report.models:
+        console.print(
+            f"{m.model}: estimate {m.estimate_ms:.3f} ms, measured {m.measured_ms:.3f} ms, "
+            f"error {m.error_pct:+.1f}% ({m.layers} layers, {m.bricks} bricks)",
+            highlight=False,
+        )
+    console.print(
+        f"{report.unique_bricks} unique bricks benchmarked in {report.brick_bench_s:.2f} s; "
+        f"models end to end {report.end_to_end_bench_s:.2f} s",
+        highlight=False,
+    )
+    if out is not None:
+        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+@app.command()
+def bound(
+    model: Annotated[Path, typer.Argument(help="An ONNX model.")],
+    device: Annotated[
+        str, typer.Option("--device", help="cpu (measured now) or a GPU product label.")
+    ] = "cpu",
+    threads: Annotated[int, typer.Option("--threads", help="ORT intra-op threads.")] = 1,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per layer (cpu).")] = 20,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
+) -> None:
+    """Benanza: the model's lower-bound latency on a device and, on cpu, the measured layers'
+    gaps to it: the optimization opportunities."""
+    import json
+
+    from mlmodelscope.analysis.benanza import bound as lower_bound
+    from mlmodelscope.analysis.devices import device as lookup
+
+    if not model.is_file():
+        fail(f"model: no ONNX file at {model}")
+        raise typer.Exit(2)
+    try:
+        dev = lookup(device, threads)
+    except ValueError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    layers = measured = None
+    if device == "cpu":
+        from mlmodelscope.analysis.dlbricks import BenchConfig, estimate
+
+        run = estimate([model], BenchConfig(threads=threads, runs=runs, graph="raw")).models[0]
+        layers, measured = run.per_layer_ms, run.measured_ms
+    report = lower_bound(model, dev, measured_layers=layers, measured_ms=measured)
+    console.print(
+        f"{report.model} on {dev.name}: lower bound {report.sequential_bound_ms:.3f} ms "
+        f"(critical path {report.critical_path_bound_ms:.3f} ms)"
+        + (f", measured {measured:.3f} ms" if measured is not None else ""),
+        highlight=False,
+    )
+    for item in report.opportunities:
+        console.print(f"  {item.kind}: {item.detail}", soft_wrap=True, highlight=False)
+    if out is not None:
+        out.write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+
+
 def _mount_subcommands() -> None:
     """Attach sub-apps that live in optional modules."""
     try:
