@@ -58,7 +58,7 @@ from mlmodelscope.devcluster import nodes
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE_TARGET_S = 5.0
-KWOK_PODS = 1000
+KWOK_PODS = 110
 """Pods the kwok node holds at once in the benchmark (``--node-pods``)."""
 KWOK_CPU = {nodes.SIMULATION_LABEL: "kwok", nodes.POOL_LABEL: "cpu"}
 LISTED = ("jobs", "modelevaluations")
@@ -573,8 +573,8 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
 
 
 def widen_kwok_node(cluster: Any, pods: int) -> None:
-    """Let the kwok CPU node hold ``pods`` pods at once: with a kubelet's 110 the drain of
-    5,000 evaluations measures the node, not the operator."""
+    """Let the kwok CPU node hold ``pods`` pods at once (a kubelet's default is 110; with it,
+    the drain of 5,000 evaluations measures the node, not the operator)."""
     nodes_json = json.loads(
         cluster.kubectl(
             "get",
