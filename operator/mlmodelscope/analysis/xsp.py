@@ -23,11 +23,14 @@ are attributed *inside* the time of the level above. The chain here, per batch s
    operator's share of the measured operator time.
 
 Per layer (a top-level operator, its nested operators included) and per operator type (self
-times), the raw and corrected times are medians over the traced calls. The **residual** is
-``|sum of corrected layer medians - T| / T``: how far the table a reader sees is from adding
-up to the untraced latency. It is not zero by construction: medians do not add, and an
-operator's share varies from call to call (timer resolution, cache state, a preempted call).
-``raw_residual`` is the same for the uncorrected times, which is what the correction fixes.
+times), the raw and corrected times are means over the *central* traced calls: those whose
+budget ``B_c`` and raw operator time ``S_c`` both lie between their 25th and 75th percentiles
+(a midmean; all calls when that leaves none), so a preempted call on a busy machine distorts
+neither the budget nor the shares. Means keep the table additive: the corrected layers add up to the mean
+budget of the central calls. The **residual** is ``|sum of corrected layers - T| / T``, i.e.
+how far the level above's central calls, scaled to the untraced run, sit from its median (a
+skewed or drifting model-level pass shows here). ``raw_residual`` is the same for the
+uncorrected times: what the profile alone would claim, which the correction fixes.
 :data:`TOLERANCE` is the stated bound; the document says whether it held.
 
 Pure functions over plain numbers, so they are unit-tested without a framework; the traced
@@ -64,6 +67,21 @@ class OpSample:
     total_ns: int
     top_level: bool
     """Directly under predict: a layer. Its ``total_ns`` includes the operators it calls."""
+
+
+def central(
+    calls: Sequence[int], budgets: Mapping[int, float], sums: Mapping[int, int]
+) -> list[int]:
+    """The calls whose budget and raw operator time both lie within their 25th-75th
+    percentiles (all of them when that leaves none)."""
+
+    def band(values: Mapping[int, float]) -> tuple[float, float]:
+        data = np.asarray([values[c] for c in calls], dtype=np.float64)
+        return float(np.percentile(data, 25)), float(np.percentile(data, 75))
+
+    (b_lo, b_hi), (s_lo, s_hi) = band(budgets), band({c: float(sums[c]) for c in calls})
+    kept = [c for c in calls if b_lo <= budgets[c] <= b_hi and s_lo <= sums[c] <= s_hi]
+    return kept or list(calls)
 
 
 def median(values: Sequence[float]) -> float:
@@ -120,11 +138,14 @@ def correct(
     outside: list[float] = []
     op_counts: list[int] = []
     scales: list[float] = []
+    budgets = {c: model_ns[c] * t_untraced / m_median if m_median > 0 else 0.0 for c in calls}
+    sums = {c: sum(op.self_ns for op in ops[c]) for c in calls}
+    paired = len(calls)
+    calls = central(calls, budgets, sums)
     for c in calls:
         call_ops = ops[c]
-        op_sum = sum(op.self_ns for op in call_ops)
-        budget = model_ns[c] * t_untraced / m_median if m_median > 0 else 0.0
-        scale = budget / op_sum
+        op_sum = sums[c]
+        scale = budgets[c] / op_sum
         scales.append(scale)
         op_counts.append(len(call_ops))
         outside.append(
@@ -146,9 +167,9 @@ def correct(
             type_count[op_type].append(per_type_n[op_type])
     n = len(calls)
 
-    def med(values: list[float]) -> float:
-        # a layer absent from some calls counts 0 there, so medians stay per call
-        return median(values + [0.0] * (n - len(values)))
+    def per_call(values: list[float]) -> float:
+        # the mean per call: a layer absent from some calls counts 0 there
+        return sum(values) / n
 
     layers = [
         {
@@ -157,8 +178,8 @@ def correct(
             "occurrence": k,
             "order": int(median(order[(name, op_type, k)])),
             "calls": len(layer_raw[(name, op_type, k)]),
-            "raw_s": med(layer_raw[(name, op_type, k)]) / 1e9,
-            "corrected_s": med(layer_corr[(name, op_type, k)]) / 1e9,
+            "raw_s": per_call(layer_raw[(name, op_type, k)]) / 1e9,
+            "corrected_s": per_call(layer_corr[(name, op_type, k)]) / 1e9,
         }
         for (name, op_type, k) in layer_raw
     ]
@@ -167,8 +188,8 @@ def correct(
         {
             "op_type": op_type,
             "count_per_call": median(type_count[op_type]),
-            "raw_s": med(type_raw[op_type]) / 1e9,
-            "corrected_s": med(type_corr[op_type]) / 1e9,
+            "raw_s": per_call(type_raw[op_type]) / 1e9,
+            "corrected_s": per_call(type_corr[op_type]) / 1e9,
         }
         for op_type in type_raw
     ]
@@ -184,6 +205,7 @@ def correct(
         "method": METHOD,
         "level": "framework",
         "calls": n,
+        "paired_calls": paired,
         "tolerance": tolerance,
         "untraced_predict_p50_s": t_s,
         "model_level_predict_p50_s": m_median / 1e9,

@@ -296,9 +296,9 @@ class CorrectedLayer(ContractModel):
     """Position in the call (median over calls): execution order."""
     calls: Annotated[int, Field(ge=0)] = 0
     raw_s: Seconds
-    """Median over traced calls of the profiler's duration."""
+    """Mean over the central traced calls of the profiler's duration."""
     corrected_s: Seconds
-    """Median of its share of the call's budget (the untraced latency, see ``correction``)."""
+    """Mean of its share of each call's budget (the untraced latency, see ``correction``)."""
     share: float | None = None
     """corrected_s / untraced_predict_p50_s."""
 
@@ -323,7 +323,10 @@ class LeveledCorrection(ContractModel):
     method: str | None = None
     level: str | None = None
     calls: int | None = None
-    """Traced calls used (present in the model and framework passes, with operators)."""
+    """Central traced calls the tables average (budget and operator time within their
+    25th-75th percentiles)."""
+    paired_calls: int | None = None
+    """Traced calls present in the model and framework passes, with operators."""
     tolerance: float | None = None
     """The stated bound on ``residual`` (0.05 = 5 %)."""
     untraced_predict_p50_s: float | None = None
