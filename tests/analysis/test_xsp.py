@@ -21,8 +21,8 @@ def test_stable_shares_add_up_to_the_untraced_latency() -> None:
     # untraced 100 µs; model level costs +20 µs; the profiler doubles the call and leaves
     # 40 % of it between operators
     untraced = [100_000] * 9
-    model = {c: 120_000 for c in range(9)}
-    framework = {c: 240_000 for c in range(9)}
+    model = dict.fromkeys(range(9), 120000)
+    framework = dict.fromkeys(range(9), 240000)
     profiled = {c: ops(96_000, 48_000) for c in range(9)}
     out = correct(untraced, model, framework, profiled)
     assert out["untraced_predict_p50_s"] == pytest.approx(100e-6)
@@ -43,7 +43,7 @@ def test_each_call_gets_its_model_level_budget_and_outliers_are_left_out() -> No
     # call 1 was slow at model level: its operators get a larger budget, scaled to untraced
     untraced = [50_000, 50_000, 50_000]
     model = {0: 100_000, 1: 300_000, 2: 100_000}
-    framework = {c: 400_000 for c in range(3)}
+    framework = dict.fromkeys(range(3), 400000)
     profiled = {c: ops(10_000, 10_000) for c in range(3)}
     out = correct(untraced, model, framework, profiled)
     # budget = M_c * 50/100: 50, 150, 50 µs; the slow call is outside the 25th-75th
@@ -56,8 +56,8 @@ def test_each_call_gets_its_model_level_budget_and_outliers_are_left_out() -> No
 def test_varying_shares_still_add_up() -> None:
     # the heavy operator changes from call to call: per-call means keep the table additive
     untraced = [90_000] * 3
-    model = {c: 90_000 for c in range(3)}
-    framework = {c: 90_000 for c in range(3)}
+    model = dict.fromkeys(range(3), 90000)
+    framework = dict.fromkeys(range(3), 90000)
     profiled = {0: ops(70_000, 10_000, 10_000), 1: ops(10_000, 70_000, 10_000),
                 2: ops(10_000, 10_000, 70_000)}  # fmt: skip
     out = correct(untraced, model, framework, profiled)
@@ -70,7 +70,7 @@ def test_a_skewed_model_level_leaves_a_residual() -> None:
     untraced = [100_000] * 10
     times = [100_000] * 6 + [130_000] * 3 + [200_000]
     model = dict(enumerate(times))
-    framework = {c: 150_000 for c in range(10)}
+    framework = dict.fromkeys(range(10), 150000)
     out = correct(untraced, model, framework, {c: ops(40_000, 60_000) for c in range(10)})
     assert out["paired_calls"] == 10 and out["calls"] == 9  # the 200 µs call is left out
     assert out["corrected_sum_s"] == pytest.approx(110e-6)  # (6 * 100 + 3 * 130) / 9

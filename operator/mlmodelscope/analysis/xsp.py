@@ -26,11 +26,12 @@ Per layer (a top-level operator, its nested operators included) and per operator
 times), the raw and corrected times are means over the *central* traced calls: those whose
 budget ``B_c`` and raw operator time ``S_c`` both lie between their 25th and 75th percentiles
 (a midmean; all calls when that leaves none), so a preempted call on a busy machine distorts
-neither the budget nor the shares. Means keep the table additive: the corrected layers add up to the mean
-budget of the central calls. The **residual** is ``|sum of corrected layers - T| / T``, i.e.
-how far the level above's central calls, scaled to the untraced run, sit from its median (a
-skewed or drifting model-level pass shows here). ``raw_residual`` is the same for the
-uncorrected times: what the profile alone would claim, which the correction fixes.
+neither the budget nor the shares. Means keep the table additive: the corrected layers add up
+to the mean budget of the central calls. The **residual** is
+``|sum of corrected layers - T| / T``: how far the level above's central calls, scaled to the
+untraced run, sit from its median (a skewed or drifting model-level pass shows here).
+``raw_residual`` is the same for the uncorrected times: what the profile alone would claim,
+which the correction fixes.
 :data:`TOLERANCE` is the stated bound; the document says whether it held.
 
 Pure functions over plain numbers, so they are unit-tested without a framework; the traced
@@ -171,7 +172,7 @@ def correct(
         # the mean per call: a layer absent from some calls counts 0 there
         return sum(values) / n
 
-    layers = [
+    layers: list[dict[str, Any]] = [
         {
             "name": name,
             "op_type": op_type,
@@ -183,8 +184,8 @@ def correct(
         }
         for (name, op_type, k) in layer_raw
     ]
-    layers.sort(key=lambda r: (r["order"], r["name"]))
-    operators = [
+    layers.sort(key=lambda r: (int(r["order"]), str(r["name"])))
+    operators: list[dict[str, Any]] = [
         {
             "op_type": op_type,
             "count_per_call": median(type_count[op_type]),
@@ -193,12 +194,12 @@ def correct(
         }
         for op_type in type_raw
     ]
-    operators.sort(key=lambda r: -r["corrected_s"])
+    operators.sort(key=lambda r: -float(r["corrected_s"]))
     t_s = t_untraced / 1e9
     for row in [*layers, *operators]:
         row["share"] = row["corrected_s"] / t_s if t_s else None
-    raw_sum = sum(r["raw_s"] for r in layers)
-    corrected_sum = sum(r["corrected_s"] for r in layers)
+    raw_sum = sum(float(r["raw_s"]) for r in layers)
+    corrected_sum = sum(float(r["corrected_s"]) for r in layers)
     residual = abs(corrected_sum - t_s) / t_s if t_s else None
     profiler_overhead = f_median - m_median
     return {
