@@ -24,9 +24,9 @@ are attributed *inside* the time of the level above. The chain here, per batch s
 
 Per layer (a top-level operator, its nested operators included) and per operator type (self
 times), the raw and corrected times are means over the *central* traced calls: those whose
-budget ``B_c`` and raw operator time ``S_c`` both lie between their 25th and 75th percentiles
-(a midmean; all calls when that leaves none), so a preempted call on a busy machine distorts
-neither the budget nor the shares. Means keep the table additive: the corrected layers add up
+budget ``B_c`` lies between its 25th and 75th percentiles (a midmean) and whose raw operator
+time ``S_c`` between its 10th and 90th, so a preempted call on a busy machine distorts neither
+the budget nor the shares. Means keep the table additive: the corrected layers add up
 to the mean budget of the central calls. The **residual** is
 ``|sum of corrected layers - T| / T``: how far the level above's central calls, scaled to the
 untraced run, sit from its median (a skewed or drifting model-level pass shows here).
@@ -73,16 +73,19 @@ class OpSample:
 def central(
     calls: Sequence[int], budgets: Mapping[int, float], sums: Mapping[int, int]
 ) -> list[int]:
-    """The calls whose budget and raw operator time both lie within their 25th-75th
-    percentiles (all of them when that leaves none)."""
+    """The calls whose budget lies within its 25th-75th percentiles and whose raw operator
+    time within its 10th-90th (a wider band: ONNX Runtime rounds each operator to a
+    microsecond, so many calls tie); else those of the budget band alone; else all."""
 
-    def band(values: Mapping[int, float]) -> tuple[float, float]:
+    def within(values: Mapping[int, float], lo_pct: float, hi_pct: float) -> set[int]:
         data = np.asarray([values[c] for c in calls], dtype=np.float64)
-        return float(np.percentile(data, 25)), float(np.percentile(data, 75))
+        lo, hi = np.percentile(data, lo_pct), np.percentile(data, hi_pct)
+        return {c for c in calls if lo <= values[c] <= hi}
 
-    (b_lo, b_hi), (s_lo, s_hi) = band(budgets), band({c: float(sums[c]) for c in calls})
-    kept = [c for c in calls if b_lo <= budgets[c] <= b_hi and s_lo <= sums[c] <= s_hi]
-    return kept or list(calls)
+    by_budget = within(budgets, 25, 75)
+    by_sum = within({c: float(sums[c]) for c in calls}, 10, 90)
+    kept = [c for c in calls if c in by_budget and c in by_sum]
+    return kept or [c for c in calls if c in by_budget] or list(calls)
 
 
 def median(values: Sequence[float]) -> float:

@@ -323,8 +323,8 @@ class LeveledCorrection(ContractModel):
     method: str | None = None
     level: str | None = None
     calls: int | None = None
-    """Central traced calls the tables average (budget and operator time within their
-    25th-75th percentiles)."""
+    """Central traced calls the tables average (budget within its 25th-75th percentiles,
+    operator time within its 10th-90th)."""
     paired_calls: int | None = None
     """Traced calls present in the model and framework passes, with operators."""
     tolerance: float | None = None
