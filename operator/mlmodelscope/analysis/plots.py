@@ -132,7 +132,10 @@ def top_layers_plot(figs: _Figures, table: Mapping[str, Any], index: int) -> Non
     if not rows:
         return
     fig, ax = figs.new()
-    names = [_short(f"{r['name']} ({r['op_type']})") for r in rows]
+    names = [
+        _short(r["name"] if r["name"] == r["op_type"] else f"{r['name']} ({r['op_type']})")
+        for r in rows
+    ]
     ys = range(len(rows))
     ax.barh(
         [y + 0.2 for y in ys],
@@ -149,7 +152,10 @@ def top_layers_plot(figs: _Figures, table: Mapping[str, Any], index: int) -> Non
         color=COLOURS[0],
     )
     ax.set_yticks(list(ys), names, fontsize=8)
-    ax.set_xlabel("ms per call (median over traced calls)")
+    ax.set_xlabel("ms per call (mean over the central traced calls)")
+    values = [_ms(r[k]) for r in rows for k in ("raw_s", "corrected_s") if _ms(r[k]) > 0]
+    if values and max(values) / min(values) > 100:
+        ax.set_xscale("log")  # raw and corrected differ by orders of magnitude
     title = f"Top layers: {table['run']}, batch {table['batch_size']}"
     ax.set_title(title)
     ax.legend(fontsize=8)
