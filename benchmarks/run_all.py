@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS = REPO / "benchmarks"
 BENCHMARKS_DOC = REPO / "docs" / "benchmarks.md"
 ANALYSIS_DOC = REPO / "docs" / "analysis.md"
+PIPELINE_DOC = REPO / "docs" / "analysis-pipeline.md"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("store-listing", "store_listing.py", (), markdown_flag=False, full_only=True),
     Step("analysis-zoo", "analysis_zoo.py", ("--quick",), doc=ANALYSIS_DOC),
-    Step("xsp-residual", "xsp_residual.py", ("--quick",), doc=ANALYSIS_DOC),
+    Step("xsp-residual", "xsp_residual.py", ("--quick",), doc=PIPELINE_DOC),
 )
 
 

@@ -20,20 +20,15 @@ ALLOWED: dict[str, set[str]] = {
     "spec": set(),
     "contract": {"spec"},
     "agent": {"spec", "contract"},
-    "telemetry": {"spec", "contract", "agent"},
+    "telemetry": {"spec", "contract", "agent", "analysis"},  # the leveled correction
     "controller": {"spec", "contract", "store"},  # records finished runs (lazily: `store` extra)
     "devcluster": {"spec", "contract", "agent"},  # builds the example models it serves
     "devtools": {"spec", "contract", "agent", "telemetry", "devcluster"},
-    "report": {"spec", "contract", "store"},
+    "report": {"spec", "contract", "store", "analysis"},
     "store": {"spec", "contract"},
-    "server": {"spec", "contract", "store", "report"},
-    "analysis": set(),  # graph costs, DLBricks, Benanza: onnx and onnxruntime only
-    "zoo": {
-        "spec",
-        "contract",
-        "agent",
-        "analysis",
-    },  # caches like agent.digits; cards use graph costs
+    "server": {"spec", "contract", "store", "report", "analysis"},
+    "analysis": set(),  # graph costs, DLBricks, Benanza, XSP correction and `mlms analyze`
+    "zoo": {"spec", "contract", "agent", "analysis"},  # caches like agent.digits; cards: costs
 }
 """Which other packages each package may import (the root ``mlmodelscope`` is always fine)."""
 

@@ -635,6 +635,56 @@ def report(
     console.print(f"wrote {escape(str(output))} ({len(loaded)} runs)", highlight=False)
 
 
+@app.command()
+def analyze(
+    sources: ComparedSources = None,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for analysis.html, analysis.json and the PNGs.",
+            file_okay=False,
+        ),
+    ] = Path("analysis"),
+    store: LookupStore = None,
+    server: LookupServer = None,
+    sweep: SelectedSweep = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Rows of the top-N tables.")] = 10,
+    plots: Annotated[
+        bool, typer.Option("--plots/--no-plots", help="Draw the PNGs (needs matplotlib).")
+    ] = True,
+) -> None:
+    """XSP's analysis of runs traced at framework level: top layers and operators by
+    corrected time, time by layer type, layer latency against FLOPs and bytes moved (ONNX
+    Runtime models on this machine), and the same layer across frameworks; written as
+    analysis.html (self-contained), analysis.json and PNG plots."""
+    from mlmodelscope.analysis.pipeline import AnalysisInputError, label_runs
+    from mlmodelscope.analysis.pipeline import analyze as analyze_runs
+    from mlmodelscope.analysis.plots import AnalysisExtraMissingError, write
+    from mlmodelscope.report.compare import CompareError
+
+    sources = list(sources or [])
+    try:
+        if not sources and sweep is None:
+            raise CompareError("nothing to analyze: give result files, run ids, or --sweep NAME")
+        loaded = _load_compared(sources, store, server, sweep)
+        runs = label_runs([(run.source, run.document.to_json_dict()) for run in loaded])
+        analysis = analyze_runs(runs, top=top)
+        written = write(analysis, out, plots=plots)
+    except (CompareError, AnalysisInputError, AnalysisExtraMissingError) as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        fail(f"{out}: cannot write the analysis: {exc.strerror or exc}")
+        raise typer.Exit(1) from None
+    console.print(
+        f"wrote {escape(str(written['html']))} and {escape(str(written['json']))} "
+        f"({len(runs)} runs)",
+        highlight=False,
+    )
+
+
 SWEEP_RUNS_LIMIT = 1000
 """At most this many runs of one sweep are compared."""
 

@@ -283,6 +283,78 @@ class TracingLevelResult(ContractModel):
 class UntracedBaseline(ContractModel):
     p50_s: float | None = None
     queries: int | None = None
+    predict_p50_s: float | None = None
+    """p50 of the predict calls alone (no postprocess): the latency the correction keeps."""
+
+
+class CorrectedLayer(ContractModel):
+    """One layer (a top-level operator, nested operators included) of the corrected table."""
+
+    name: str
+    op_type: str
+    occurrence: Annotated[int, Field(ge=0)] = 0
+    """Which same-named layer of a call this is (torch names layers by op: aten::linear)."""
+    order: Annotated[int, Field(ge=0)] = 0
+    """Position in the call (median over calls): execution order."""
+    calls: Annotated[int, Field(ge=0)] = 0
+    raw_s: Seconds
+    """Mean over the central traced calls of the profiler's duration."""
+    corrected_s: Seconds
+    """Mean of its share of each call's budget (the untraced latency, see ``correction``)."""
+    share: float | None = None
+    """corrected_s / untraced_predict_p50_s."""
+
+
+class CorrectedOperator(ContractModel):
+    """Self time of every operator of one type, per call."""
+
+    op_type: str
+    count_per_call: float = 0
+    raw_s: Seconds
+    corrected_s: Seconds
+    share: float | None = None
+
+
+class LeveledCorrection(ContractModel):
+    """XSP's leveled correction of one batch size (see :mod:`mlmodelscope.analysis.xsp`):
+    each call's operators share that call's model-level predict time, itself corrected to the
+    untraced run, so the corrected layers add up to the untraced latency; ``residual`` says
+    how closely (``skipped`` says why there is no correction)."""
+
+    skipped: str | None = None
+    method: str | None = None
+    level: str | None = None
+    calls: int | None = None
+    """Central traced calls the tables average (budget within its 25th-75th percentiles,
+    operator time within its 10th-90th)."""
+    paired_calls: int | None = None
+    """Traced calls present in the model and framework passes, with operators."""
+    tolerance: float | None = None
+    """The stated bound on ``residual`` (0.05 = 5 %)."""
+    untraced_predict_p50_s: float | None = None
+    model_level_predict_p50_s: float | None = None
+    framework_level_predict_p50_s: float | None = None
+    model_overhead_s: float | None = None
+    """Model-level p50 - untraced p50: what the model-level spans cost per call."""
+    profiler_overhead_s: float | None = None
+    """Framework-level p50 - model-level p50: what the profiler costs per call."""
+    profiler_overhead_per_event_s: float | None = None
+    """That cost over the events the profiler records per call (operators + the call)."""
+    outside_operators_share_raw: float | None = None
+    """Median share of a profiled call not inside any operator (gaps)."""
+    scale_p50: float | None = None
+    """Median of budget / raw operator time per call."""
+    raw_sum_s: float | None = None
+    corrected_sum_s: float | None = None
+    raw_residual: float | None = None
+    """|raw_sum_s - untraced| / untraced: how far the uncorrected profile is."""
+    residual: float | None = None
+    """|corrected_sum_s - untraced| / untraced."""
+    within_tolerance: bool | None = None
+    layers: list[CorrectedLayer] = []
+    """Execution order."""
+    operators: list[CorrectedOperator] = []
+    """By corrected time, largest first."""
 
 
 class TracingBatch(ContractModel):
@@ -292,6 +364,8 @@ class TracingBatch(ContractModel):
     measured_p50_s: float | None = None
     untraced: UntracedBaseline
     levels: dict[str, TracingLevelResult]
+    correction: LeveledCorrection | None = None
+    """From framework level on: the operators attributed inside the untraced latency."""
 
 
 class TracingInfo(ContractModel):

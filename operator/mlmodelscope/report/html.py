@@ -622,6 +622,35 @@ def agreement_section(comparison: Comparison) -> str:
     )
 
 
+def leveled_section(runs: Sequence[LoadedRun]) -> str:
+    """The "Leveled correction (XSP)" section, for runs traced at framework level: each
+    run's residual per batch size and its top layers and operators by corrected time (the
+    tables of `mlms analyze`, which adds FLOPs, bytes moved and plots). Empty when no run
+    has a correction."""
+    from mlmodelscope.analysis.pipeline import analyze, label_runs
+    from mlmodelscope.analysis.plots import layer_tables, runs_section
+
+    with_correction = [
+        (run.source, run.document.to_json_dict())
+        for run in runs
+        if run.document.tracing is not None
+        and any(b.correction is not None for b in run.document.tracing.by_batch_size)
+    ]
+    if not with_correction:
+        return ""
+    try:
+        analysis = analyze(label_runs(with_correction), top=5, costs=lambda doc, batch: (None, ""))
+    except ValueError as exc:
+        return f"<h2>Leveled correction (XSP)</h2><p>Not shown: {esc(exc)}</p>"
+    return (
+        "<h2>Leveled correction (XSP)</h2><p>Layer times from the framework profiler, each "
+        "traced call's operators sharing that call's model-level predict time scaled to the "
+        "untraced run; the residual is |Σ corrected − untraced| / untraced. "
+        "<code>mlms analyze</code> adds FLOPs, bytes moved and plots.</p>"
+        f"{runs_section(analysis)}{layer_tables(analysis)}"
+    )
+
+
 # ------------------------------------------------------------------------------ page
 
 STYLE = """
@@ -661,6 +690,7 @@ def render_html(runs: Sequence[LoadedRun], comparison: Comparison | None = None)
         f"empty where it has none.</p>{results_table(comparison)}"
         f"<h2>Numerical agreement</h2>{agreement_section(comparison)}"
         f"<h2>Plots</h2>{figures}"
+        f"{leveled_section(runs)}"
         f"<h2>HW/SW stack differences</h2>"
         f"{differences_table('stack', comparison, comparison.stack)}"
         f"<h2>Spec differences</h2>{differences_table('spec', comparison, comparison.spec)}"

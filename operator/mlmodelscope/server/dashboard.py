@@ -3,7 +3,9 @@
 - ``/``: the runs, newest first, filtered by a GET form; tick runs and compare them;
 - ``/compare?run=ID&run=ID...``: `mlms report`'s comparison (tables, SVG plots, stack and
   spec differences); 400 for fewer than two runs, 404 naming an unknown one;
-- ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger.
+- ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger;
+- ``/runs/{run_id}/analysis``: `mlms analyze` of one run traced at framework level (tables,
+  and PNG plots embedded when matplotlib is installed); 404 for a run without a correction.
 
 Reads need the server's read token (:mod:`mlmodelscope.server.auth`) when it has one. A
 browser cannot send an ``Authorization`` header with a link, so the dashboard also takes the
@@ -193,3 +195,39 @@ def compare_page(
 def run_page(request: Request, run_id: str) -> HTMLResponse:
     loaded = _load(request, run_id)
     return html(request, render.run_page(loaded, settings_of(request).jaeger_url))
+
+
+@router.get("/runs/{run_id}/analysis", response_class=HTMLResponse, dependencies=READ)
+def analysis_page(request: Request, run_id: str) -> HTMLResponse:
+    import base64
+    import tempfile
+    from pathlib import Path
+
+    from mlmodelscope.analysis.pipeline import AnalysisInputError, analyze, label_runs
+    from mlmodelscope.analysis.plots import AnalysisExtraMissingError, draw
+
+    loaded = _load(request, run_id)
+    if not render.has_correction(loaded.document):
+        raise HTTPException(
+            404,
+            f"Run {run_id} has no leveled correction: run it with tracing.level framework "
+            "(or library) to analyze its layers.",
+        )
+    runs = label_runs([(loaded.source, loaded.document.to_json_dict())])
+    try:
+        analysis = analyze(runs)
+    except AnalysisInputError as exc:
+        raise HTTPException(404, str(exc)) from None
+    try:
+        with tempfile.TemporaryDirectory(prefix="mlms-serve-analysis-") as tmp:
+            made = draw(analysis, Path(tmp))
+            figures = "".join(
+                f'<figure><h3>{esc(f["title"])}</h3><img alt="{esc(f["title"])}" '
+                f'src="data:image/png;base64,'
+                f'{base64.b64encode((Path(tmp) / f["file"]).read_bytes()).decode()}">'
+                f"<figcaption>{esc(f['caption'])}</figcaption></figure>"
+                for f in made
+            )
+    except AnalysisExtraMissingError as exc:
+        figures = f'<p class="note">{esc(exc)}</p>'
+    return html(request, render.analysis_page(loaded, analysis, figures))

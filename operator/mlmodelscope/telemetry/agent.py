@@ -197,8 +197,12 @@ class AgentTelemetry:
         )
         if self._sampler is not None:
             self._sampler.pause()
+        # the passes run in the backend's measuring state, as the measurement did: PyTorch
+        # outside inference mode took milliseconds per call for its first ~20 calls here
+        measuring = getattr(backend, "measuring", contextlib.nullcontext)
         try:
-            result = run_levels(passes, self.settings.level)
+            with measuring():
+                result = run_levels(passes, self.settings.level)
         finally:
             if self._sampler is not None:
                 self._sampler.resume()

@@ -450,6 +450,11 @@ def run_page(run: LoadedRun, jaeger_url: str | None) -> str:
         )
     if doc.results:
         parts.append(f"<h2>Results per batch size</h2>{_headline(doc.results)}")
+    if has_correction(doc):
+        parts.append(
+            f'<p><a href="{esc(run_url(run_id))}/analysis">Layer analysis (XSP leveled '
+            "correction): top layers and operators, plots</a></p>"
+        )
     parts.append(f"<h2>Accuracy</h2>{_accuracy(doc)}")
     if doc.measurements:
         plots = ("Latency CDF", "Throughput against batch size")
@@ -464,3 +469,30 @@ def run_page(run: LoadedRun, jaeger_url: str | None) -> str:
     )
     title = f"Run {doc.evaluation.name or run_id}"
     return page(title, "".join(parts))
+
+
+def has_correction(doc: Any) -> bool:
+    """The run was traced at framework level and has a leveled correction."""
+    return doc.tracing is not None and any(
+        b.correction is not None for b in doc.tracing.by_batch_size
+    )
+
+
+def analysis_page(run: LoadedRun, analysis: Mapping[str, Any], figures_html: str) -> str:
+    """One run's `mlms analyze` page: residuals, plots (when matplotlib is installed), top
+    layers and operators, FLOPs and bytes where the model file is reachable."""
+    from mlmodelscope.analysis.plots import cost_tables, layer_tables, runs_section
+
+    doc = run.document
+    run_id = doc.run_id or ""
+    body = (
+        f'<p><a href="{esc(run_url(run_id))}">Back to the run</a></p>'
+        "<p>Layer times from the framework profiler, corrected by leveled measurement: each "
+        "traced call's operators share that call's model-level predict time, scaled to the "
+        "untraced run; the residual is |Σ corrected − untraced| / untraced.</p>"
+        f"<h2>Residuals</h2>{runs_section(analysis)}"
+        f"<h2>Plots</h2>{figures_html}"
+        f"<h2>Top layers and operators</h2>{layer_tables(analysis)}"
+        f"<h2>Latency, FLOPs and bytes moved</h2>{cost_tables(analysis)}"
+    )
+    return page(f"Analysis of run {doc.evaluation.name or run_id}", body)
