@@ -34,6 +34,7 @@ COLOURS = (
     "#9c755f",
     "#bab0ac",
 )
+"""Tableau 10: the plots' colours, and the report's one colour per run."""
 
 
 class AnalysisExtraMissingError(RuntimeError):

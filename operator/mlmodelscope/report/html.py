@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from mlmodelscope.analysis.plots import COLOURS
 from mlmodelscope.contract.result import Measurement, ResultDocument
 from mlmodelscope.report.compare import (
     Comparison,
@@ -30,18 +31,7 @@ from mlmodelscope.report.compare import (
     compare,
 )
 
-PALETTE = (
-    "#4e79a7",
-    "#f28e2b",
-    "#e15759",
-    "#76b7b2",
-    "#59a14f",
-    "#edc948",
-    "#b07aa1",
-    "#ff9da7",
-    "#9c755f",
-    "#bab0ac",
-)
+PALETTE = COLOURS
 """One colour per run, in run order (Tableau 10), repeating after ten runs."""
 CDF_POINTS = 400
 """At most this many points per CDF path (evenly spaced ranks of the raw latencies)."""
