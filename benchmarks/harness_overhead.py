@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine_info import cpu_model, versions
 
 HERE = Path(__file__).resolve().parent
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
@@ -506,34 +507,6 @@ def worker(config_path: Path, result_path: Path) -> int:
 
 
 # ------------------------------------------------------------------------------------ parent
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (or platform's guess elsewhere)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def versions() -> dict[str, str]:
-    """Versions of what was measured (package metadata: imports no framework)."""
-    from importlib import metadata
-
-    found = {"python": platform.python_version()}
-    for name, dists in (
-        ("mlmodelscope", ("mlmodelscope",)),
-        ("onnxruntime", ("onnxruntime", "onnxruntime-gpu")),
-        ("torch", ("torch",)),
-        ("tensorflow", ("tensorflow", "tensorflow-cpu")),
-        ("numpy", ("numpy",)),
-    ):
-        for dist in dists:
-            with contextlib.suppress(metadata.PackageNotFoundError):
-                found[name] = metadata.version(dist)
-                break
-    return found
 
 
 def model_files(models: Sequence[str], resnet_size: int) -> dict[str, tuple[Path, list[int]]]:

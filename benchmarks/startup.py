@@ -35,6 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from machine_info import cpu_model, versions
+
 HERE = Path(__file__).resolve().parent
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
 SCENARIO = {
@@ -183,36 +185,6 @@ def format_table(summary: dict[str, dict[str, Any]], frameworks: Sequence[str]) 
         + " |"
     )
     return "\n".join(lines)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def versions() -> dict[str, str]:
-    from importlib import metadata
-
-    found = {"python": platform.python_version()}
-    for name, dists in (
-        ("mlmodelscope", ("mlmodelscope",)),
-        ("onnxruntime", ("onnxruntime", "onnxruntime-gpu")),
-        ("torch", ("torch",)),
-        ("tensorflow", ("tensorflow", "tensorflow-cpu")),
-        ("numpy", ("numpy",)),
-    ):
-        for dist in dists:
-            try:
-                found[name] = metadata.version(dist)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-    return found
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
