@@ -62,6 +62,8 @@ COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
 COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
 COPY operator/mlmodelscope/agent/ operator/mlmodelscope/agent/
 COPY operator/mlmodelscope/telemetry/ operator/mlmodelscope/telemetry/
+# analysis/xsp.py: the leveled correction the agent computes for trace levels above model.
+COPY operator/mlmodelscope/analysis/ operator/mlmodelscope/analysis/
 # WHEELHOUSE: install only from this --find-links location (no index), e.g. a folder of wheels
 # served on the build host and reached with `docker build --network host`. The secret "ca"
 # (`--secret id=ca,src=bundle.pem`): a CA bundle pip trusts in this step only, for a proxy that

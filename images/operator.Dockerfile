@@ -28,6 +28,8 @@ COPY operator/mlmodelscope/controller/ operator/mlmodelscope/controller/
 COPY operator/mlmodelscope/store/ operator/mlmodelscope/store/
 COPY operator/mlmodelscope/report/ operator/mlmodelscope/report/
 COPY operator/mlmodelscope/server/ operator/mlmodelscope/server/
+# analysis/: the report's analysis section and the dashboard's /runs/<id>/analysis page.
+COPY operator/mlmodelscope/analysis/ operator/mlmodelscope/analysis/
 ARG WHEELHOUSE=""
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \

@@ -10,6 +10,7 @@ import the operator.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -389,6 +390,40 @@ def test_image_carries_no_test_tooling_and_no_other_component(dockerfile: Path) 
     assert not found, f"{dockerfile.name} copies {found}"
 
 
+def _module_level_imports(source: Path) -> set[str]:
+    """``mlmodelscope.*`` modules a file imports when it is imported: top-level statements,
+    not imports inside functions (those are lazy, guarded where the image lacks them)."""
+    tree = ast.parse(source.read_text(), filename=str(source))
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.split(".")[0] == "mlmodelscope"}
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_module_level_import_of_an_image_module_is_in_the_image(dockerfile: Path) -> None:
+    """The cheap form of the docker tests below: a copied module whose top-level import names
+    a subpackage the image does not copy fails at import in the image (telemetry/leveled.py
+    importing analysis/xsp.py once did, and only the image builds caught it)."""
+    package = image_package(dockerfile)
+    modules = {
+        ".".join(PurePosixPath(rel).with_suffix("").parts).removesuffix(".__init__")
+        for rel in package
+        if rel.endswith(".py")
+    }
+    missing = {
+        f"{rel} imports {name}"
+        for rel, src in package.items()
+        if rel.endswith(".py")
+        for name in _module_level_imports(src)
+        if name not in modules
+    }
+    assert not missing, f"{dockerfile.name} lacks what these import: {sorted(missing)}"
+
+
 @pytest.mark.frameworks
 @pytest.mark.slow
 def test_agent_image_files_run_an_evaluation(tmp_path: Path) -> None:
@@ -433,7 +468,10 @@ def test_operator_image_files_import_the_operator(tmp_path: Path) -> None:
     work.mkdir()
     assert _where_imported(site, work) == str(site / "mlmodelscope" / "__init__.py")
     imported = image_python(
-        site, "-c", "import mlmodelscope.controller.main, mlmodelscope.server.app", cwd=work
+        site,
+        "-c",
+        "import mlmodelscope.controller.main, mlmodelscope.server.app, mlmodelscope.report.html",
+        cwd=work,
     )
     assert imported.returncode == 0, imported.stderr
     for args in (["operator", "--help"], ["serve", "--help"], ["version"]):
