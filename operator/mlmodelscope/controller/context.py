@@ -21,6 +21,7 @@ from mlmodelscope.controller import status
 from mlmodelscope.controller.later import Later
 from mlmodelscope.controller.ledger import AdmissionLedger
 from mlmodelscope.controller.namespace_policy import NamespacePolicies
+from mlmodelscope.controller.pod_memo import PodMemo
 from mlmodelscope.controller.policy import Policy
 from mlmodelscope.controller.settings import OperatorSettings
 
@@ -66,6 +67,8 @@ class Context:
     the periodic threads skip their ticks while it says no."""
     namespace_policies: NamespacePolicies = field(default_factory=NamespacePolicies)
     """Namespaces' policy annotations, each read at most every 10 s (shared by copies)."""
+    pod_memo: PodMemo = field(default_factory=PodMemo)
+    """Each pod's scheduling state its evaluation's status shows (shared by copies)."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 

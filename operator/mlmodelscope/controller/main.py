@@ -208,8 +208,8 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
 
     @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)
     @measured.handler("pod")
-    def pod_scheduling(body: kopf.Body, **_: Any) -> None:
-        outcome = handle_pod.pod_changed(body, ctx)
+    def pod_scheduling(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        outcome = handle_pod.pod_changed(body, ctx, deleted=event["type"] == "DELETED")
         log.debug("pod %s: %s", body["metadata"]["name"], outcome)
 
     # EvaluationSweeps: every trigger runs the same level-based reconcile of the sweep

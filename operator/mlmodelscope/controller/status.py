@@ -579,6 +579,20 @@ def scheduled(
     return StatusChange(patch)
 
 
+def shows_pod_state(
+    status: Mapping[str, Any], generation: int, job_name: str, kind: str, detail: str
+) -> bool:
+    """The active run of ``job_name`` already says what :func:`scheduled` (``kind``
+    "scheduled") or :func:`unschedulable` (the scheduler's message ``detail``) would write,
+    so the same state again changes nothing."""
+    if not _active(status, generation, job_name):
+        return False
+    old = condition(status, ConditionType.SCHEDULED) or {}
+    if kind == "scheduled":
+        return old.get("status") == "True"
+    return old.get("reason") == Reason.UNSCHEDULABLE and old.get("message") == detail
+
+
 def pod_disrupted(
     status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
 ) -> StatusChange:

@@ -34,11 +34,17 @@ def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def pod_changed(pod: Mapping[str, Any], ctx: Context) -> str:
-    """React to one evaluation pod event; returns what it did (for logs)."""
+def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
+    """React to one evaluation pod event; returns what it did (for logs).
+
+    A scheduling state the evaluation's status was seen to show for this pod is not read
+    again (``ctx.pod_memo``): most pod events repeat "scheduled"."""
     owner = owner_of(pod)
     state = scheduling_state(pod)
     job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    if deleted and uid:
+        ctx.pod_memo.forget(uid)
     if owner is None or not job_name:
         return "nothing to do"
     namespace, name, generation = owner
@@ -48,18 +54,25 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context) -> str:
     if state is None:
         return "nothing to do"
     kind, detail = state
+    if uid and ctx.pod_memo.shown(uid, state):
+        return f"{kind}, already shown"
     if kind == "unschedulable":
-        ctx.update_status(
+        evaluation, _ = ctx.update_status(
             namespace,
             name,
             lambda st: status.unschedulable(st, generation, job_name, detail, ctx.clock()),
         )
     else:
-        ctx.update_status(
+        evaluation, _ = ctx.update_status(
             namespace,
             name,
             lambda st: status.scheduled(st, generation, job_name, detail, ctx.clock()),
         )
+    shown = evaluation is not None and status.shows_pod_state(
+        evaluation.get("status") or {}, generation, job_name, kind, detail
+    )
+    if uid and shown and not deleted:
+        ctx.pod_memo.remember(uid, state)
     return kind
 
 

@@ -1,0 +1,46 @@
+"""The scheduling state each evaluation pod last showed in its evaluation's status.
+
+Every pod event (bound to a node, started, finished, deleted) says "scheduled" again; each
+used to read the evaluation only to compute that nothing changes. With the state remembered
+per pod uid, a repeat costs no request. Only a state the status was seen to hold is kept
+(never one a not-yet-active run ignored), a pod's DELETED event drops its entry, and the map
+is bounded, oldest out first, for pods deleted while the operator was down.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Final
+
+PodState = tuple[str, str]
+"""("scheduled", node) or ("unschedulable", the scheduler's message)."""
+
+LIMIT: Final = 50_000
+"""Pods remembered at most (about 10 MiB at the limit; one per running evaluation in use)."""
+
+
+class PodMemo:
+    def __init__(self, limit: int = LIMIT) -> None:
+        self._states: OrderedDict[str, PodState] = OrderedDict()
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def shown(self, uid: str, state: PodState) -> bool:
+        """Whether the pod's evaluation status already shows ``state``."""
+        with self._lock:
+            return self._states.get(uid) == state
+
+    def remember(self, uid: str, state: PodState) -> None:
+        with self._lock:
+            self._states[uid] = state
+            self._states.move_to_end(uid)
+            while len(self._states) > self._limit:
+                self._states.popitem(last=False)
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._states.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._states)

@@ -1,0 +1,108 @@
+"""A pod's repeated scheduling state costs no read of its evaluation (controller/pod_memo.py),
+and the memory never hides a state the status does not show yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlmodelscope.contract.kube import evaluation_path
+from mlmodelscope.controller import names, runs
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.handlers import handle_pod
+from mlmodelscope.controller.pod_memo import PodMemo
+from mlmodelscope.controller.settings import OperatorSettings
+
+PATH = evaluation_path("a", "e")
+
+
+class CountingKube:
+    """One evaluation; counts the reads and the status patches."""
+
+    def __init__(self, evaluation: dict[str, Any]) -> None:
+        self.evaluation = evaluation
+        self.gets = 0
+        self.patches = 0
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        assert path == PATH
+        self.gets += 1
+        return self.evaluation
+
+    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert path == PATH + "/status"
+        self.patches += 1
+        self.evaluation["status"] = {**self.evaluation["status"], **body["status"]}
+        return self.evaluation
+
+
+def world(job_name: str | None = "e-g1") -> tuple[Context, CountingKube]:
+    evaluation = {
+        "metadata": {"name": "e", "namespace": "a", "uid": "ev", "generation": 1},
+        "status": {"observedGeneration": 1, "phase": "Pending", "jobName": job_name},
+    }
+    kube = CountingKube(evaluation)
+    ctx = Context(settings=OperatorSettings(), kube=kube, clock=lambda: "2026-11-24T00:00:00Z")
+    return ctx, kube
+
+
+def pod(uid: str = "pod-1", node: str | None = "cpu-0", unschedulable: str = "") -> dict:
+    if unschedulable:
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": unschedulable}  # fmt: skip
+    else:
+        cond = {"type": "PodScheduled", "status": "True"}
+    labels = {**names.labels("e", 1), runs.JOB_NAME_LABEL: "e-g1"}
+    return {
+        "metadata": {
+            "name": f"e-g1-{uid}",
+            "namespace": "a",
+            "uid": uid,
+            "labels": labels,
+            "ownerReferences": [{"kind": "Job", "name": "e-g1"}],
+        },
+        "spec": {"nodeName": node} if node and not unschedulable else {},
+        "status": {"phase": "Running", "conditions": [cond]},
+    }
+
+
+def test_a_repeated_scheduled_state_reads_nothing_and_deleted_forgets_the_pod() -> None:
+    ctx, kube = world()
+    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
+    assert (kube.gets, kube.patches) == (1, 1)
+    for _ in range(3):  # started, finished, ... : the same state
+        assert handle_pod.pod_changed(pod(), ctx) == "scheduled, already shown"
+    assert (kube.gets, kube.patches) == (1, 1)
+    handle_pod.pod_changed(pod(), ctx, deleted=True)
+    assert len(ctx.pod_memo) == 0 and kube.gets == 2
+
+
+def test_a_state_the_run_ignored_is_not_remembered() -> None:
+    """The pod's event can come before the status names its Job: nothing is written then,
+    so the next event must read again."""
+    ctx, kube = world(job_name=None)
+    handle_pod.pod_changed(pod(), ctx)
+    assert kube.patches == 0 and len(ctx.pod_memo) == 0
+    kube.evaluation["status"]["jobName"] = "e-g1"
+    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
+    assert kube.patches == 1 and len(ctx.pod_memo) == 1
+
+
+def test_unschedulable_then_scheduled_both_reach_the_status() -> None:
+    ctx, kube = world()
+    waiting = pod(unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    assert handle_pod.pod_changed(waiting, ctx) == "unschedulable"
+    handle_pod.pod_changed(waiting, ctx)
+    assert (kube.gets, kube.patches) == (1, 1)
+    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
+    assert kube.patches == 2
+    scheduled = [c for c in kube.evaluation["status"]["conditions"] if c["type"] == "Scheduled"]
+    assert scheduled[0]["status"] == "True"
+
+
+def test_the_memory_is_bounded_oldest_out_first() -> None:
+    memo = PodMemo(limit=2)
+    for uid in ("a", "b", "c"):
+        memo.remember(uid, ("scheduled", "n"))
+    assert len(memo) == 2
+    assert not memo.shown("a", ("scheduled", "n")) and memo.shown("c", ("scheduled", "n"))
+    assert not memo.shown("c", ("scheduled", "other-node"))
