@@ -110,3 +110,42 @@ def test_job_failure_reasons() -> None:
     policy = {"type": "Failed", "reason": "PodFailurePolicy", "message": "exit code 3"}
     assert failure(policy, spec_error, None) == ("InvalidSpec", "spec.model.uri: nope")
     assert failure(policy, generic, None)[0] == "EvaluationFailed"
+
+
+def test_start_up_reaches_the_status_from_the_job_creation_and_the_agent_start() -> None:
+    """The summary carries the first timed query's time; with the Job's creationTimestamp
+    the status says how long from Job creation (scheduling, image pull, container start) and
+    from the agent's own start to the first timed query."""
+    from dataclasses import replace
+
+    from mlmodelscope.contract.result import StartupInfo
+    from mlmodelscope.controller import status
+
+    startup = StartupInfo(
+        process_started_at="2026-11-22T08:00:03.100Z",
+        first_timed_query_at="2026-11-22T08:00:07.350Z",
+        to_first_timed_query_s=4.2501,
+        phases_s={"interpreter": 0.05, "warmup": 4.2001},
+        warmup_queries=10,
+        first_timed_query_s=0.001,
+    )
+    doc = document() | {"startup": startup.model_dump(mode="json")}
+    ResultDocument.model_validate(doc)
+    published = compact_summary(doc)
+    outcome = results.outcome_from_summary(
+        EvaluationSummary.model_validate_json(published.to_wire())
+    )
+    assert outcome.startup_status == {
+        "firstTimedQueryAt": "2026-11-22T08:00:07.350Z",
+        "agentSeconds": 4.25,
+    }
+    with_job = replace(outcome, job_created_at="2026-11-22T08:00:00Z")
+    assert with_job.startup_status is not None and with_job.startup_status["jobSeconds"] == 7.35
+    running = {"observedGeneration": 1, "phase": "Running", "jobName": "e-g1"}
+    change = status.succeeded(running, 1, "e-g1", with_job, "2026-11-22T08:00:09Z")
+    assert change.patch["startup"]["jobSeconds"] == 7.35
+    # a later generation's run starts without the earlier run's start-up
+    new_run = status.job_created({**running, **change.patch}, 2, "e-g2", "e-results", None, "t")
+    assert new_run.patch["startup"] is None
+    # a run that never reached a timed query has none
+    assert results.outcome_from_summary(compact_summary(document())).startup_status is None

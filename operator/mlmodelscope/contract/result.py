@@ -634,6 +634,14 @@ class ResultDocument(ContractModel):
         return self
 
 
+class SummaryStartup(ContractModel):
+    """The start-up figures the operator needs (:class:`StartupInfo` holds the phases)."""
+
+    first_timed_query_at: str = Field(json_schema_extra={"format": "date-time"})
+    to_first_timed_query_s: Seconds
+    """The agent process's start (else ``import mlmodelscope``) to its first timed query."""
+
+
 class EvaluationSummary(ContractModel):
     """What the operator needs for ``.status``, small enough for a termination message."""
 
@@ -647,6 +655,9 @@ class EvaluationSummary(ContractModel):
     stack_summary: dict[str, str] = {}
     """Provenance in a few strings: framework and version, device, GPU, CPU, image, model
     sha256 (the keys of ``.status.stack``)."""
+    startup: SummaryStartup | None = None
+    """When the first timed query ran, so the operator can report Job creation -> first
+    timed query; null for a run that never reached one."""
     truncated: bool = False
     """Rows or detail were dropped to fit the size limit."""
 
@@ -670,6 +681,12 @@ class EvaluationSummary(ContractModel):
             ),
             trace_id=document.trace_id,
             stack_summary=stack_summary,
+            startup=None
+            if document.startup is None
+            else SummaryStartup(
+                first_timed_query_at=document.startup.first_timed_query_at,
+                to_first_timed_query_s=round(document.startup.to_first_timed_query_s, 3),
+            ),
         )
 
     def to_json_dict(self) -> dict[str, Any]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from mlmodelscope.contract.result import EvaluationSummary
+from mlmodelscope.contract.result import EvaluationSummary, SummaryStartup
 from mlmodelscope.contract.wire import CONTAINER_NAME, SUMMARY_KEY
-from mlmodelscope.spec.status import BatchResult, Summary
+from mlmodelscope.spec.status import BatchResult, StartupStatus, Summary
 
 MAX_RESULTS = 32
 MAX_STACK = 64
@@ -39,6 +40,9 @@ class Outcome:
     error_field: str | None = None
     source: str = ""
     """Where it was read from: the ConfigMap or the termination message."""
+    startup: SummaryStartup | None = None
+    job_created_at: str | None = None
+    """The Job's creationTimestamp, when the Job was there to read (see :attr:`startup_status`)."""
 
     @property
     def succeeded(self) -> bool:
@@ -48,6 +52,23 @@ class Outcome:
     def results(self) -> list[dict[str, Any]]:
         """``status.results``: the rows as the CRD has them (camelCase)."""
         return [r.model_dump(mode="json", by_alias=True, exclude_none=True) for r in self.rows]
+
+    @property
+    def startup_status(self) -> dict[str, Any] | None:
+        """``status.startup``: agent start and (with the Job's creation) Job creation to the
+        first timed query."""
+        if self.startup is None:
+            return None
+        first = self.startup.first_timed_query_at
+        job_s = None
+        if self.job_created_at:
+            job_s = round(_seconds(first) - _seconds(self.job_created_at), 3)
+        value = StartupStatus(
+            first_timed_query_at=first,
+            agent_seconds=self.startup.to_first_timed_query_s,
+            job_seconds=job_s if job_s is None or job_s >= 0 else None,
+        )
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     @property
     def summary(self) -> Summary:
@@ -80,6 +101,7 @@ def outcome_from_summary(summary: EvaluationSummary, source: str = "") -> Outcom
         error=error_text,
         error_field=error.field if error is not None else None,
         source=source,
+        startup=summary.startup,
     )
 
 
@@ -135,3 +157,8 @@ def outcome_from_pods(pods: Sequence[Mapping[str, Any]], generation: int) -> Out
             continue
         return Outcome(status="Failed", error=message.strip()[-4000:], source="container log")
     return None
+
+
+def _seconds(timestamp: str) -> float:
+    """Seconds since the epoch of an RFC 3339 UTC timestamp ("Z" or an offset)."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()

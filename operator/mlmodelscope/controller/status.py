@@ -229,6 +229,7 @@ def _begin_run(
         "completionTime": None,
         "jobName": None,
         "record": None,
+        "startup": None,
     }
     record = _history_record(status)
     if record is not None:
@@ -669,6 +670,9 @@ def _outcome_fields(outcome: Outcome | None) -> dict[str, Any]:
         patch["runId"] = outcome.run_id
     if outcome.trace_id:
         patch["traceID"] = outcome.trace_id
+    startup = outcome.startup_status
+    if startup is not None:
+        patch["startup"] = startup
     return patch
 
 

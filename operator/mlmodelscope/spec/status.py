@@ -99,6 +99,21 @@ class Summary(SpecModel):
     """Top-1 accuracy, 0..1."""
 
 
+class StartupStatus(SpecModel):
+    """How long the run took to reach its first timed query (warm-up excluded from the
+    measurement, included here: it is start-up)."""
+
+    first_timed_query_at: str = Field(json_schema_extra={"format": "date-time"})
+    """When the agent issued its first timed query (the node's clock, UTC)."""
+    agent_seconds: float = Field(ge=0)
+    """The agent process's start to its first timed query: imports, model fetch and load,
+    dataset, warm-up."""
+    job_seconds: float | None = None
+    """The Job's creation to the first timed query: also scheduling, image pull and the
+    container's start. From two clocks (the API server's, in whole seconds, and the node's),
+    so good to about a second; absent when the Job was gone before its results were read."""
+
+
 class RunRecord(SpecModel):
     """An earlier run, kept in status.history when the spec changed: finished, or replaced
     before it ended (then with the phase it had)."""
@@ -166,3 +181,5 @@ class EvaluationStatus(SpecModel):
     """Earlier runs of this evaluation (older generations), newest first."""
     record: RecordStatus | None = None
     """Whether this run is recorded in the results store (absent without a store)."""
+    startup: StartupStatus | None = None
+    """Start-up of the run: Job creation and agent start to the first timed query."""

@@ -14,6 +14,7 @@ missing (the operator stopped in between) is recorded at the Job's next event.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -83,19 +84,23 @@ def collect_outcome(
     job_name: str,
     generation: int,
     uid: str | None = None,
+    job_created_at: str | None = None,
 ) -> results.Outcome | None:
     """The agent's outcome: the results ConfigMap (the evaluation's own, when its ``uid`` is
-    given), else the newest termination message."""
+    given), else the newest termination message. ``job_created_at``: the Job's
+    creationTimestamp, for ``status.startup.jobSeconds``."""
     configmap = ctx.kube.get_or_none(
         configmap_path(namespace, names.results_configmap_name(evaluation))
     )
     if uid is not None and not names.owned_by(configmap, uid):
         configmap = None  # an earlier evaluation's of the same name, about to be collected
     outcome = results.outcome_from_configmap(configmap, generation)
-    if outcome is not None:
-        return outcome
-    pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
-    return results.outcome_from_pods(pods, generation)
+    if outcome is None:
+        pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
+        outcome = results.outcome_from_pods(pods, generation)
+    if outcome is not None and job_created_at:
+        outcome = dataclasses.replace(outcome, job_created_at=job_created_at)
+    return outcome
 
 
 def failure(
@@ -175,7 +180,15 @@ def job_changed(
     # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
     # last state says: the results ConfigMap outlives it.
     if _condition(job, "Complete") is not None:
-        outcome = collect_outcome(ctx, namespace, name, job_name, generation, uid)
+        outcome = collect_outcome(
+            ctx,
+            namespace,
+            name,
+            job_name,
+            generation,
+            uid,
+            job["metadata"].get("creationTimestamp"),
+        )
         if outcome is not None and outcome.succeeded and outcome.rows:
             done = outcome
             ctx.update_status(
@@ -209,7 +222,15 @@ def job_changed(
         return reason
     failed_condition = _condition(job, "Failed")
     if failed_condition is not None:
-        outcome = collect_outcome(ctx, namespace, name, job_name, generation, uid)
+        outcome = collect_outcome(
+            ctx,
+            namespace,
+            name,
+            job_name,
+            generation,
+            uid,
+            job["metadata"].get("creationTimestamp"),
+        )
         timeout = (evaluation.get("spec") or {}).get("timeout")
         reason, message = failure(failed_condition, outcome, timeout)
         # The Job says BackoffLimitExceeded and the termination message holds the log tail:
