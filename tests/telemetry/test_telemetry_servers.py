@@ -287,3 +287,27 @@ def test_jaeger_holds_the_span_tree_at_model_and_framework_level(
     assert [p["batch_size"] for p in framework_passes] == [1, 4]
     assert len(framework_passes[0]["layers"]) == 3
     assert 0 < sum(r["share_of_predict"] for r in framework_passes[0]["layers"]) <= 1
+
+
+def test_a_new_pushgateway_starts_empty(pushgateway: Pushgateway, tmp_path: Path) -> None:
+    """Debian's Pushgateway persists to /var/lib/prometheus by default (written on stop);
+    the test servers must not, or a session reads the groups an earlier one pushed and
+    PromQL returns an earlier run's numbers."""
+    import urllib.request
+
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+    first = Pushgateway(tmp_path / "first")
+    try:
+        request = urllib.request.Request(
+            f"{first.url}/metrics/job/leftover", data=b"mlms_leftover_total 1\n", method="PUT"
+        )
+        urllib.request.urlopen(request, timeout=5).close()
+    finally:
+        first.stop()
+    second = Pushgateway(tmp_path / "second")
+    try:
+        with urllib.request.urlopen(f"{second.url}/metrics", timeout=5) as response:
+            assert b"mlms_leftover_total" not in response.read()
+    finally:
+        second.stop()

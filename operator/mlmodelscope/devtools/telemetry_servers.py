@@ -252,7 +252,14 @@ class Pushgateway(Server):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.address = f"127.0.0.1:{self.port}"
-        cmd = [binary, f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"]
+        # Debian builds it with --persistence.file=/var/lib/prometheus/pushgateway.data: an
+        # empty one keeps it in memory, so no group of an earlier session comes back.
+        cmd = [
+            binary,
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--persistence.file=",
+            "--log.level=warn",
+        ]
         super().__init__("pushgateway", cmd, workdir)
         wait_until(self._ready, START_TIMEOUT_S, "pushgateway")
 
