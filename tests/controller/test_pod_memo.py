@@ -72,8 +72,8 @@ def test_a_repeated_scheduled_state_reads_nothing_and_deleted_forgets_the_pod() 
     for _ in range(3):  # started, finished, ... : the same state
         assert handle_pod.pod_changed(pod(), ctx) == "scheduled, already shown"
     assert (kube.gets, kube.patches) == (1, 1)
-    handle_pod.pod_changed(pod(), ctx, deleted=True)
-    assert len(ctx.pod_memo) == 0 and kube.gets == 2
+    assert handle_pod.pod_changed(pod(), ctx, deleted=True) == "scheduled, already shown"
+    assert len(ctx.pod_memo) == 0 and kube.gets == 1
 
 
 def test_a_state_the_run_ignored_is_not_remembered() -> None:

@@ -43,8 +43,9 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     state = scheduling_state(pod)
     job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
     uid = str((pod.get("metadata") or {}).get("uid") or "")
+    shown = bool(uid) and state is not None and ctx.pod_memo.shown(uid, state)
     if deleted and uid:
-        ctx.pod_memo.forget(uid)
+        ctx.pod_memo.forget(uid)  # its last event: what follows runs as without a memory
     if owner is None or not job_name:
         return "nothing to do"
     namespace, name, generation = owner
@@ -54,7 +55,7 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     if state is None:
         return "nothing to do"
     kind, detail = state
-    if uid and ctx.pod_memo.shown(uid, state):
+    if shown:
         return f"{kind}, already shown"
     if kind == "unschedulable":
         evaluation, _ = ctx.update_status(
@@ -68,10 +69,14 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             name,
             lambda st: status.scheduled(st, generation, job_name, detail, ctx.clock()),
         )
-    shown = evaluation is not None and status.shows_pod_state(
-        evaluation.get("status") or {}, generation, job_name, kind, detail
-    )
-    if uid and shown and not deleted:
+    if (
+        uid
+        and not deleted
+        and evaluation is not None
+        and status.shows_pod_state(
+            evaluation.get("status") or {}, generation, job_name, kind, detail
+        )
+    ):
         ctx.pod_memo.remember(uid, state)
     return kind
 
