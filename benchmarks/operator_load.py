@@ -264,6 +264,19 @@ def request_counts(metrics_text: str, subresources: bool = False) -> Counter[tup
     return counts
 
 
+def paged_list(
+    kube: Kube, path: str, label_selector: str | None = None
+) -> tuple[list[dict[str, Any]], int]:
+    """The items of a LIST and how many requests it took: the API server counts every page
+    (500 items) as a LIST, and the script's own are subtracted from the operator's."""
+    items: list[dict[str, Any]] = []
+    pages = 0
+    for page in kube.pages(path, label_selector):
+        items.extend(page)
+        pages += 1
+    return items, pages
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile of the full list."""
     ordered = sorted(values)
@@ -364,8 +377,8 @@ def run_load(
             patch = {"spec": {"scenario": {"batchSizes": [2]}}}
             kube.merge_patch(evaluation_path(load_namespace, name), patch)
         while True:
-            items = kube.list(evaluations_path)
-            own_lists += 1
+            items, pages = paged_list(kube, evaluations_path)
+            own_lists += pages
             if all(observed(i) for i in items if not i["metadata"].get("deletionTimestamp")):
                 break
             if time.monotonic() - started > timeout_s:
@@ -382,8 +395,8 @@ def run_load(
                 probes.append(latency)
                 probe_gets += gets
                 next_probe = time.monotonic() + probe_every_s
-            items = kube.list(evaluations_path)
-            own_lists += 1
+            items, pages = paged_list(kube, evaluations_path)
+            own_lists += pages
             if all(ended(i) for i in items if not i["metadata"].get("deletionTimestamp")):
                 break
             if time.monotonic() - started > timeout_s:
@@ -394,8 +407,7 @@ def run_load(
     after_all = request_counts(after_text)
     after_verbs = request_counts(after_text, subresources=True)
     after = {r: float(after_all[(r, "LIST")]) for r in LISTED}
-    jobs = kube.list(job_path(load_namespace), names.MANAGED_SELECTOR)
-    own_lists_jobs = 1
+    jobs, own_lists_jobs = paged_list(kube, job_path(load_namespace), names.MANAGED_SELECTOR)
     labels = [j["metadata"].get("labels") or {} for j in jobs]
     per_generation = Counter(
         (label.get(names.LABEL_EVALUATION), label.get(names.LABEL_GENERATION)) for label in labels
