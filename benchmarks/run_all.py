@@ -1,6 +1,6 @@
 """Every benchmark in one command, and the tables in the docs regenerated from that one run.
 
-    .venv/bin/python benchmarks/run_all.py                 # all of them, ~20 min on 2 cores
+    .venv/bin/python benchmarks/run_all.py                 # all of them, ~13 min on 2 quiet cores
     .venv/bin/python benchmarks/run_all.py --only operator-load,startup
     .venv/bin/python benchmarks/run_all.py --full          # + 5,000 evaluations, 100,000 runs
 
