@@ -257,6 +257,9 @@ def test_a_run_finished_and_ttl_deleted_while_the_operator_was_down_is_not_run_a
     first = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
     apply(cluster, namespace, evaluation("once", digits_onnx, ttlAfterFinished="1s"))
     wait_phase(kube, namespace, "once", ("Pending", "Running"), 60)
+    # Kopf posts Events from a queue after the status patch: let the first operator post its
+    # JobCreated before it dies, so the count below counts Jobs, not a lost Event.
+    wait_for("the JobCreated event", lambda: "JobCreated" in reasons(kube, namespace, "once"), 30)
     first.kill()
     # While the operator is down the run finishes and the TTL controller deletes its Job.
     results = configmap_path(namespace, "once-results")
