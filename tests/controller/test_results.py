@@ -118,6 +118,9 @@ def test_start_up_reaches_the_status_from_the_job_creation_and_the_agent_start()
     from the agent's own start to the first timed query."""
     from dataclasses import replace
 
+    def replace_model(model: Any, **changes: Any) -> Any:
+        return model.model_copy(update=changes)
+
     from mlmodelscope.contract.result import StartupInfo
     from mlmodelscope.controller import status
 
@@ -147,5 +150,10 @@ def test_start_up_reaches_the_status_from_the_job_creation_and_the_agent_start()
     # a later generation's run starts without the earlier run's start-up
     new_run = status.job_created({**running, **change.patch}, 2, "e-g2", "e-results", None, "t")
     assert new_run.patch["startup"] is None
+    # a timestamp that is not one reports nothing rather than failing the handler
+    garbled = replace(
+        with_job, startup=replace_model(with_job.startup, first_timed_query_at="soon")
+    )
+    assert garbled.startup_status is None
     # a run that never reached a timed query has none
     assert results.outcome_from_summary(compact_summary(document())).startup_status is None

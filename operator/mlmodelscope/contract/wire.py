@@ -8,7 +8,8 @@ with one of the codes below, which the Job's podFailurePolicy reads.
 
 from __future__ import annotations
 
-from typing import Final
+from datetime import datetime
+from typing import Any, Final
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -40,3 +41,14 @@ overrides it in the agent)."""
 SECRET_DIR: Final = "/var/run/secrets/mlmodelscope/model-credentials"
 """Where a mounted credentials Secret is looked for when the environment has no AWS keys
 (``$MLMS_SECRET_DIR`` overrides it)."""
+
+
+def unix_time(value: Any) -> float | None:
+    """Seconds since the epoch of an RFC 3339 timestamp ("...Z" or an offset), as Kubernetes
+    and the agent write them; None for anything else (a bad value is not worth an exception)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

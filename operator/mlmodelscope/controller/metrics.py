@@ -33,11 +33,11 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Final
 
 from pydantic import ValidationError
 
+from mlmodelscope.contract.wire import unix_time
 from mlmodelscope.spec.status import BatchResult, Phase
 
 log = logging.getLogger(__name__)
@@ -118,17 +118,8 @@ class EvaluationState:
             except ValidationError as exc:
                 log.warning("%s/%s: skipping a result row: %s", *labels.key, exc)
         ended = phase in (Phase.SUCCEEDED.value, Phase.FAILED.value)
-        completion = _unix_time(status.get("completionTime")) if ended else None
+        completion = unix_time(status.get("completionTime")) if ended else None
         return cls(labels, phase, tuple(rows), completion)
-
-
-def _unix_time(value: Any) -> float | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class _EvaluationCollector:

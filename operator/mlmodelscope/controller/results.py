@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from mlmodelscope.contract.result import EvaluationSummary, SummaryStartup
-from mlmodelscope.contract.wire import CONTAINER_NAME, SUMMARY_KEY
+from mlmodelscope.contract.wire import CONTAINER_NAME, SUMMARY_KEY, unix_time
 from mlmodelscope.spec.status import BatchResult, StartupStatus, Summary
 
 MAX_RESULTS = 32
@@ -60,9 +59,11 @@ class Outcome:
         if self.startup is None:
             return None
         first = self.startup.first_timed_query_at
-        job_s = None
-        if self.job_created_at:
-            job_s = round(_seconds(first) - _seconds(self.job_created_at), 3)
+        queried = unix_time(first)
+        if queried is None:
+            return None  # not a timestamp: nothing to report, nothing to fail on
+        created = unix_time(self.job_created_at)
+        job_s = None if created is None else round(queried - created, 3)
         value = StartupStatus(
             first_timed_query_at=first,
             agent_seconds=self.startup.to_first_timed_query_s,
@@ -157,8 +158,3 @@ def outcome_from_pods(pods: Sequence[Mapping[str, Any]], generation: int) -> Out
             continue
         return Outcome(status="Failed", error=message.strip()[-4000:], source="container log")
     return None
-
-
-def _seconds(timestamp: str) -> float:
-    """Seconds since the epoch of an RFC 3339 UTC timestamp ("Z" or an offset)."""
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
