@@ -79,16 +79,17 @@ def owner_of(job: Mapping[str, Any]) -> tuple[str, str, int] | None:
 
 def collect_outcome(
     ctx: Context,
+    job: Mapping[str, Any],
     namespace: str,
     evaluation: str,
-    job_name: str,
     generation: int,
     uid: str | None = None,
-    job_created_at: str | None = None,
 ) -> results.Outcome | None:
-    """The agent's outcome: the results ConfigMap (the evaluation's own, when its ``uid`` is
-    given), else the newest termination message. ``job_created_at``: the Job's
-    creationTimestamp, for ``status.startup.jobSeconds``."""
+    """The agent's outcome for ``job``: the results ConfigMap (the evaluation's own, when its
+    ``uid`` is given), else the newest termination message; with the Job's creationTimestamp,
+    for ``status.startup.jobSeconds``."""
+    job_name = str(job["metadata"]["name"])
+    job_created_at = job["metadata"].get("creationTimestamp")
     configmap = ctx.kube.get_or_none(
         configmap_path(namespace, names.results_configmap_name(evaluation))
     )
@@ -180,15 +181,7 @@ def job_changed(
     # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
     # last state says: the results ConfigMap outlives it.
     if _condition(job, "Complete") is not None:
-        outcome = collect_outcome(
-            ctx,
-            namespace,
-            name,
-            job_name,
-            generation,
-            uid,
-            job["metadata"].get("creationTimestamp"),
-        )
+        outcome = collect_outcome(ctx, job, namespace, name, generation, uid)
         if outcome is not None and outcome.succeeded and outcome.rows:
             done = outcome
             ctx.update_status(
@@ -222,15 +215,7 @@ def job_changed(
         return reason
     failed_condition = _condition(job, "Failed")
     if failed_condition is not None:
-        outcome = collect_outcome(
-            ctx,
-            namespace,
-            name,
-            job_name,
-            generation,
-            uid,
-            job["metadata"].get("creationTimestamp"),
-        )
+        outcome = collect_outcome(ctx, job, namespace, name, generation, uid)
         timeout = (evaluation.get("spec") or {}).get("timeout")
         reason, message = failure(failed_condition, outcome, timeout)
         # The Job says BackoffLimitExceeded and the termination message holds the log tail:
