@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from operator_process import OperatorProcess
-from test_operator_cluster import apply, evaluation, get, gone, wait_phase
+from test_operator_cluster import apply, evaluation, events_with, get, gone, wait_phase
 
 from mlmodelscope.contract.kube import Kube, KubeError, configmap_path, namespaced, pod_path
 from mlmodelscope.contract.wire import RESULT_KEY, SUMMARY_KEY
@@ -158,6 +158,12 @@ def test_a_recreated_evaluation_does_not_adopt_an_account_it_does_not_own(
     )
     status = get(kube, namespace, "twin").get("status") or {}
     assert status.get("jobName") is None and status.get("phase") is None, status
+    [retrying, *_] = [  # `kubectl describe` says why it waits
+        e for e in events_with(kube, namespace, "twin", "ReconcileRetrying")
+        if e["reason"] == "ReconcileRetrying"
+    ]  # fmt: skip
+    assert retrying["type"] == "Warning"
+    assert "ServiceAccount twin-agent belongs to another object" in retrying["message"]
     cluster.kubectl("delete", "configmap", "earlier-owner", "-n", namespace)
     ev = wait_phase(kube, namespace, "twin", ("Succeeded", "Failed"), 180)
     assert ev["status"]["phase"] == "Succeeded", ev["status"].get("message")

@@ -110,8 +110,14 @@ def replica(
 
 
 def handled(op: OperatorProcess) -> list[str]:
-    """The Kopf handler runs in an operator's log (none while it is paused)."""
-    return re.findall(r"Handler '([\w-]+)' succeeded", text(op))
+    """The handler runs in an operator's log (none while it is paused): Kopf's, and the
+    evaluation reconciles of the work queue."""
+    return [
+        kopf or queued
+        for kopf, queued in re.findall(
+            r"Handler '([\w-]+)' succeeded|reconcile ([\w-]+) of \S+ succeeded", text(op)
+        )
+    ]
 
 
 def test_two_replicas_one_acts_and_the_standby_takes_over_when_it_is_killed(

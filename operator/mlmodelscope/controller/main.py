@@ -3,7 +3,10 @@
 Each decorator says what it reacts to and how errors are classified; what happens is in
 ``handlers/handle_*.py``. Handlers are synchronous (the API client is), so Kopf runs them in
 its thread pool. They are registered into a registry built per operator instance and bound to
-its :class:`Context`, so tests can run one in-process. There are no timers or daemons: Kopf
+its :class:`Context`, so tests can run one in-process. A ModelEvaluation itself is reconciled
+not in a Kopf create/update/resume handler but in the threads of a work queue its watch events
+feed (:mod:`.workqueue`), so an evaluation waiting for its turn costs a key, not a body.
+There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
 deletions. Queued evaluations are admitted when a Job ends; work on a clock runs in plain
 threads (:mod:`.periodic`) that the startup and cleanup handlers start and stop: results the
@@ -39,6 +42,7 @@ from mlmodelscope.controller import (
     recording,
     resync,
     status,
+    workqueue,
 )
 from mlmodelscope.controller.context import Context, EventPoster
 from mlmodelscope.controller.handlers import (
@@ -89,7 +93,7 @@ def api_event_poster(kube: Kube) -> EventPoster:
 
 def _classified(
     action: Callable[[], str], logger: logging.Logger | logging.LoggerAdapter[Any]
-) -> None:
+) -> str:
     """Run a handler and classify its failure for Kopf: waiting on the world (API errors that
     heal, connection problems) is retried with a delay; an invalid spec or a request the API
     server rejects is permanent, so a broken object never spins in a retry loop."""
@@ -109,6 +113,7 @@ def _classified(
         message = f"cannot reach the API server: {exc}"
         raise kopf.TemporaryError(message, delay=TRANSIENT_DELAY) from exc
     logger.debug("handled: %s", outcome)
+    return outcome
 
 
 def service_account_login() -> kopf.ConnectionInfo | None:
@@ -127,6 +132,36 @@ def service_account_login() -> kopf.ConnectionInfo | None:
     )
 
 
+def evaluation_reconciler(ctx: Context, measured: Instruments) -> workqueue.Reconcile:
+    """What the work queue runs for an evaluation it took: the level-based reconcile, measured
+    and traced under its reason (``created``, ``spec-changed``, ``resumed``), with Kopf's
+    classification of failures mapped onto retried and not retried. A retried failure is also
+    a Warning Event (``ReconcileRetrying``), as Kopf posts one, so `kubectl describe` says why
+    an evaluation waits."""
+
+    def reconcile(body: Mapping[str, Any], **_: Any) -> str:
+        return _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), log)
+
+    measured_by_reason = {
+        reason: measured.handler(reason, Run.of_evaluation)(reconcile)
+        for reason in ("created", "spec-changed", "resumed")
+    }
+
+    def run(entry: workqueue.Entry) -> str:
+        queued = {"metadata": {"namespace": entry.namespace, "name": entry.name,
+                               "uid": entry.uid, "generation": entry.generation}}  # fmt: skip
+        try:
+            return str(measured_by_reason[entry.reason](body=queued))
+        except kopf.PermanentError as exc:
+            raise workqueue.PermanentError(str(exc)) from exc
+        except kopf.TemporaryError as exc:
+            message = f"{exc}; retrying in {TRANSIENT_DELAY:.0f} s"
+            ctx.post_event(queued, status.Event("Warning", "ReconcileRetrying", message))
+            raise workqueue.TransientError(str(exc)) from exc
+
+    return run
+
+
 def _deleted(event: kopf.RawEvent, **_: Any) -> bool:
     return event["type"] == "DELETED"
 
@@ -143,6 +178,12 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     # Shares ctx's locks (status writes, admission) and admission ledger with the handlers;
     # posts Events itself.
     evaluation_resync = resync.EvaluationResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
+    # Its threads run outside Kopf's tasks, so they post Events through the API, too.
+    reconciles = workqueue.WorkQueue(
+        evaluation_reconciler(replace(ctx, post_event=api_event_poster(ctx.kube)), measured),
+        retry_delay=TRANSIENT_DELAY,
+        acting=ctx.acting,
+    )
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -151,9 +192,11 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         sweep_resync.start()
         kueue_watch.start()
         evaluation_resync.start()
+        reconciles.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_retrying(**_: Any) -> None:
+        reconciles.stop()
         retrier.stop()
         sweep_resync.stop()
         kueue_watch.stop()
@@ -164,34 +207,18 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return service_account_login() or kopf.login_with_kubeconfig(**kwargs)
 
-    # Reconciling is idempotent, so the evaluation handlers retry transient errors until they
-    # heal (Kopf's default: no retry limit) every TRANSIENT_DELAY seconds.
-    @kopf.on.create(*RESOURCE, id="created", registry=registry, backoff=TRANSIENT_DELAY)
-    @measured.handler("created", Run.of_evaluation)
-    def evaluation_created(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
-
-    @kopf.on.update(
-        *RESOURCE, id="spec-changed", field="spec", registry=registry, backoff=TRANSIENT_DELAY
-    )
-    @measured.handler("spec-changed", Run.of_evaluation)
-    def evaluation_spec_changed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
-
-    @kopf.on.resume(*RESOURCE, id="resumed", registry=registry, backoff=TRANSIENT_DELAY)
-    @measured.handler("resumed", Run.of_evaluation)
-    def evaluation_resumed(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
-        _classified(lambda: handle_evaluation.evaluation_changed(body, ctx), logger)
-
     # Every event of every evaluation (the initial listing too) feeds the phase and result
-    # gauges and the admission ledger; it is bookkeeping, not a reconcile. Async (it makes no
-    # API call): Kopf runs it in its event loop, so an evaluation's create handler does not
-    # first wait behind every queued handler for a thread to run this.
+    # gauges and the admission ledger, and queues the evaluation for a reconcile when its
+    # generation has not been taken yet (created, spec changed, or found at start): the
+    # reconcile itself runs in the work queue's threads, which hold a key per waiting
+    # evaluation instead of its body (.workqueue). Async (it makes no API call): Kopf runs it
+    # in its event loop, so no event waits for a thread to be queued.
     @kopf.on.event(*RESOURCE, id="observed", registry=registry)
     async def evaluation_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         deleted = _deleted(event)
         ctx.ledger.observe_evaluation(body, deleted=deleted)
         measured.evaluation_seen(body, deleted=deleted)
+        reconciles.offer(body, deleted=deleted)
 
     @kopf.on.event(*RESOURCE, id="deleted", registry=registry, when=_deleted)
     @measured.handler("deleted")

@@ -82,7 +82,9 @@ def parse_body(body: Mapping[str, Any], kube: Kube) -> ModelEvaluation:
 
 
 def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
-    """Reconcile one evaluation; returns what it did (for logs). Raises InvalidSpecError."""
+    """Reconcile one evaluation at the generation ``body`` names; returns what it did (for
+    logs). Raises InvalidSpecError. Only ``body``'s metadata is read: the spec comes from a
+    fresh read, so the caller may pass what it queued instead of the whole object."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     generation = int(meta.get("generation") or 1)
@@ -94,7 +96,7 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
     if status.is_terminal(current.get("status") or {}, generation):
         return "finished"  # before parsing: a Model deleted since cannot touch a past run
     try:
-        evaluation = parse_body(body, ctx.kube)
+        evaluation = parse_body(current, ctx.kube)
     except SpecValidationError as exc:
         message = redact_text("; ".join(str(p) for p in exc.problems) or str(exc))
         ctx.update_status(

@@ -1,0 +1,249 @@
+"""Evaluations waiting for a reconcile, held as keys rather than bodies.
+
+Kopf runs create/update/resume handlers in a worker per object, and each waits there, holding
+the decoded body, its diff and the handler's arguments, until one of Kopf's threads is free.
+Creates can arrive much faster than Jobs can be made: 5,000 evaluations applied in 37 s, Jobs
+made at about 25 per second. The waiting bodies then piled up, and the operator grew by about
+0.2 MiB per waiting evaluation (docs/benchmarks.md, "What the 5,000 run shows").
+
+Here a watch event only decides *whether* an evaluation needs a reconcile: its generation was
+not taken yet and its run has not ended. If it does, the event queues the evaluation's
+(namespace, name). A few threads take the keys in arrival order, read each evaluation fresh
+and reconcile it (:func:`..handlers.handle_evaluation.evaluation_changed`, level-based). What
+waits is a key, and a key queued twice is queued once, as in client-go's work queue.
+
+Kopf's handler bookkeeping is kept in memory instead of in annotations:
+- **Generation taken, per uid.** Later events of the same generation, such as our own status
+  patches, queue nothing. After a restart nothing is remembered, so the initial listing
+  queues every unfinished evaluation once: Kopf's "resume".
+- **Retries.** A temporary failure is retried after a delay, with no limit, as Kopf did. A
+  permanent one is not retried until the spec changes.
+- **Peering.** A key taken while this replica stands by is dropped and forgotten. The leader
+  lists the evaluation when it takes over.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from mlmodelscope.controller import status
+from mlmodelscope.controller.later import Later
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+"""(namespace, name) of an evaluation."""
+
+WORKERS: Final = 4
+"""Reconcile threads; Kopf's own eight serve the Job, pod and sweep events beside them."""
+
+
+class TransientError(Exception):
+    """The reconcile waits on the world (API errors that heal): try the key again later."""
+
+
+class PermanentError(Exception):
+    """The reconcile cannot succeed as the spec is written: not retried until it changes."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What a queued key is reconciled as: the uid and generation of the event that queued
+    it, and why (``created``, ``spec-changed``, ``resumed``: the handler label of metrics)."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    reason: str
+
+    @property
+    def key(self) -> Key:
+        return (self.namespace, self.name)
+
+
+Reconcile = Callable[[Entry], str]
+"""Reconciles one evaluation and returns what it did; raises TransientError (retried later)
+or PermanentError (not retried)."""
+
+
+def entry_of(body: Mapping[str, Any], taken: int | None) -> Entry | None:
+    """The work an evaluation's watch event asks for, given the generation already taken for
+    its uid (None: not yet); None when there is none."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp") or not meta.get("uid") or not meta.get("name"):
+        return None
+    generation = int(meta.get("generation") or 1)
+    if taken is not None and taken >= generation:
+        return None
+    current = body.get("status") or {}
+    if status.is_terminal(current, generation):
+        return None
+    reason = "spec-changed" if taken is not None else "resumed" if current else "created"
+    return Entry(
+        str(meta.get("namespace") or "default"), str(meta["name"]), str(meta["uid"]),
+        generation, reason,
+    )  # fmt: skip
+
+
+class WorkQueue:
+    """Keys of evaluations to reconcile and the threads that reconcile them (see the module)."""
+
+    def __init__(
+        self,
+        reconcile: Reconcile,
+        *,
+        workers: int = WORKERS,
+        retry_delay: float = 5.0,
+        acting: Callable[[], bool] = lambda: True,
+        later: Later | None = None,
+    ) -> None:
+        self._reconcile = reconcile
+        self._workers = workers
+        self._retry_delay = retry_delay
+        self._acting = acting
+        self._later = later or Later()
+        self._cond = threading.Condition()
+        self._order: deque[Key] = deque()
+        self._queued: dict[Key, Entry] = {}
+        self._active: set[Key] = set()
+        self._again: dict[Key, Entry] = {}
+        """Keys offered while a thread reconciles them: queued again when it is done."""
+        self._taken: dict[str, int] = {}
+        """The generation taken into the queue, per uid (forgotten when the uid is deleted)."""
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+
+    # ---------------------------------------------------------------- fed by the watch
+
+    def offer(self, body: Mapping[str, Any], *, deleted: bool = False) -> Entry | None:
+        """An evaluation's watch event (the initial listing too): queue it if it needs a
+        reconcile. Cheap and non-blocking, so the watch's event loop may call it."""
+        uid = str((body.get("metadata") or {}).get("uid") or "")
+        with self._cond:
+            if deleted:
+                self._taken.pop(uid, None)
+                return None
+            entry = entry_of(body, self._taken.get(uid))
+            if entry is None:
+                if uid and self._taken.get(uid) is None:
+                    self._remember_ended(body, uid)
+                return None
+            self._taken[uid] = entry.generation
+            self._add(entry)
+            return entry
+
+    def _remember_ended(self, body: Mapping[str, Any], uid: str) -> None:
+        """A run seen ended needs nothing until its generation changes: remember that, so a
+        later event of it (a label edit) does not queue it."""
+        generation = int((body.get("metadata") or {}).get("generation") or 1)
+        if status.is_terminal(body.get("status") or {}, generation):
+            self._taken[uid] = generation
+
+    def _add(self, entry: Entry) -> None:
+        key = entry.key
+        if key in self._active:
+            self._again[key] = entry
+        elif key in self._queued:
+            self._queued[key] = entry  # the newer generation; its place in line stays
+        else:
+            self._queued[key] = entry
+            self._order.append(key)
+            self._cond.notify()
+
+    def requeue(self, entry: Entry) -> None:
+        """Queue ``entry`` again unless a newer generation was taken meanwhile."""
+        with self._cond:
+            if self._stopped or self._taken.get(entry.uid) != entry.generation:
+                return
+            self._add(entry)
+
+    # ---------------------------------------------------------------- the threads
+
+    def start(self) -> None:
+        """Start the threads, each in a copy of the caller's context (the tracing and
+        logging context variables of Kopf's startup handler)."""
+        with self._cond:
+            if self._threads:
+                return
+            self._stopped = False
+            for i in range(self._workers):
+                context = contextvars.copy_context()
+                thread = threading.Thread(
+                    target=context.run, args=(self._loop,), name=f"mlmodelscope-reconcile-{i}",
+                    daemon=True,
+                )  # fmt: skip
+                self._threads.append(thread)
+                thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Let the running reconciles finish; what is still queued is resumed after a
+        restart from the listing."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            threads, self._threads = self._threads, []
+        self._later.stop()
+        for thread in threads:
+            thread.join(timeout_s)
+
+    def waiting(self) -> int:
+        """Keys queued and not yet taken by a thread."""
+        with self._cond:
+            return len(self._order)
+
+    def _take(self) -> Entry | None:
+        with self._cond:
+            while not self._stopped and not self._order:
+                self._cond.wait()
+            if self._stopped:
+                return None
+            key = self._order.popleft()
+            self._active.add(key)
+            return self._queued.pop(key)
+
+    def _done(self, entry: Entry) -> None:
+        with self._cond:
+            self._active.discard(entry.key)
+            again = self._again.pop(entry.key, None)
+            if again is not None and not self._stopped:
+                self._add(again)
+
+    def _loop(self) -> None:
+        while (entry := self._take()) is not None:
+            try:
+                self._run(entry)
+            finally:
+                self._done(entry)
+
+    def _run(self, entry: Entry) -> None:
+        where = f"{entry.namespace}/{entry.name}"
+        if not self._acting():
+            with self._cond:  # the leader reconciles it from its own listing
+                if self._taken.get(entry.uid) == entry.generation:
+                    del self._taken[entry.uid]
+            log.debug("reconcile %s of %s skipped: standing by", entry.reason, where)
+            return
+        try:
+            outcome = self._reconcile(entry)
+        except PermanentError as exc:
+            log.warning("reconcile %s of %s failed, not retried: %s", entry.reason, where, exc)
+        except TransientError as exc:
+            log.warning("reconcile %s of %s will be retried in %.0f s: %s", entry.reason, where,
+                        self._retry_delay, exc)  # fmt: skip
+            self._retry(entry)
+        except Exception:  # a bug must not lose the evaluation: retry it as Kopf would
+            log.exception("reconcile %s of %s failed; retrying in %.0f s", entry.reason, where,
+                          self._retry_delay)  # fmt: skip
+            self._retry(entry)
+        else:
+            log.info("reconcile %s of %s succeeded: %s", entry.reason, where, outcome)
+
+    def _retry(self, entry: Entry) -> None:
+        self._later.call(("reconcile", entry.key), self._retry_delay, lambda: self.requeue(entry))
