@@ -74,8 +74,9 @@ def kopf_event(evaluation: Mapping[str, Any], event: status.Event) -> None:
 
 
 def api_event_poster(kube: Kube) -> EventPoster:
-    """Post a transition as an Event straight through the API: for the record retry thread,
-    which runs outside Kopf's per-object tasks (``kopf.event`` needs their event queue)."""
+    """Post a transition as an Event straight through the API: for the threads that run
+    outside Kopf's per-object tasks (the work queue's, the record retry's, the resync's;
+    ``kopf.event`` needs those tasks' event queue)."""
     instance = os.environ.get("HOSTNAME", "local")
 
     def post(evaluation: Mapping[str, Any], event: status.Event) -> None:
