@@ -14,6 +14,7 @@ from mlmodelscope.contract.wire import SUMMARY_KEY
 from mlmodelscope.controller import ledger, names, queue, runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job, handle_pod
+from mlmodelscope.controller.handlers.handle_evaluation import slim, slim_job
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.status import ConditionType, Reason
 
@@ -439,3 +440,18 @@ def test_a_job_deleted_because_the_spec_changed_does_not_fail_the_run_it_replace
     assert handle_job.job_changed(running, ctx, deleted=True) == "job deleted"
     assert evaluation["status"]["phase"] == "Failed"
     assert [e.reason for e in events] == ["JobDeleted"]
+
+
+def test_the_resync_keeps_slim_copies_of_what_it_listed() -> None:
+    """The resync holds every unfinished evaluation and its Job for a whole tick: it keeps
+    them without managedFields and the Job without its pod template, which nothing reads."""
+    managed = [{"manager": "kube-controller-manager", "fieldsV1": {"f:status": {}}}]
+    job = failed_job()
+    job["metadata"]["managedFields"] = managed
+    job["spec"] = {"suspend": True, "template": {"spec": {"containers": [{"name": "agent"}]}}}
+    kept = slim_job(job)
+    assert kept["spec"] == {"suspend": True} and "managedFields" not in kept["metadata"]
+    assert kept["status"] == job["status"] and kept["metadata"]["labels"] == names.labels("e", 1)
+    assert queue.is_suspended(kept) and "managedFields" in job["metadata"]  # a copy
+    evaluation = {"metadata": {"name": "e", "managedFields": managed}, "spec": {"timeout": "1h"}}
+    assert slim(evaluation) == {"metadata": {"name": "e"}, "spec": {"timeout": "1h"}}

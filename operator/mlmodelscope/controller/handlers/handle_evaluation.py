@@ -231,10 +231,26 @@ class Listing:
     only ones it reconciles) and the Jobs it may need (those holding a slot, and those of the
     unfinished evaluations), by (namespace, name). Ended evaluations and their Jobs are
     dropped page by page, so a tick's memory follows the evaluations in flight, not all of
-    them."""
+    them; what is kept is kept slim (:func:`slim`, :func:`slim_job`), since with thousands in
+    flight the kept bodies were most of the tick's memory."""
 
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` without ``metadata.managedFields``: the API server's record of who set which
+    field, which no handler reads and which is often the largest part of a listed object."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
+def slim_job(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What the resync, the Job handler and the ledger read of a listed Job: its metadata,
+    status and ``spec.suspend``; not the pod template (most of a Job) or managedFields."""
+    kept = slim({k: v for k, v in job.items() if k != "spec"})
+    kept["spec"] = {"suspend": (job.get("spec") or {}).get("suspend", False)}
+    return kept
 
 
 def _unfinished_job(evaluation: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -257,7 +273,7 @@ def sync_ledger(ctx: Context) -> Listing:
         for item in page:
             key = _unfinished_job(item)
             if key is not None:
-                listing.evaluations.append(item)
+                listing.evaluations.append(slim(item))
                 wanted_jobs.add(key)
     selector = names.MANAGED_SELECTOR
     for page in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):
@@ -265,7 +281,7 @@ def sync_ledger(ctx: Context) -> Listing:
             meta = job["metadata"]
             key = (str(meta["namespace"]), str(meta["name"]))
             if key in wanted_jobs or queue.holds_slot(job):
-                listing.jobs[key] = job
+                listing.jobs[key] = slim_job(job)
     ctx.ledger.finish_rebuild(listing.jobs.values(), listing.evaluations)
     return listing
 
