@@ -162,8 +162,11 @@ def test_pods_that_never_start_fail_within_the_start_timeout_naming_the_reason(
     # The exec node's kubelet fails such a pod at once (BackoffLimitExceeded); a real kubelet
     # keeps it waiting in CreateContainerConfigError, which the next case shows.
     assert 'secret "no-such-secret" not found' in condition(ev, "Failed")["message"]
-    # A pod that waits for good: the kubelet's report (here written into the status of a pod
-    # no node takes, as a kubelet would write it) ends the run after the start timeout.
+    # A pod that waits for good: the kubelet's report ends the run after the start timeout.
+    # Here the pod (which no node takes) is bound by hand to a node that has no kubelet, and
+    # its report is written into the pod's status as a kubelet would write it. Bound, because
+    # a pod whose status shows it waiting for a node is not a start failure (and is not
+    # checked for one).
     apply(
         cluster,
         namespace,
@@ -174,6 +177,13 @@ def test_pods_that_never_start_fail_within_the_start_timeout_naming_the_reason(
         lambda: next(iter(kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}=no-image-g1")), None),
         60,
     )
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": pod["metadata"]["name"]},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-without-kubelet"},
+    }
+    kube.create(f"{pod_path(namespace)}/{pod['metadata']['name']}/binding", binding)
     waiting = {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope:1"'}
     container = {
         "name": CONTAINER_NAME,

@@ -455,3 +455,30 @@ def test_the_resync_keeps_slim_copies_of_what_it_listed() -> None:
     assert queue.is_suspended(kept) and "managedFields" in job["metadata"]  # a copy
     evaluation = {"metadata": {"name": "e", "managedFields": managed}, "spec": {"timeout": "1h"}}
     assert slim(evaluation) == {"metadata": {"name": "e"}, "spec": {"timeout": "1h"}}
+
+
+def test_a_run_whose_status_shows_it_waits_for_a_node_lists_no_pods_for_a_start_failure() -> None:
+    """Past the start timeout, every Job event and resync tick asked start_failure, which
+    lists the Job's pods; at 5,000 evaluations on a 110-pod node that was thousands of pod
+    LISTs per tick. A run whose status shows the scheduler's "unschedulable" waits for a node,
+    which is not a start failure: nothing is listed. Without it, the pods are checked."""
+    ctx, kube, _ = failed_job_world([])
+    ctx.settings = OperatorSettings(start_timeout_seconds=60)
+    evaluation = kube.objects[evaluation_path("a", "e")]
+    evaluation["status"]["phase"] = "Pending"
+    change = status.unschedulable(evaluation["status"], 1, "e-g1", "0/5 nodes are available", T1)
+    evaluation["status"].update(change.patch)
+    assert status.waits_for_a_node(evaluation["status"], 1, "e-g1")
+    old = {**failed_job(), "status": {"active": 1}}
+    old["metadata"]["creationTimestamp"] = job(age_s=120)["metadata"]["creationTimestamp"]
+    listed: list[str] = []
+
+    def pending_pods(path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        listed.append(path)
+        return [{"status": {"phase": "Pending"}}]
+
+    kube.list = pending_pods  # type: ignore[method-assign]
+    assert handle_job.job_changed(old, ctx) == "waiting for a node" and listed == []
+    evaluation["status"]["conditions"] = []
+    assert handle_job.job_changed(old, ctx) == "waiting"
+    assert listed == ["/api/v1/namespaces/a/pods"]

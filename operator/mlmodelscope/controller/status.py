@@ -184,6 +184,19 @@ def is_current(status: Mapping[str, Any], generation: int) -> bool:
     return status.get("observedGeneration") == generation
 
 
+def waits_for_a_node(status: Mapping[str, Any], generation: int, job_name: str) -> bool:
+    """The status shows the scheduler's "unschedulable" for this run's pod (the pod handler
+    keeps it current: it turns True when the pod is bound)."""
+    found = condition(status, ConditionType.SCHEDULED)
+    return (
+        is_current(status, generation)
+        and status.get("jobName") == job_name
+        and found is not None
+        and found.get("status") == "False"
+        and found.get("reason") == Reason.UNSCHEDULABLE
+    )
+
+
 def is_terminal(status: Mapping[str, Any], generation: int) -> bool:
     """The run of ``generation`` has ended (Succeeded or Failed)."""
     return is_current(status, generation) and status.get("phase") in TERMINAL

@@ -44,7 +44,14 @@ RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
 worker threads; the resync heals what the last retry could not)."""
 SPEC_ERROR_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded")
 """Job failure reasons that become InvalidSpec when the agent's error names a spec field."""
-QUIET = ("not ours", "other generation", "already final", "waiting", "running")
+QUIET = (
+    "not ours",
+    "other generation",
+    "already final",
+    "waiting",
+    "waiting for a node",
+    "running",
+)
 """Outcomes that free no slot: no need to look at the queue."""
 
 
@@ -262,6 +269,10 @@ def job_changed(
             known=evaluation,
         )
         return "running"
+    if status.waits_for_a_node((evaluation or {}).get("status") or {}, generation, job_name):
+        # Not a start failure (start_failure says so too, but only after listing the pods:
+        # with thousands of runs waiting for a node, every resync tick listed each one's).
+        return "waiting for a node"
     not_started = runs.fail_start(ctx, namespace, name, generation, job)
     if not_started is not None:
         return not_started
