@@ -106,3 +106,18 @@ def test_the_memory_is_bounded_oldest_out_first() -> None:
     assert len(memo) == 2
     assert not memo.shown("a", ("scheduled", "n")) and memo.shown("c", ("scheduled", "n"))
     assert not memo.shown("c", ("scheduled", "other-node"))
+
+
+def test_the_event_loop_skips_a_pod_event_only_when_it_repeats_what_is_shown() -> None:
+    """handle_pod.repeats_what_is_shown decides in the watch's event loop, without a request,
+    which pod events need no thread (controller/object_events.py)."""
+    ctx, _ = world()
+    assert not handle_pod.repeats_what_is_shown(pod(), ctx.pod_memo)  # not yet shown
+    handle_pod.pod_changed(pod(), ctx)
+    assert handle_pod.repeats_what_is_shown(pod(), ctx.pod_memo)
+    assert not handle_pod.repeats_what_is_shown(pod(node="cpu-1"), ctx.pod_memo)
+    disrupted = pod()
+    disrupted["status"]["conditions"].append(
+        {"type": runs.DISRUPTION_TARGET, "status": "True", "reason": "DeletionByPodGC"}
+    )
+    assert not handle_pod.repeats_what_is_shown(disrupted, ctx.pod_memo)

@@ -14,8 +14,8 @@ from mlmodelscope.contract.wire import SUMMARY_KEY
 from mlmodelscope.controller import ledger, names, queue, runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job, handle_pod
-from mlmodelscope.controller.handlers.handle_evaluation import slim, slim_job
 from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.controller.slim import slim, slim_job
 from mlmodelscope.controller.status import ConditionType, Reason
 
 T0 = "2026-11-22T08:00:00Z"

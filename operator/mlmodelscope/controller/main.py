@@ -5,7 +5,9 @@ Each decorator says what it reacts to and how errors are classified; what happen
 its thread pool. They are registered into a registry built per operator instance and bound to
 its :class:`Context`, so tests can run one in-process. A ModelEvaluation itself is reconciled
 not in a Kopf create/update/resume handler but in the threads of a work queue its watch events
-feed (:mod:`.workqueue`), so an evaluation waiting for its turn costs a key, not a body.
+feed (:mod:`.workqueue`), so an evaluation waiting for its turn costs a key, not a body; Job
+and pod events are triaged in the event loop and their handlers run in the threads of
+:mod:`.object_events`, so a Job or pod waiting for its turn costs one slim copy.
 There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
 deletions. Queued evaluations are admitted when a Job ends; work on a clock runs in plain
@@ -54,6 +56,7 @@ from mlmodelscope.controller.handlers import (
     handle_sweep,
 )
 from mlmodelscope.controller.instrument import Instruments, StartupError
+from mlmodelscope.controller.object_events import ObjectEvents
 from mlmodelscope.controller.settings import DEFAULT_PEERING_NAME, OperatorSettings
 from mlmodelscope.controller.tracing import Run
 from mlmodelscope.spec.document import PLURAL
@@ -75,7 +78,7 @@ def kopf_event(evaluation: Mapping[str, Any], event: status.Event) -> None:
 
 def api_event_poster(kube: Kube) -> EventPoster:
     """Post a transition as an Event straight through the API: for the threads that run
-    outside Kopf's per-object tasks (the work queue's, the record retry's, the resync's;
+    outside Kopf's per-object tasks (the queues', the record retry's, the resync's;
     ``kopf.event`` needs those tasks' event queue)."""
     instance = os.environ.get("HOSTNAME", "local")
 
@@ -173,18 +176,29 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     on one evaluation run a span in its trace)."""
     registry = kopf.OperatorRegistry()
     measured = instruments or Instruments()
-    retrier = recording.RecordRetrier(replace(ctx, post_event=api_event_poster(ctx.kube)))
-    sweep_resync = handle_sweep.SweepResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
-    kueue_watch = kueue.KueueWatch(replace(ctx, post_event=api_event_poster(ctx.kube)))
-    # Shares ctx's locks (status writes, admission) and admission ledger with the handlers;
-    # posts Events itself.
-    evaluation_resync = resync.EvaluationResync(replace(ctx, post_event=api_event_poster(ctx.kube)))
-    # Its threads run outside Kopf's tasks, so they post Events through the API, too.
+    # The operator's own threads (retries, resyncs, the queues) run outside Kopf's per-object
+    # tasks, so they post Events through the API; they share ctx's locks, ledger and memos.
+    threads_ctx = replace(ctx, post_event=api_event_poster(ctx.kube))
+    retrier = recording.RecordRetrier(threads_ctx)
+    sweep_resync = handle_sweep.SweepResync(threads_ctx)
+    kueue_watch = kueue.KueueWatch(threads_ctx)
+    evaluation_resync = resync.EvaluationResync(threads_ctx)
     reconciles = workqueue.WorkQueue(
-        evaluation_reconciler(replace(ctx, post_event=api_event_poster(ctx.kube)), measured),
+        evaluation_reconciler(threads_ctx, measured),
         retry_delay=TRANSIENT_DELAY,
         acting=ctx.acting,
     )
+
+    @measured.handler("job", Run.of_job)
+    def job_progressed(body: Mapping[str, Any], deleted: bool = False, **_: Any) -> str:
+        kueue_watch.observe(body, deleted=deleted)  # Jobs waiting for Kueue: read their Workload
+        return handle_job.job_progressed(body, threads_ctx, deleted=deleted)
+
+    @measured.handler("pod")
+    def pod_scheduling(body: Mapping[str, Any], deleted: bool = False, **_: Any) -> str:
+        return handle_pod.pod_changed(body, threads_ctx, deleted=deleted)
+
+    object_events = ObjectEvents(job_progressed, pod_scheduling, acting=ctx.acting)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -194,10 +208,12 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         kueue_watch.start()
         evaluation_resync.start()
         reconciles.start()
+        object_events.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_retrying(**_: Any) -> None:
         reconciles.stop()
+        object_events.stop()
         retrier.stop()
         sweep_resync.stop()
         kueue_watch.stop()
@@ -226,19 +242,17 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     def evaluation_deleted(body: kopf.Body, **_: Any) -> None:
         handle_delete.evaluation_deleted(body, ctx)
 
+    # Job and pod events are decided in the event loop (async, no API call): most need
+    # nothing; the others queue the object's newest slim state for the threads of
+    # object_events, which run the handlers below (.object_events).
     @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
-    @measured.handler("job", Run.of_job)
-    def job_progressed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        deleted = event["type"] == "DELETED"
-        kueue_watch.observe(body, deleted=deleted)  # Jobs waiting for Kueue: read their Workload
-        outcome = handle_job.job_progressed(body, ctx, deleted=deleted)
-        log.debug("job %s: %s", body["metadata"]["name"], outcome)
+    async def job_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        object_events.offer_job(body, deleted=_deleted(event))
 
     @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)
-    @measured.handler("pod")
-    def pod_scheduling(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        outcome = handle_pod.pod_changed(body, ctx, deleted=event["type"] == "DELETED")
-        log.debug("pod %s: %s", body["metadata"]["name"], outcome)
+    async def pod_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        shown = handle_pod.repeats_what_is_shown(body, ctx.pod_memo)
+        object_events.offer_pod(body, deleted=_deleted(event), shown=shown)
 
     # EvaluationSweeps: every trigger runs the same level-based reconcile of the sweep
     # (handle_sweep.reconcile): its spec created, changed or found at start, and every event of

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 PodState = tuple[str, str]
 """("scheduled", node) or ("unschedulable", the scheduler's message)."""
@@ -19,19 +19,24 @@ PodState = tuple[str, str]
 LIMIT: Final = 50_000
 """Pods remembered at most (about 10 MiB at the limit; one per running evaluation in use)."""
 
+T = TypeVar("T")
 
-class PodMemo:
+
+class UidMemo(Generic[T]):
+    """A value per object uid, bounded (oldest out first), safe across threads: what the
+    operator already knows of an object, so a repeated event of it costs no request."""
+
     def __init__(self, limit: int = LIMIT) -> None:
-        self._states: OrderedDict[str, PodState] = OrderedDict()
+        self._states: OrderedDict[str, T] = OrderedDict()
         self._lock = threading.Lock()
         self._limit = limit
 
-    def shown(self, uid: str, state: PodState) -> bool:
-        """Whether the pod's evaluation status already shows ``state``."""
+    def shown(self, uid: str, state: T) -> bool:
+        """Whether ``state`` is what is remembered for ``uid``."""
         with self._lock:
             return self._states.get(uid) == state
 
-    def remember(self, uid: str, state: PodState) -> None:
+    def remember(self, uid: str, state: T) -> None:
         with self._lock:
             self._states[uid] = state
             self._states.move_to_end(uid)
@@ -44,3 +49,7 @@ class PodMemo:
 
     def __len__(self) -> int:
         return len(self._states)
+
+
+class PodMemo(UidMemo[PodState]):
+    """Per pod uid, the scheduling state its evaluation's status was seen to show."""

@@ -102,10 +102,15 @@ def decide(
 def is_active_job(job: Mapping[str, Any]) -> bool:
     """A Job that has not ended: not yet Complete or Failed, not being deleted (suspended ones
     included: an edited spec still replaces a run that waits for Kueue)."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
-            return False
-    return not (job.get("metadata") or {}).get("deletionTimestamp")
+    return not has_ended(job) and not (job.get("metadata") or {}).get("deletionTimestamp")
+
+
+def has_ended(job: Mapping[str, Any]) -> bool:
+    """The Job says it ended: a Complete or Failed condition. A Job never starts again."""
+    return any(
+        condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True"
+        for condition in (job.get("status") or {}).get("conditions") or []
+    )
 
 
 def is_suspended(job: Mapping[str, Any]) -> bool:

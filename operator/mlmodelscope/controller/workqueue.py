@@ -24,15 +24,13 @@ Kopf's handler bookkeeping is kept in memory instead of in annotations:
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import threading
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from mlmodelscope.controller import status
+from mlmodelscope.controller.keyed import KeyedQueue
 from mlmodelscope.controller.later import Later
 
 log = logging.getLogger(__name__)
@@ -92,7 +90,7 @@ def entry_of(body: Mapping[str, Any], taken: int | None) -> Entry | None:
     )  # fmt: skip
 
 
-class WorkQueue:
+class WorkQueue(KeyedQueue[Key, Entry]):
     """Keys of evaluations to reconcile and the threads that reconcile them (see the module)."""
 
     def __init__(
@@ -104,21 +102,13 @@ class WorkQueue:
         acting: Callable[[], bool] = lambda: True,
         later: Later | None = None,
     ) -> None:
+        super().__init__(workers=workers, thread_name="mlmodelscope-reconcile")
         self._reconcile = reconcile
-        self._workers = workers
         self._retry_delay = retry_delay
         self._acting = acting
         self._later = later or Later()
-        self._cond = threading.Condition()
-        self._order: deque[Key] = deque()
-        self._queued: dict[Key, Entry] = {}
-        self._active: set[Key] = set()
-        self._again: dict[Key, Entry] = {}
-        """Keys offered while a thread reconciles them: queued again when it is done."""
         self._taken: dict[str, int] = {}
         """The generation taken into the queue, per uid (forgotten when the uid is deleted)."""
-        self._threads: list[threading.Thread] = []
-        self._stopped = False
 
     # ---------------------------------------------------------------- fed by the watch
 
@@ -136,7 +126,7 @@ class WorkQueue:
                     self._remember_ended(body, uid)
                 return None
             self._taken[uid] = entry.generation
-            self._add(entry)
+            self._add(entry.key, entry)
             return entry
 
     def _remember_ended(self, body: Mapping[str, Any], uid: str) -> None:
@@ -146,83 +136,22 @@ class WorkQueue:
         if status.is_terminal(body.get("status") or {}, generation):
             self._taken[uid] = generation
 
-    def _add(self, entry: Entry) -> None:
-        key = entry.key
-        if key in self._active:
-            self._again[key] = entry
-        elif key in self._queued:
-            self._queued[key] = entry  # the newer generation; its place in line stays
-        else:
-            self._queued[key] = entry
-            self._order.append(key)
-            self._cond.notify()
-
     def requeue(self, entry: Entry) -> None:
         """Queue ``entry`` again unless a newer generation was taken meanwhile."""
         with self._cond:
             if self._stopped or self._taken.get(entry.uid) != entry.generation:
                 return
-            self._add(entry)
+            self._add(entry.key, entry)
 
     # ---------------------------------------------------------------- the threads
-
-    def start(self) -> None:
-        """Start the threads, each in a copy of the caller's context (the tracing and
-        logging context variables of Kopf's startup handler)."""
-        with self._cond:
-            if self._threads:
-                return
-            self._stopped = False
-            for i in range(self._workers):
-                context = contextvars.copy_context()
-                thread = threading.Thread(
-                    target=context.run, args=(self._loop,), name=f"mlmodelscope-reconcile-{i}",
-                    daemon=True,
-                )  # fmt: skip
-                self._threads.append(thread)
-                thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Let the running reconciles finish; what is still queued is resumed after a
         restart from the listing."""
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-            threads, self._threads = self._threads, []
+        super().stop(timeout_s)
         self._later.stop()
-        for thread in threads:
-            thread.join(timeout_s)
 
-    def waiting(self) -> int:
-        """Keys queued and not yet taken by a thread."""
-        with self._cond:
-            return len(self._order)
-
-    def _take(self) -> Entry | None:
-        with self._cond:
-            while not self._stopped and not self._order:
-                self._cond.wait()
-            if self._stopped:
-                return None
-            key = self._order.popleft()
-            self._active.add(key)
-            return self._queued.pop(key)
-
-    def _done(self, entry: Entry) -> None:
-        with self._cond:
-            self._active.discard(entry.key)
-            again = self._again.pop(entry.key, None)
-            if again is not None and not self._stopped:
-                self._add(again)
-
-    def _loop(self) -> None:
-        while (entry := self._take()) is not None:
-            try:
-                self._run(entry)
-            finally:
-                self._done(entry)
-
-    def _run(self, entry: Entry) -> None:
+    def _run(self, key: Key, entry: Entry) -> None:
         where = f"{entry.namespace}/{entry.name}"
         if not self._acting():
             with self._cond:  # the leader reconciles it from its own listing

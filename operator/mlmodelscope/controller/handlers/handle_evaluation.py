@@ -38,6 +38,7 @@ from mlmodelscope.controller import (
 )
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import ForeignChildError
+from mlmodelscope.controller.slim import slim, slim_job
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evaluation
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
@@ -231,26 +232,11 @@ class Listing:
     only ones it reconciles) and the Jobs it may need (those holding a slot, and those of the
     unfinished evaluations), by (namespace, name). Ended evaluations and their Jobs are
     dropped page by page, so a tick's memory follows the evaluations in flight, not all of
-    them; what is kept is kept slim (:func:`slim`, :func:`slim_job`), since with thousands in
+    them; what is kept is kept slim (:mod:`..slim`), since with thousands in
     flight the kept bodies were most of the tick's memory."""
 
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-
-
-def slim(body: Mapping[str, Any]) -> dict[str, Any]:
-    """``body`` without ``metadata.managedFields``: the API server's record of who set which
-    field, which no handler reads and which is often the largest part of a listed object."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
-    return {**body, "metadata": meta}
-
-
-def slim_job(job: Mapping[str, Any]) -> dict[str, Any]:
-    """What the resync, the Job handler and the ledger read of a listed Job: its metadata,
-    status and ``spec.suspend``; not the pod template (most of a Job) or managedFields."""
-    kept = slim({k: v for k, v in job.items() if k != "spec"})
-    kept["spec"] = {"suspend": (job.get("spec") or {}).get("suspend", False)}
-    return kept
 
 
 def _unfinished_job(evaluation: Mapping[str, Any]) -> tuple[str, str] | None:

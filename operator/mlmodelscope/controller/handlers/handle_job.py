@@ -62,10 +62,6 @@ def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return None
 
 
-def _ended(job: Mapping[str, Any]) -> bool:
-    return _condition(job, "Complete") is not None or _condition(job, "Failed") is not None
-
-
 def _run_id(outcome: results.Outcome | None) -> str | None:
     return outcome.run_id if outcome is not None else None
 
@@ -156,7 +152,7 @@ def job_changed(
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
         return "other generation"
     if current.get("phase") not in ("Queued", "Pending", "Running"):
-        if ctx.recorder is not None and not current.get("record") and _ended(job):
+        if ctx.recorder is not None and not current.get("record") and queue.has_ended(job):
             found = recording.record_finished(
                 ctx, namespace, name, generation, current.get("runId")
             )
@@ -165,13 +161,13 @@ def job_changed(
     now = ctx.clock
     if (
         deleted
-        and not _ended(job)
+        and not queue.has_ended(job)
         and int(evaluation["metadata"].get("generation") or 1) > generation
     ):
         # The spec changed and its handler deleted this Job to replace the run: not a
         # failure. The next generation's status moves the run into history as it stood.
         return "replaced"
-    if deleted and not _ended(job):
+    if deleted and not queue.has_ended(job):
         # Deleted before the Job said it ended: the agent may still have published the
         # result (a Job deleted right after its pod finished); that result stands.
         published = runs.published_outcome(ctx, namespace, name, uid, generation)

@@ -19,6 +19,7 @@ from mlmodelscope.contract.kube import pod_path
 from mlmodelscope.controller import runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers.handle_job import JOB_NAME_LABEL, owner_of
+from mlmodelscope.controller.pod_memo import PodMemo
 
 
 def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -32,6 +33,17 @@ def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
         if cond.get("status") == "True" and node:
             return "scheduled", str(node)
     return None
+
+
+def repeats_what_is_shown(pod: Mapping[str, Any], memo: PodMemo) -> bool:
+    """The pod's scheduling state is the one its evaluation's status was seen to show, and it
+    shows no disruption: its event needs nothing. No request, so the watch's event loop asks
+    before a thread is spent on it (:mod:`..object_events`)."""
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    state = scheduling_state(pod)
+    if not uid or state is None or runs.disruption(pod) is not None:
+        return False
+    return memo.shown(uid, state)
 
 
 def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
