@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
+
+from waiting import wait_for
 
 from mlmodelscope.controller.object_events import ObjectEvents
 
@@ -53,13 +54,6 @@ class Handler:
         if self.fail:
             raise RuntimeError("a bug in the handler")
         return self.outcome
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_events_of_a_waiting_job_run_its_handler_once_on_the_newest_slim_state() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from waiting import wait_for
 
 from mlmodelscope.controller import workqueue
 from mlmodelscope.controller.workqueue import Entry, WorkQueue, entry_of
@@ -30,13 +30,6 @@ def body(
     if phase is not None:
         st = {"phase": phase, "observedGeneration": generation if observed is None else observed}
     return {"metadata": meta, "status": st}
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 # ---------------------------------------------------------------- which events queue work

@@ -22,6 +22,11 @@ from mlmodelscope.contract.paths import container_path
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 LIST_PAGE: Final = 500
+POOL_SIZE: Final = 32
+"""Connections kept open to the API server. The client's default is 5 per CPU (10 on two
+cores), fewer than the operator's threads that may call at once (four reconciles, six Job and
+pod handlers, the resync, the retries); past it urllib3 drops each extra connection after its
+request ("Connection pool is full") and the next one opens a new TLS connection."""
 """Objects per LIST page (Kopf's own listings use ``settings.watching.chunk_size``)."""
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"
@@ -110,6 +115,15 @@ class ServiceAccount:
         return cls(f"https://{host}:{port}", token, ca, namespace)
 
 
+def _configuration() -> Any:
+    """A client configuration with room for every operator thread (:data:`POOL_SIZE`)."""
+    from kubernetes import client
+
+    configuration = client.Configuration()
+    configuration.connection_pool_maxsize = POOL_SIZE
+    return configuration
+
+
 class Kube:
     """JSON requests through an authenticated ``kubernetes.client.ApiClient`` (thread-safe)."""
 
@@ -125,7 +139,7 @@ class Kube:
         account = ServiceAccount.of_pod()
         if account is not None:
             return cls.in_cluster(str(account.token), str(account.ca))
-        return cls(config.new_client_from_config())  # type: ignore[no-untyped-call]
+        return cls(config.new_client_from_config(client_configuration=_configuration()))  # type: ignore[no-untyped-call]
 
     @classmethod
     def in_cluster(cls, token_file: str, ca_file: str) -> Kube:
@@ -134,7 +148,7 @@ class Kube:
         from kubernetes import client
         from kubernetes.config.incluster_config import InClusterConfigLoader
 
-        configuration = client.Configuration()
+        configuration = _configuration()
         loader = InClusterConfigLoader(  # type: ignore[no-untyped-call]
             token_filename=token_file, cert_filename=ca_file
         )
