@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kubernetes.config import kube_config
 
 from mlmodelscope.contract.kube import POOL_SIZE, Kube
 
@@ -28,7 +29,8 @@ def test_a_client_from_a_kubeconfig_keeps_a_connection_per_operator_thread(
 ) -> None:
     config = tmp_path / "kubeconfig"
     config.write_text(KUBECONFIG)
-    monkeypatch.setenv("KUBECONFIG", str(config))
+    # The client reads $KUBECONFIG once, when it is first imported.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(config))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kube = Kube.from_environment()
     assert kube.api_client.configuration.host == "https://127.0.0.1:6443"

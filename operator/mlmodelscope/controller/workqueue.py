@@ -39,7 +39,7 @@ Key = tuple[str, str]
 """(namespace, name) of an evaluation."""
 
 WORKERS: Final = 4
-"""Reconcile threads; Kopf's own eight serve the Job, pod and sweep events beside them."""
+"""Reconcile threads; :mod:`.object_events` has six for Job and pod events beside them."""
 
 
 class TransientError(Exception):

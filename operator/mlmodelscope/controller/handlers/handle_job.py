@@ -327,8 +327,8 @@ def job_progressed(
     longer holds a slot, let queued evaluations take it.
 
     A transient API error is retried after ``RETRY_DELAYS[attempt]`` by ``ctx.later``, never
-    by sleeping here: this runs in one of Kopf's few worker threads. A newer event of the same
-    Job cancels the pending retry of this one."""
+    by sleeping here: this runs in one of a few handler threads (:mod:`..object_events`). A
+    newer event of the same Job cancels the pending retry of this one."""
     meta = job["metadata"]
     key = ("job", meta.get("namespace"), meta["name"])
     if attempt == 0:

@@ -19,8 +19,9 @@ from mlmodelscope.contract.kube import LIST_PAGE
 from mlmodelscope.controller import names
 
 MAX_WORKERS = 8
-"""Threads for the (synchronous) handlers: enough to overlap API calls, few enough to be gentle
-on the API server."""
+"""Kopf's threads for its synchronous handlers (EvaluationSweeps, an evaluation's DELETED event);
+evaluations, Jobs and pods have the operator's own queues (:mod:`..workqueue`,
+:mod:`..object_events`)."""
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
