@@ -15,7 +15,7 @@ from mlmodelscope.controller import ledger, names, queue, runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job, handle_pod
 from mlmodelscope.controller.settings import OperatorSettings
-from mlmodelscope.controller.slim import slim, slim_job
+from mlmodelscope.controller.slim import slim, slim_evaluation, slim_job
 from mlmodelscope.controller.status import ConditionType, Reason
 
 T0 = "2026-11-22T08:00:00Z"
@@ -41,12 +41,13 @@ def ctx_with(kube: Any, timeout: float = 60.0) -> Context:
     return Context(settings=OperatorSettings(start_timeout_seconds=timeout), kube=kube)
 
 
-def job(age_s: float, **spec: Any) -> dict[str, Any]:
+def job(age_s: float, active: int = 1, **spec: Any) -> dict[str, Any]:
+    """A Job whose controller counts ``active`` pods (a pod that waits to start counts)."""
     created = (datetime.now(UTC) - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "metadata": {"name": "e-g1", "namespace": "a", "uid": "j", "creationTimestamp": created},
         "spec": spec,
-        "status": {},
+        "status": {"active": active} if active else {},
     }
 
 
@@ -85,6 +86,47 @@ def test_a_job_that_cannot_create_its_pod_names_the_event() -> None:
     assert found is not None and found[0] == "FailedCreate"
     assert 'serviceaccount "nobody" not found' in found[1]
     assert runs.start_failure(ctx_with(PodsAndEvents([], [])), job(120)) is None
+
+
+class Counted(PodsAndEvents):
+    """Counts the pod LISTs and Event reads."""
+
+    def __init__(self, pods: list[dict[str, Any]], events: list[dict[str, Any]] | None = None):
+        super().__init__(pods, events)
+        self.reads: list[str] = []
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        self.reads.append("pods")
+        return super().list(path, label_selector)
+
+    def request(self, method: str, path: str, params: dict[str, str]) -> dict[str, Any]:
+        self.reads.append("events")
+        return super().request(method, path, params)
+
+
+def test_a_run_whose_pod_ran_lists_nothing_and_a_job_without_pods_lists_no_pods() -> None:
+    """At 5,000 evaluations the Job controller counted finished pods minutes late: each resync
+    tick listed the pods and the Events of thousands of Jobs whose pod had run. A pod the
+    watch saw Running or Succeeded marks its Job started (no request); a Succeeded pod in the
+    listing ends the check without reading Events; a Job that counts no pod is asked only for
+    its FailedCreate Event."""
+    started = {"status": {"phase": "Succeeded"}, "metadata": {"ownerReferences": [
+        {"kind": "Job", "uid": "j", "controller": True}]}}  # fmt: skip
+    kube = Counted([started])
+    ctx = ctx_with(kube)
+    assert runs.start_failure(ctx, job(120)) is None and kube.reads == ["pods"]
+    ctx.started_jobs.observe_pod({**started, "status": {"phase": "Pending"}})
+    assert not ctx.started_jobs.shown("j", True)  # waiting is not started
+    ctx.started_jobs.observe_pod(started)
+    assert runs.start_failure(ctx, job(120)) is None and kube.reads == ["pods"]
+    ctx.started_jobs.forget("j")  # its Job was deleted
+    kube = Counted([], [])
+    ctx = ctx_with(kube)
+    assert runs.start_failure(ctx, job(120, active=0)) is None and kube.reads == ["events"]
+    uncounted = job(120, active=0)
+    uncounted["status"] = {"uncountedTerminatedPods": {"failed": ["p"]}}
+    assert runs.start_failure(ctx, uncounted) is None
+    assert kube.reads == ["events", "pods", "events"]
 
 
 def test_which_api_answers_are_a_rejection() -> None:
@@ -453,8 +495,39 @@ def test_the_resync_keeps_slim_copies_of_what_it_listed() -> None:
     assert kept["spec"] == {"suspend": True} and "managedFields" not in kept["metadata"]
     assert kept["status"] == job["status"] and kept["metadata"]["labels"] == names.labels("e", 1)
     assert queue.is_suspended(kept) and "managedFields" in job["metadata"]  # a copy
-    evaluation = {"metadata": {"name": "e", "managedFields": managed}, "spec": {"timeout": "1h"}}
-    assert slim(evaluation) == {"metadata": {"name": "e"}, "spec": {"timeout": "1h"}}
+    evaluation = {
+        "kind": "ModelEvaluation",
+        "metadata": {"name": "e", "managedFields": managed},
+        "spec": {"timeout": "1h"},
+        "status": {"phase": "Pending"},
+    }
+    assert slim(evaluation) == {**evaluation, "metadata": {"name": "e"}}
+    assert slim_evaluation(evaluation) == {
+        "kind": "ModelEvaluation",
+        "metadata": {"name": "e"},
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_failed_run_the_resync_finds_reads_the_spec_its_copy_left_out() -> None:
+    """The resync keeps no spec of what it listed; ending a failed run reads the memory limit
+    from the spec, so it reads the evaluation again: the message names the spec's limit."""
+    ctx, kube, _ = failed_job_world([attempt("e-g1-a", T0, state=OOM)], {"memory": "512Mi"})
+    evaluation = kube.objects[evaluation_path("a", "e")]
+    reads: list[str] = []
+    get = kube.get_or_none
+
+    def counted(path: str) -> dict[str, Any] | None:
+        reads.append(path)
+        return get(path)
+
+    kube.get_or_none = counted  # type: ignore[method-assign]
+    listed = slim_evaluation(evaluation)
+    assert "spec" not in listed
+    assert handle_job.job_changed(failed_job(), ctx, listed=listed) == "OOMKilled"
+    assert reads.count(evaluation_path("a", "e")) == 1
+    message = evaluation["status"]["message"]
+    assert message.endswith("(OOMKilled, exit 137); raise spec.hardware.resources.limits.memory")
 
 
 def test_a_run_whose_status_shows_it_waits_for_a_node_lists_no_pods_for_a_start_failure() -> None:

@@ -21,7 +21,7 @@ from mlmodelscope.controller import status
 from mlmodelscope.controller.later import Later
 from mlmodelscope.controller.ledger import AdmissionLedger
 from mlmodelscope.controller.namespace_policy import NamespacePolicies
-from mlmodelscope.controller.pod_memo import PodMemo
+from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy
 from mlmodelscope.controller.settings import OperatorSettings
 
@@ -69,6 +69,8 @@ class Context:
     """Namespaces' policy annotations, each read at most every 10 s (shared by copies)."""
     pod_memo: PodMemo = field(default_factory=PodMemo)
     """Each pod's scheduling state its evaluation's status shows (shared by copies)."""
+    started_jobs: StartedJobs = field(default_factory=StartedJobs)
+    """Jobs a pod of which was seen running or finished (shared by copies)."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 

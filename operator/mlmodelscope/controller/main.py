@@ -244,13 +244,18 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
 
     # Job and pod events are decided in the event loop (async, no API call): most need
     # nothing; the others queue the object's newest slim state for the threads of
-    # object_events, which run the handlers below (.object_events).
+    # object_events, which run the handlers below (.object_events). A pod seen running or
+    # finished marks its Job started (ctx.started_jobs: no start-failure check lists its pods).
     @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
     async def job_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        object_events.offer_job(body, deleted=_deleted(event))
+        deleted = _deleted(event)
+        if deleted:
+            ctx.started_jobs.forget(str(body.metadata.uid or ""))
+        object_events.offer_job(body, deleted=deleted)
 
     @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)
     async def pod_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        ctx.started_jobs.observe_pod(body)
         shown = handle_pod.repeats_what_is_shown(body, ctx.pod_memo)
         object_events.offer_pod(body, deleted=_deleted(event), shown=shown)
 

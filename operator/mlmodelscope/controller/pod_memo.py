@@ -1,4 +1,5 @@
-"""The scheduling state each evaluation pod last showed in its evaluation's status.
+"""What the pod watch already told the operator: the scheduling state each evaluation pod last
+showed in its evaluation's status, and which Jobs have a pod that started.
 
 Every pod event (bound to a node, started, finished, deleted) says "scheduled" again; each
 used to read the evaluation only to compute that nothing changes. With the state remembered
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Final, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any, Final, Generic, TypeVar
 
 PodState = tuple[str, str]
 """("scheduled", node) or ("unschedulable", the scheduler's message)."""
@@ -53,3 +55,22 @@ class UidMemo(Generic[T]):
 
 class PodMemo(UidMemo[PodState]):
     """Per pod uid, the scheduling state its evaluation's status was seen to show."""
+
+
+STARTED_PHASES: Final = ("Running", "Succeeded")
+
+
+class StartedJobs(UidMemo[bool]):
+    """Jobs (by uid) one of whose pods was seen Running or Succeeded. Such a run started, so
+    the start-failure check (:func:`.runs.start_failure`) lists no pods for it. With thousands
+    of runs whose pods had finished before the Job controller counted them, every resync tick
+    listed each one's pods (and its Events) to learn just that. Fed by the pod watch, whose
+    initial listing refills it after a restart."""
+
+    def observe_pod(self, pod: Mapping[str, Any]) -> None:
+        """A pod's watch event (cheap: the event loop calls it)."""
+        if (pod.get("status") or {}).get("phase") not in STARTED_PHASES:
+            return
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and ref.get("controller") and ref.get("uid"):
+                self.remember(str(ref["uid"]), True)

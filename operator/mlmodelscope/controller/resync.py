@@ -74,13 +74,21 @@ class EvaluationResync(Periodic):
         ctx = self.ctx
         listing = handle_evaluation.sync_ledger(ctx)
         listed = listing.jobs
-        for item in listing.evaluations:
+        evaluations = listing.evaluations[::-1]
+        listing.evaluations.clear()
+        while evaluations:
+            # Each copy, and its Job's, is dropped once reconciled: the tick's memory shrinks
+            # as it goes instead of holding every unfinished evaluation to its end.
+            item = evaluations.pop()
             meta = item["metadata"]
+            job_key = (str(meta.get("namespace")), str((item.get("status") or {}).get("jobName")))
             try:
                 outcome = resync_one(ctx, item, listed)
             except (KubeError, OSError) as exc:  # the next tick tries again
                 log.warning("resync of %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
                 continue
+            finally:
+                listed.pop(job_key, None)
             if outcome not in handle_job.QUIET and "resync" not in outcome:
                 log.info("resync %s/%s: %s", meta.get("namespace"), meta.get("name"), outcome)
         started = handle_evaluation.admit_queued(ctx)

@@ -20,6 +20,7 @@ from mlmodelscope.contract.kube import KubeError, configmap_path, job_path, pod_
 from mlmodelscope.contract.wire import CONTAINER_NAME
 from mlmodelscope.controller import instrument, names, recording, results, status
 from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.pod_memo import STARTED_PHASES
 from mlmodelscope.controller.status import Reason
 
 log = logging.getLogger(__name__)
@@ -172,12 +173,24 @@ def _failed_create(ctx: Context, job: Mapping[str, Any]) -> tuple[str, str] | No
     return "FailedCreate", f"FailedCreate: {newest.get('message') or ''}".strip()
 
 
+def _has_pods(job: Mapping[str, Any]) -> bool:
+    """The Job controller counts a pod of this Job (active, terminating, ended, or ended but
+    not yet counted). It counts a pod once it created it, so none means there is none to
+    list (or one created a moment ago, which the next check sees)."""
+    st = job.get("status") or {}
+    counted = ("active", "ready", "terminating", "succeeded", "failed")
+    uncounted = st.get("uncountedTerminatedPods") or {}
+    return any(int(st.get(key) or 0) for key in counted) or any(uncounted.values())
+
+
 def start_failure(ctx: Context, job: Mapping[str, Any]) -> tuple[str, str] | None:
     """(reason, message) when the Job's pod has not started within the start timeout and
     will not by itself: a container waiting with a reason such as CreateContainerConfigError
     (secret "x" not found) or ImagePullBackOff, or the Job unable to create its pod at all
-    (FailedCreate: its ServiceAccount is missing). None while it is young, running, waiting
-    for a node or for Kueue."""
+    (FailedCreate: its ServiceAccount is missing). None while it is young, running (or its
+    pod ran: ``ctx.started_jobs``, or a pod Succeeded), waiting for a node or for Kueue. The
+    pods are listed only when the Job counts some; a Job that counts none is asked only for
+    its FailedCreate Event."""
     if (job.get("spec") or {}).get("suspend"):
         return None
     if int((job.get("status") or {}).get("ready") or 0) > 0:
@@ -186,11 +199,15 @@ def start_failure(ctx: Context, job: Mapping[str, Any]) -> tuple[str, str] | Non
     if age is None or age < ctx.settings.start_timeout_seconds:
         return None
     meta = job.get("metadata") or {}
+    if ctx.started_jobs.shown(str(meta.get("uid") or ""), True):
+        return None  # the pod watch saw one of its pods run
+    if not _has_pods(job):
+        return _failed_create(ctx, job)
     pods = ctx.kube.list(
         pod_path(str(meta.get("namespace"))), f"{JOB_NAME_LABEL}={meta.get('name')}"
     )
     for pod in pods:
-        if (pod.get("status") or {}).get("phase") == "Running":
+        if (pod.get("status") or {}).get("phase") in STARTED_PHASES:
             return None
     for pod in pods:
         found = _waiting_reason(pod)

@@ -38,7 +38,7 @@ from mlmodelscope.controller import (
 )
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import ForeignChildError
-from mlmodelscope.controller.slim import slim, slim_job
+from mlmodelscope.controller.slim import slim_evaluation, slim_job
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evaluation
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
@@ -232,8 +232,9 @@ class Listing:
     only ones it reconciles) and the Jobs it may need (those holding a slot, and those of the
     unfinished evaluations), by (namespace, name). Ended evaluations and their Jobs are
     dropped page by page, so a tick's memory follows the evaluations in flight, not all of
-    them; what is kept is kept slim (:mod:`..slim`), since with thousands in
-    flight the kept bodies were most of the tick's memory."""
+    them; what is kept is kept slim (:mod:`..slim`: no managedFields, no evaluation spec, no
+    pod template), since with thousands in flight the kept bodies were most of the tick's
+    memory."""
 
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -259,7 +260,7 @@ def sync_ledger(ctx: Context) -> Listing:
         for item in page:
             key = _unfinished_job(item)
             if key is not None:
-                listing.evaluations.append(slim(item))
+                listing.evaluations.append(slim_evaluation(item))
                 wanted_jobs.add(key)
     selector = names.MANAGED_SELECTOR
     for page in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):

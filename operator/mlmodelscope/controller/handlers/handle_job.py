@@ -132,7 +132,9 @@ def job_changed(
 ) -> str:
     """React to one Job event; returns what it did (for logs). ``listed``: the evaluation as
     the caller has just listed it (the resync), instead of reading it again; status writes
-    are guarded by its resourceVersion either way."""
+    are guarded by its resourceVersion either way. The resync's copy has no spec
+    (:func:`..slim.slim_evaluation`): the one branch that reads it (a failed Job) reads the
+    evaluation again."""
     owner = owner_of(job)
     if owner is None:
         return "not ours"
@@ -218,6 +220,8 @@ def job_changed(
         return reason
     failed_condition = _condition(job, "Failed")
     if failed_condition is not None:
+        if "spec" not in evaluation:  # the resync's view (slim_evaluation): read the spec
+            evaluation = ctx.kube.get_or_none(evaluation_path(namespace, name)) or evaluation
         outcome = collect_outcome(ctx, job, namespace, name, generation, uid)
         timeout = (evaluation.get("spec") or {}).get("timeout")
         reason, message = failure(failed_condition, outcome, timeout)
