@@ -509,6 +509,36 @@ def test_the_resync_keeps_slim_copies_of_what_it_listed() -> None:
     }
 
 
+def test_a_resync_tick_drops_each_copy_once_it_is_reconciled(monkeypatch: Any) -> None:
+    """The tick holds the listing's copies, encoded, only until each is reconciled, so its
+    memory shrinks as it goes (at 5,000 a tick that checks start failures lasts minutes)."""
+    from mlmodelscope.controller import resync
+    from mlmodelscope.controller.handlers import handle_evaluation
+
+    def unfinished(name: str) -> dict[str, Any]:
+        st = {"observedGeneration": 1, "phase": "Pending", "jobName": f"{name}-g1"}
+        return {"metadata": {"name": name, "namespace": "a", "generation": 1}, "status": st}
+
+    listing = handle_evaluation.Listing()
+    for name in ("e1", "e2"):
+        listing.evaluations["a", name] = unfinished(name)
+        listing.jobs["a", f"{name}-g1"] = {"metadata": {"name": f"{name}-g1"}}
+    assert listing.jobs["a", "e1-g1"] == {"metadata": {"name": "e1-g1"}}  # kept encoded
+    assert listing.jobs._packed["a", "e1-g1"] == '{"metadata":{"name":"e1-g1"}}'
+    seen: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def reconciled(ctx: Context, evaluation: dict[str, Any], listed: dict[Any, Any]) -> str:
+        seen.append((evaluation["metadata"]["name"], sorted(listed)))
+        return "waiting"
+
+    monkeypatch.setattr(handle_evaluation, "sync_ledger", lambda ctx: listing)
+    monkeypatch.setattr(handle_evaluation, "admit_queued", lambda ctx: [])
+    monkeypatch.setattr(resync, "resync_one", reconciled)
+    resync.EvaluationResync(ctx_with(None)).tick()
+    assert seen == [("e1", [("a", "e1-g1"), ("a", "e2-g1")]), ("e2", [("a", "e2-g1")])]
+    assert len(listing.evaluations) == 0 and len(listing.jobs) == 0
+
+
 def test_a_failed_run_the_resync_finds_reads_the_spec_its_copy_left_out() -> None:
     """The resync keeps no spec of what it listed; ending a failed run reads the memory limit
     from the spec, so it reads the evaluation again: the message names the spec's limit."""

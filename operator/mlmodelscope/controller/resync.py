@@ -74,12 +74,9 @@ class EvaluationResync(Periodic):
         ctx = self.ctx
         listing = handle_evaluation.sync_ledger(ctx)
         listed = listing.jobs
-        evaluations = listing.evaluations[::-1]
-        listing.evaluations.clear()
-        while evaluations:
-            # Each copy, and its Job's, is dropped once reconciled: the tick's memory shrinks
-            # as it goes instead of holding every unfinished evaluation to its end.
-            item = evaluations.pop()
+        # Each copy, and its Job's, is dropped once reconciled: the tick's memory shrinks as
+        # it goes instead of holding every unfinished evaluation to its end.
+        for _, item in listing.evaluations.drain():
             meta = item["metadata"]
             job_key = (str(meta.get("namespace")), str((item.get("status") or {}).get("jobName")))
             try:
@@ -88,7 +85,7 @@ class EvaluationResync(Periodic):
                 log.warning("resync of %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
                 continue
             finally:
-                listed.pop(job_key, None)
+                listed.discard(job_key)
             if outcome not in handle_job.QUIET and "resync" not in outcome:
                 log.info("resync %s/%s: %s", meta.get("namespace"), meta.get("name"), outcome)
         started = handle_evaluation.admit_queued(ctx)

@@ -4,13 +4,17 @@ With thousands of evaluations in flight, the copies that wait (a resync tick's l
 newest state of each Job and pod in :mod:`.object_events`) were most of the operator's memory.
 Three parts of them the resync and the Job and pod handlers do not read: ``metadata.managedFields``
 (the API server's record of who set which field, often the largest part of an object), a Job's
-pod template, and an evaluation's spec.
+pod template, and an evaluation's spec. What waits longest (a resync tick's thousands of
+copies) waits encoded (:class:`Packed`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import json
+from collections.abc import Hashable, Iterator, Mapping, MutableMapping
+from typing import Any, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,3 +46,44 @@ def slim_evaluation(evaluation: Mapping[str, Any]) -> dict[str, Any]:
     its memory limit), and it reads the evaluation again when the spec is missing
     (:func:`..handlers.handle_job.job_changed`)."""
     return slim({k: v for k, v in evaluation.items() if k != "spec"})
+
+
+class Packed(MutableMapping[K, dict[str, Any]]):
+    """Objects kept as compact JSON text until read, each decoded afresh when read.
+
+    A resync tick holds a copy of every unfinished evaluation and of its Job until it reaches
+    them; at 5,000 evaluations that was 8,000 decoded objects (about 35 MiB in small Python
+    objects, spread over the interpreter's arenas, which it keeps once the tick has freed
+    them). One string per object is about a fifth of that, and a block of its own that
+    ``malloc_trim`` gives back (:mod:`.memory`). Decoding costs tens of microseconds an object."""
+
+    def __init__(self) -> None:
+        self._packed: dict[K, str] = {}
+
+    def __getitem__(self, key: K) -> dict[str, Any]:
+        decoded: dict[str, Any] = json.loads(self._packed[key])
+        return decoded
+
+    def __setitem__(self, key: K, value: Mapping[str, Any]) -> None:
+        self._packed[key] = json.dumps(value, separators=(",", ":"))
+
+    def __delitem__(self, key: K) -> None:
+        del self._packed[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._packed)
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def discard(self, key: K) -> None:
+        """Drop ``key`` if held, without decoding it (``pop`` would)."""
+        self._packed.pop(key, None)
+
+    def drain(self) -> Iterator[tuple[K, dict[str, Any]]]:
+        """Each entry decoded and removed, in the order it was added: what has been handed
+        out is no longer held here."""
+        for key in list(self._packed):
+            packed = self._packed.pop(key, None)
+            if packed is not None:
+                yield key, json.loads(packed)

@@ -38,7 +38,7 @@ from mlmodelscope.controller import (
 )
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import ForeignChildError
-from mlmodelscope.controller.slim import slim_evaluation, slim_job
+from mlmodelscope.controller.slim import Packed, slim_evaluation, slim_job
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError, parse_evaluation
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
@@ -233,11 +233,11 @@ class Listing:
     unfinished evaluations), by (namespace, name). Ended evaluations and their Jobs are
     dropped page by page, so a tick's memory follows the evaluations in flight, not all of
     them; what is kept is kept slim (:mod:`..slim`: no managedFields, no evaluation spec, no
-    pod template), since with thousands in flight the kept bodies were most of the tick's
-    memory."""
+    pod template) and encoded (:class:`..slim.Packed`), since with thousands in flight the
+    kept bodies were most of the tick's memory. Both by (namespace, name)."""
 
-    evaluations: list[dict[str, Any]] = field(default_factory=list)
-    jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    evaluations: Packed[tuple[str, str]] = field(default_factory=Packed)
+    jobs: Packed[tuple[str, str]] = field(default_factory=Packed)
 
 
 def _unfinished_job(evaluation: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -260,7 +260,10 @@ def sync_ledger(ctx: Context) -> Listing:
         for item in page:
             key = _unfinished_job(item)
             if key is not None:
-                listing.evaluations.append(slim_evaluation(item))
+                meta = item["metadata"]
+                listing.evaluations[str(meta["namespace"]), str(meta["name"])] = slim_evaluation(
+                    item
+                )
                 wanted_jobs.add(key)
     selector = names.MANAGED_SELECTOR
     for page in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):
@@ -269,7 +272,7 @@ def sync_ledger(ctx: Context) -> Listing:
             key = (str(meta["namespace"]), str(meta["name"]))
             if key in wanted_jobs or queue.holds_slot(job):
                 listing.jobs[key] = slim_job(job)
-    ctx.ledger.finish_rebuild(listing.jobs.values(), listing.evaluations)
+    ctx.ledger.finish_rebuild(listing.jobs.values(), listing.evaluations.values())
     return listing
 
 
