@@ -41,8 +41,8 @@ def slim_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
 def slim_evaluation(evaluation: Mapping[str, Any]) -> dict[str, Any]:
     """What the resync keeps of an unfinished evaluation for the length of a tick: its
     identity, metadata and status, not its spec. Decoded, the spec of even a small evaluation
-    is about 9 KiB, two thirds of the object; with 4,500 of 5,000 evaluations waiting for a
-    node, a tick held 40 MiB of specs. Only a failed run's end reads the spec (its timeout,
+    is about 9 KiB, two thirds of the object; at 5,000 evaluations a tick held 3,935
+    unfinished ones, some 34 MiB of specs. Only a failed run's end reads the spec (its timeout,
     its memory limit), and it reads the evaluation again when the spec is missing
     (:func:`..handlers.handle_job.job_changed`)."""
     return slim({k: v for k, v in evaluation.items() if k != "spec"})
@@ -55,7 +55,7 @@ class Packed(MutableMapping[K, dict[str, Any]]):
     them; at 5,000 evaluations that was 8,000 decoded objects (about 35 MiB in small Python
     objects, spread over the interpreter's arenas, which it keeps once the tick has freed
     them). One string per object is about a fifth of that, and a block of its own that
-    ``malloc_trim`` gives back (:mod:`.memory`). Decoding costs tens of microseconds an object."""
+    ``malloc_trim`` gives back (:mod:`.memory`). Decoding costs a few microseconds an object."""
 
     def __init__(self) -> None:
         self._packed: dict[K, str] = {}
