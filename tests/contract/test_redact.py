@@ -10,10 +10,14 @@ import pytest
 
 from mlmodelscope.contract.redact import (
     REDACTED,
+    forget_secrets,
     install_log_redaction,
     redact_text,
     redact_tree,
     redact_uri,
+    remember_secrets,
+    secrets_in_tree,
+    secrets_in_uri,
 )
 
 
@@ -114,3 +118,87 @@ def test_log_records_are_redacted_whichever_logger_makes_them(
         f"Handler failed: https://{REDACTED}@h/m.onnx?X-Amz-Signature={REDACTED}"
     )
     assert "RuntimeError: GET https://REDACTED@h/m.onnx" in caplog.text
+
+
+# ----------------------------------------------------------------------------- by value
+
+
+@pytest.fixture
+def remembered() -> Iterator[None]:
+    forget_secrets()
+    yield
+    forget_secrets()
+
+
+def test_the_credential_parts_of_a_uri_are_found_as_written_and_decoded() -> None:
+    assert secrets_in_uri("s3://AKIAEXAMPLE:secretkey@bucket/m.onnx") == {
+        "AKIAEXAMPLE:secretkey",
+        "AKIAEXAMPLE",
+        "secretkey",
+        "QUtJQUVYQU1QTEU6c2VjcmV0a2V5",  # the Basic header an HTTP client would send
+    }
+    found = secrets_in_uri("https://h/m?X-Amz-Signature=a%2Bb&v=2#token=t0k3n")
+    assert found == {"a%2Bb", "a+b", "t0k3n"}
+    assert secrets_in_uri("https://h/m.onnx?v=2") == set() == secrets_in_uri("models/m.onnx")
+    spec = {"model": {"uri": "https://u:pw-1234@h/m"}, "labels": ["see s3://b/k?sig=s1g-99"]}
+    assert {"pw-1234", "s1g-99"} <= secrets_in_tree(spec)
+
+
+def test_a_remembered_secret_is_replaced_in_every_form_a_library_quotes_it(
+    remembered: None,
+) -> None:
+    remember_secrets(secrets_in_uri("s3://AKIAEXAMPLE:secretkey@bucket/m.onnx"))
+    boto = 'Invalid bucket name "AKIAEXAMPLE:secretkey@bucket": Bucket name must match'
+    assert redact_text(boto) == 'Invalid bucket name "REDACTED@bucket": Bucket name must match'
+    remember_secrets(["tok en/+\nline2\n"])
+    for quoted in ("b'tok en/+\\nline2\\n'", "tok%20en%2F%2B%0Aline2", "tok+en%2F%2B%0Aline2"):
+        assert "tok" not in redact_text(f"header {quoted} refused"), quoted
+    assert (
+        redact_text("a stripped value: tok en/+\nline2 here") == "a stripped value: REDACTED here"
+    )
+
+
+def test_short_values_are_left_to_the_uri_rules_and_forgetting_stops_replacing(
+    remembered: None,
+) -> None:
+    remember_secrets(["pw", "", "longer-secret"])
+    assert redact_text("pw stays; longer-secret goes") == "pw stays; REDACTED goes"
+    assert redact_text("https://u:pw@h/m") == "https://REDACTED@h/m"
+    forget_secrets()
+    assert redact_text("longer-secret") == "longer-secret"
+
+
+def test_remembered_secrets_reach_log_records_and_trees(
+    remembered: None, caplog: pytest.LogCaptureFixture, redacting_logs: None
+) -> None:
+    remember_secrets(["hunter22"])
+    logging.getLogger("some.library").error("auth failed for %s", "hunter22")
+    assert "hunter22" not in caplog.text and "auth failed for REDACTED" in caplog.text
+    assert redact_tree({"k": ["x hunter22"]}) == {"k": ["x REDACTED"]}
+
+
+def test_every_span_is_redacted_before_it_is_kept_or_exported(remembered: None) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from mlmodelscope.contract.otel import redacting
+
+    remember_secrets(["tok-SECRET-9"])
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(redacting(SimpleSpanProcessor(exporter)))
+    tracer = provider.get_tracer("test")
+    with pytest.raises(ValueError), tracer.start_as_current_span("fetch", attributes={
+        "uri": "https://u:pw@h/m", "tags": ["tok-SECRET-9", "x"], "n": 3,
+    }):  # fmt: skip
+        raise ValueError("Invalid header value b'tok-SECRET-9'")
+    with tracer.start_as_current_span("clean", attributes={"n": 1}):
+        pass
+    failed, clean = exporter.get_finished_spans()
+    shown = str(
+        (failed.attributes, [e.attributes for e in failed.events], failed.status.description)
+    )
+    assert "tok-SECRET-9" not in shown and "pw@" not in shown and "REDACTED" in shown
+    assert failed.attributes["n"] == 3 and failed.attributes["tags"] == ("REDACTED", "x")
+    assert clean.attributes == {"n": 1}

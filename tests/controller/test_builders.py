@@ -281,7 +281,15 @@ def test_image_override_credentials_service_account_and_telemetry(make_evaluatio
     assert c["image"] == "example.com/custom:1"
     assert c["imagePullPolicy"] == "Always"
     assert c["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
-    assert "s3-creds" not in str(job["spec"]["template"]["spec"]["volumes"])
+    # and as read-only files, so the agent knows every value of the Secret to redact
+    assert {"name": "model-credentials", "secret": {"secretName": "s3-creds"}} in job["spec"][
+        "template"
+    ]["spec"]["volumes"]
+    assert {
+        "name": "model-credentials",
+        "mountPath": "/var/run/secrets/mlmodelscope/model-credentials",
+        "readOnly": True,
+    } in c["volumeMounts"]
     assert job["spec"]["template"]["spec"]["serviceAccountName"] == "mlmodelscope-agent"
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     env = env_of(job)

@@ -110,3 +110,20 @@ def test_the_api_server_refuses_what_the_hostile_input_fixes_refuse(
         error = server_verdict(crd_cluster, namespace, hostile)
         assert paths and error, (hostile.field, paths, error)
         assert any(named(p, error) for p in paths), (paths, error)
+
+
+def test_the_api_server_refuses_userinfo_in_an_s3_uri_without_repeating_it(
+    crd_cluster: Cluster, namespace: str
+) -> None:
+    """The issue's hostile URI is refused at admission, naming the field and the fix; the
+    error repeats no part of the credential, and nothing is created (no status, no Event)."""
+    hostile = replace(("spec", "model", "uri"), "s3://AKIAEXAMPLE:secretkey@bucket/m.onnx")
+    proc = crd_cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(hostile.document), check=False
+    )
+    assert proc.returncode != 0
+    assert "spec.model.uri" in proc.stderr and "credentialsSecretRef" in proc.stderr
+    assert "secretkey" not in proc.stderr + proc.stdout
+    assert "AKIAEXAMPLE" not in proc.stderr + proc.stdout
+    listed = crd_cluster.kubectl("get", "modelevaluations,events", "-n", namespace, "-o", "json")
+    assert "secretkey" not in listed.stdout

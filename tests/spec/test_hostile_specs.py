@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hostile import (
     BASE,
     CREDENTIAL_URIS,
@@ -290,3 +291,49 @@ def test_a_pvc_uri_names_a_claim_and_stays_inside_it(
 def test_a_pvc_uri_inside_its_claim_is_accepted() -> None:
     for uri in ("pvc://models/digits.onnx", "pvc://my.claim", "pvc://c/a..b/..c/m.onnx"):
         parse_resource(replace(("spec", "model", "uri"), uri).document, "pvc.yaml")
+
+
+S3_USERINFO = "s3://AKIAEXAMPLE:secretkey@bucket/m.onnx"
+"""The issue's hostile URI: userinfo can never be valid in s3:// (no bucket name holds ':' or
+'@'), so it is refused, naming the field and the fix, and its secret is not repeated."""
+
+
+@pytest.mark.parametrize(
+    ("place", "document_fix"),
+    [
+        (("spec", "model", "uri"), {}),
+        (("spec", "dataset", "uri"), {"dataset": {"type": "npz", "uri": "x"}}),
+        (
+            ("spec", "postprocessing", 0, "labels", "uri"),
+            {"postprocessing": [{"labels": {"uri": "x"}}]},
+        ),
+    ],
+)
+def test_userinfo_in_an_s3_uri_is_refused_naming_the_field_and_the_secret_ref(
+    place: tuple[str | int, ...], document_fix: dict[str, Any], tmp_path: Path
+) -> None:
+    document = replace(("spec", "model", "name"), "m").document
+    document["spec"].update(document_fix)
+    target: Any = document
+    for key in place[:-1]:
+        target = target[key]
+    target[place[-1]] = S3_USERINFO
+    with pytest.raises(SpecValidationError) as info:
+        parse_resource(document, "hostile.yaml")
+    [problem] = info.value.problems
+    assert problem.path == field_path(place)
+    assert "credentialsSecretRef" in problem.message
+    assert "secretkey" not in str(info.value) and "AKIAEXAMPLE" not in str(info.value)
+
+    file = tmp_path / "hostile.yaml"
+    file.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(app, ["validate", str(file)])
+    assert result.exit_code == 1, result.output
+    assert field_path(place) in result.output and "credentialsSecretRef" in result.output
+    assert "secretkey" not in result.output
+
+
+def test_userinfo_elsewhere_than_an_s3_uri_stays_valid() -> None:
+    """http(s) userinfo is basic auth, and an '@' in an s3:// key is a key."""
+    for uri in ("https://alice:pw@models.example/m.onnx", "s3://bucket/keys/a@b.onnx"):
+        parse_resource(replace(("spec", "model", "uri"), uri).document, "ok.yaml")

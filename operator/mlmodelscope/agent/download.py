@@ -28,7 +28,7 @@ from typing import BinaryIO, Final
 
 from mlmodelscope.agent import netguard
 from mlmodelscope.contract.fetch import DEADLINE_ENV, MAX_BYTES_ENV, FetchPolicy
-from mlmodelscope.contract.redact import redact_uri
+from mlmodelscope.contract.redact import redact_uri, remember_secrets, secrets_in_uri
 from mlmodelscope.spec.base import SpecError
 
 CHUNK: Final = 1 << 20
@@ -172,6 +172,7 @@ class _Hop:
     """One request of a download: the URL, its parts, and how messages name it."""
 
     def __init__(self, url: str, shown: str, field: str) -> None:
+        remember_secrets(secrets_in_uri(url))  # a redirect's target may be presigned too
         here = redact_uri(url)
         self.url = url
         self.shown = shown if here == shown else f"{here} (redirected from {shown})"

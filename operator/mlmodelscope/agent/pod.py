@@ -27,8 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
 from pydantic import ValidationError
 
+from mlmodelscope.agent.credentials import remember_evaluation_secrets
 from mlmodelscope.agent.hooks import HooksFactory, no_hooks
 from mlmodelscope.contract.paths import container_path
 from mlmodelscope.contract.redact import install_log_redaction, redact_text
@@ -252,6 +254,14 @@ def _exit_code(document: Mapping[str, Any]) -> int:
     return EXIT_SPEC_ERROR if error.get("field") else EXIT_FAILED
 
 
+def _raw_documents(spec_file: Path) -> list[Any]:
+    """The YAML documents of ``spec_file`` as written (none when it cannot be read)."""
+    try:
+        return list(yaml.safe_load_all(spec_file.read_text()))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+
+
 def run_evaluation(spec_file: Path, output: Path, hooks: HooksFactory = no_hooks) -> dict[str, Any]:
     """Load the one evaluation in ``spec_file`` and run it; always returns a result document
     (status Succeeded or Failed), never raises for evaluation problems."""
@@ -293,6 +303,7 @@ def run_agent(
     spec_file = Path(container_path(spec))
     output_file = Path(container_path(output))
     message_file = Path(container_path(termination_log))
+    remember_evaluation_secrets(_raw_documents(spec_file))  # before the spec is even valid
     log.info("agent: spec %s, output %s", spec_file, output_file)
     document = run_evaluation(spec_file, output_file, hooks)
     summary = summarize(document)

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
+from mlmodelscope.agent.credentials import remember_evaluation_secrets
 from mlmodelscope.agent.hooks import HooksFactory, ProgressHook, Reporter, RunHooks, no_hooks
 from mlmodelscope.agent.startup import Timeline
 from mlmodelscope.contract.redact import redact_text, redact_tree, redact_uri
@@ -250,6 +251,7 @@ def evaluate(
     report = reporter or Reporter()
     evaluation = loaded.evaluation
     spec = evaluation.spec
+    remember_evaluation_secrets(spec.model_dump(mode="json", by_alias=True, exclude_none=True))
     run_id = str(uuid.uuid4())
     started = time.monotonic()
     timings: dict[str, float] = {}
@@ -450,6 +452,7 @@ def evaluate(
         document["error"] = {"type": type(exc).__name__, "message": message, "field": field}
         _finish(document, timings, started)
         telemetry.finish(document, output, error=exc)  # telemetry: trace, metrics push
+        _redact(document)
         _check_contract(document)
         if output is not None:
             write_document(document, output)
@@ -461,6 +464,7 @@ def evaluate(
             backend.close()
     _finish(document, timings, started)
     telemetry.finish(document, output)  # telemetry: trace_id, tracing, gpu_metrics, push
+    _redact(document)
     _check_contract(document)
     if output is not None:
         write_document(document, output)
@@ -485,6 +489,12 @@ def _finish(document: dict[str, Any], timings: dict[str, float], started: float)
     document["stage_durations_s"] = timings
     if image := os.environ.get("MLMS_IMAGE"):
         document.setdefault("image", image)
+
+
+def _redact(document: dict[str, Any]) -> None:
+    """Every string of the document redacted, in place: a library's text anywhere in it (an
+    error, a warning, a telemetry failure) may quote a credential of the run."""
+    document.update(redact_tree(document))
 
 
 def _check_contract(document: dict[str, Any]) -> None:

@@ -1,10 +1,18 @@
-"""Credentials in a URI are never repeated: what we echo has them replaced by ``REDACTED``.
+"""Credentials are never repeated: what we echo has them replaced by ``REDACTED``.
 
 A model URI may carry credentials: ``https://user:pass@host/m.onnx`` (userinfo) or a presigned
-query (``?X-Amz-Signature=...``, ``?sig=...``). The spec the user submitted keeps them: the
+query (``?X-Amz-Signature=...``, ``?sig=...``), and ``credentialsSecretRef`` hands the agent
+more (``AWS_SECRET_ACCESS_KEY``, a session token). The spec the user submitted keeps them: the
 agent needs them to download. Everything the operator and the agent *repeat* (status messages,
-conditions, Events, log lines, error messages, the result document) passes through this module,
-so a URI shown anywhere keeps its host and path but not its secrets.
+conditions, Events, log lines, error messages, the result document, spans) passes through
+:func:`redact_text`, which works two ways:
+
+- by shape: every URI in the text keeps its host and path but not its userinfo or secret
+  query values;
+- by value: every secret this process was told of (:func:`remember_secrets`) is replaced
+  wherever it appears, in the forms a library may quote it (as written, percent-encoded,
+  escaped as ``repr`` writes it), because a library's error text repeats what it was given
+  without its URI (``Invalid bucket name "AKIA...:secret@bucket"``).
 
 Both sides import it (the agent redacts what it writes, the operator what it writes into
 status and Events, and both install :func:`install_log_redaction`), so the rules are one.
@@ -12,9 +20,12 @@ status and Events, and both install :func:`install_log_redaction`), so the rules
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
+import threading
 import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, TypeVar
 
 REDACTED: Final = "REDACTED"
@@ -92,10 +103,118 @@ def redact_uri(uri: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Free text (an error message, a log line) with every URI in it redacted."""
-    if "://" not in text:
-        return text
-    return _URL_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)
+    """Free text (an error message, a log line) with every URI in it redacted and every
+    remembered secret replaced."""
+    if "://" in text:
+        text = _URL_IN_TEXT.sub(lambda match: redact_uri(match.group(0)), text)
+    known = _known.pattern
+    return text if known is None else known.sub(REDACTED, text)
+
+
+# --------------------------------------------------------------------------- known secrets
+
+MIN_SECRET_LENGTH: Final = 4
+"""Shorter values are not replaced by value (every ``"ab"`` in every message would go);
+inside a URI they are still redacted by shape."""
+
+
+def secrets_in_uri(uri: str) -> set[str]:
+    """The credential-bearing parts of one URI: its userinfo (whole, user, password) and the
+    values of its secret query or fragment parameters, as written and decoded."""
+    _, sep, rest = uri.partition("://")
+    if not sep:
+        return set()
+    found: set[str] = set()
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        userinfo = authority.rpartition("@")[0]
+        user, _, password = userinfo.partition(":")
+        found |= {userinfo, user, password}
+        plain_user, plain_password = urllib.parse.unquote(user), urllib.parse.unquote(password)
+        found |= {plain_user, plain_password, f"{plain_user}:{plain_password}"}
+        basic = f"{plain_user}:{plain_password}".encode()
+        found.add(base64.b64encode(basic).decode("ascii"))  # as an Authorization header
+    before_fragment, _, fragment = tail.partition("#")
+    query = before_fragment.partition("?")[2]
+    for parameters in (query, fragment):
+        for part in parameters.split("&"):
+            name, equals, value = part.partition("=")
+            if equals and value and is_secret_parameter(name):
+                found |= {value, urllib.parse.unquote_plus(value)}
+    return found
+
+
+def secrets_in_tree(value: Any) -> set[str]:
+    """The credential-bearing parts of every URI among the strings of a JSON-like value (a
+    spec as submitted, before any redaction)."""
+    found: set[str] = set()
+    for text in _strings(value):
+        if "://" in text:
+            for match in _URL_IN_TEXT.finditer(text):
+                found |= secrets_in_uri(match.group(0))
+    return found
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def quoted_forms(secret: str) -> set[str]:
+    """``secret`` as a library may repeat it: as written, without surrounding whitespace,
+    percent-encoded (path or form style) and escaped as ``repr`` of text or bytes writes it."""
+    forms = {secret, secret.strip()}
+    for value in list(forms):
+        forms.add(urllib.parse.quote(value, safe=""))
+        forms.add(urllib.parse.quote_plus(value, safe=""))
+        forms.add(repr(value)[1:-1])
+        forms.add(repr(value.encode())[2:-1])
+    return {form for form in forms if len(form) >= MIN_SECRET_LENGTH}
+
+
+class _Known:
+    """The secrets this process was told of, and one pattern that finds any of them."""
+
+    def __init__(self) -> None:
+        self.values: set[str] = set()
+        self.pattern: re.Pattern[str] | None = None
+        self.lock = threading.Lock()
+
+    def add(self, secrets: Iterable[str]) -> None:
+        forms = set().union(*(quoted_forms(s) for s in secrets if s))
+        with self.lock:
+            if forms <= self.values:
+                return
+            self.values |= forms
+            # longest first, so a secret containing another is replaced whole
+            ordered = sorted(self.values, key=lambda v: (-len(v), v))
+            self.pattern = re.compile("|".join(re.escape(v) for v in ordered))
+
+    def clear(self) -> None:
+        with self.lock:
+            self.values, self.pattern = set(), None
+
+
+_known = _Known()
+
+
+def remember_secrets(secrets: Iterable[str]) -> None:
+    """From now on, replace each of ``secrets`` (and the forms a library may quote it in)
+    wherever this process redacts text. Values shorter than :data:`MIN_SECRET_LENGTH` are
+    ignored."""
+    _known.add(secrets)
+
+
+def forget_secrets() -> None:
+    """Replace no remembered value any more (a new run in the same process, tests)."""
+    _known.clear()
 
 
 def redact_tree(value: T) -> T:

@@ -39,8 +39,9 @@ PVC_ROOT: Final = "/var/run/mlmodelscope/pvc"
 """``pvc://<claim>/<path>`` is mounted at ``<PVC_ROOT>/<claim>/<path>`` (``$MLMS_PVC_ROOT``
 overrides it in the agent)."""
 SECRET_DIR: Final = "/var/run/secrets/mlmodelscope/model-credentials"
-"""Where a mounted credentials Secret is looked for when the environment has no AWS keys
-(``$MLMS_SECRET_DIR`` overrides it)."""
+"""Where the Job mounts the Secret of ``credentialsSecretRef`` (read-only, one file per key):
+the agent redacts each value from what it writes, and reads AWS keys there when the
+environment has none (``$MLMS_SECRET_DIR`` overrides it)."""
 
 
 def unix_time(value: Any) -> float | None:

@@ -21,6 +21,7 @@ from mlmodelscope.contract.wire import (
     PVC_ROOT,
     RESULT_KEY,
     RESULTS_DIR,
+    SECRET_DIR,
     SPEC_DIR,
     SPEC_KEY,
     TERMINATION_LOG,
@@ -306,8 +307,16 @@ def _container(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[
     }
     secret = evaluation.spec.model.credentials_secret_ref
     if secret is not None:
+        # as variables for boto3, and as files so the agent knows every value to redact
         container["envFrom"] = [{"secretRef": {"name": secret.name}}]
+        container["volumeMounts"].append(
+            {"name": CREDENTIALS_VOLUME, "mountPath": SECRET_DIR, "readOnly": True}
+        )
     return container
+
+
+CREDENTIALS_VOLUME = "model-credentials"
+"""The volume of ``credentialsSecretRef``'s Secret, mounted read-only at SECRET_DIR."""
 
 
 def claims(evaluation: ModelEvaluation) -> list[str]:
@@ -381,6 +390,11 @@ def _pod_spec(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
                     "persistentVolumeClaim": {"claimName": c, "readOnly": True},
                 }
                 for c in claims(evaluation)
+            ),
+            *(
+                [{"name": CREDENTIALS_VOLUME, "secret": {"secretName": secret.name}}]
+                if (secret := evaluation.spec.model.credentials_secret_ref) is not None
+                else []
             ),
         ],
         **_scheduling(evaluation, settings),

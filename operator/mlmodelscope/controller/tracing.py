@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from mlmodelscope import __version__
-from mlmodelscope.contract.otel import TELEMETRY_EXTRA_HINT, export_disabled
+from mlmodelscope.contract.otel import TELEMETRY_EXTRA_HINT, export_disabled, redacting
 from mlmodelscope.controller import names
 from mlmodelscope.spec.document import KIND
 
@@ -210,7 +210,7 @@ class OperatorTracer:
             sampler=ALWAYS_ON,
             id_generator=_id_generator(),
         )
-        provider.add_span_processor(processor)
+        provider.add_span_processor(redacting(processor))
         return cls(provider)
 
     def record(

@@ -69,6 +69,22 @@ PVC_CLAIM = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/|$)"
 PARENT_SEGMENT = r"/[.][.](/|$)"
 
 
+S3_USERINFO = r"^s3://[^/?#]*@"
+"""userinfo in an s3:// URI: a bucket name holds no ':' or '@', so this is a credential."""
+
+
+def _s3_credentials_rule(field: str = "uri") -> Rule:
+    """An s3:// URI never holds credentials: they belong in ``credentialsSecretRef``."""
+    return Rule(
+        cel=f"!has(self.{field}) || !self.{field}.matches('{S3_USERINFO}')",
+        message="an s3:// URI cannot hold credentials (a bucket name has no ':' or '@'); "
+        "write s3://bucket/key and put the keys in a Secret named by "
+        "spec.model.credentialsSecretRef",
+        field=field,
+        check=lambda m: re.search(S3_USERINFO, getattr(m, field) or "") is None,
+    )
+
+
 def _pvc_rules(field: str = "uri") -> tuple[Rule, ...]:
     """A pvc:// URI names a claim the operator mounts and a path inside it: the claim must be
     a PersistentVolumeClaim name and the path must not climb out of the volume with '..'."""
@@ -249,9 +265,10 @@ class ModelSource(SpecModel):
 
     credentials_secret_ref: SecretReference | None = None
     """Secret holding credentials for the model source (e.g. AWS_ACCESS_KEY_ID and
-    AWS_SECRET_ACCESS_KEY for s3://), exposed to the evaluation job as environment variables."""
+    AWS_SECRET_ACCESS_KEY for s3://), exposed to the evaluation job as environment variables
+    and as files; every message of the run has their values replaced by REDACTED."""
 
-    rules: ClassVar[tuple[Rule, ...]] = _pvc_rules()
+    rules: ClassVar[tuple[Rule, ...]] = (*_pvc_rules(), _s3_credentials_rule())
 
 
 class ModelExport(SpecModel):
@@ -267,7 +284,7 @@ class ModelExport(SpecModel):
     sha256: Annotated[str | None, Field(pattern=SHA256_PATTERN)] = None
     """Expected SHA-256 of this copy, as `mlms hash PATH` prints it."""
 
-    rules: ClassVar[tuple[Rule, ...]] = _pvc_rules()
+    rules: ClassVar[tuple[Rule, ...]] = (*_pvc_rules(), _s3_credentials_rule())
 
 
 EXPORT_RULES: tuple[Rule, ...] = (
@@ -445,6 +462,8 @@ class Labels(SpecModel):
     uri: Annotated[str | None, Field(max_length=2048)] = None
     """A text file with one class name per line, instead of names."""
 
+    rules: ClassVar[tuple[Rule, ...]] = (_s3_credentials_rule(),)
+
 
 class PostprocessStep(SpecModel):
     """One postprocessing step; set exactly one member. Steps run on the batch output, in order."""
@@ -553,6 +572,7 @@ class Dataset(SpecModel):
 
     rules: ClassVar[tuple[Rule, ...]] = (
         *_pvc_rules(),
+        _s3_credentials_rule(),
         Rule(
             cel="self.type != 'synthetic' || has(self.shape)",
             message="required when type is synthetic: the shape of one sample, e.g. [3, 224, 224]",

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
+from mlmodelscope.contract.redact import redact_tree
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.spec.status import BatchResult, LatencySummary
 from mlmodelscope.spec.sweep import LABEL_SWEEP
@@ -158,7 +159,9 @@ class Store:
         """Store a result document; True when it was new, False when its run was already
         recorded (nothing changes then). Raises :class:`NotRecordableError` for a document that is
         not a valid result document or has no run_id, :class:`StoreError` when the database
-        fails."""
+        fails. Every string is redacted first (:mod:`mlmodelscope.contract.redact`): what is
+        stored is readable by everyone with access to the store."""
+        document = redact_tree(dict(document))
         try:
             parsed = ResultDocument.model_validate(document)
         except ValidationError as exc:

@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from mlmodelscope.agent.profilers import LIBRARY_KINDS, ProfiledRun
-from mlmodelscope.contract.otel import TELEMETRY_EXTRA_HINT, export_disabled, sdk_disabled
+from mlmodelscope.contract.otel import (
+    TELEMETRY_EXTRA_HINT,
+    export_disabled,
+    redacting,
+    sdk_disabled,
+)
 
 SERVICE_NAME = "mlmodelscope-agent"
 INSTRUMENTATION = "mlmodelscope.agent"
@@ -115,7 +120,7 @@ class EvaluationTracer:
         attrs: dict[str, Any] = {**resource_attributes(env), **(extra_resource or {})}
         provider = TracerProvider(resource=Resource.create(attrs))
         memory = _keeper()
-        provider.add_span_processor(memory)
+        provider.add_span_processor(redacting(memory))
         if endpoint is not None:
             try:
                 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
@@ -128,7 +133,7 @@ class EvaluationTracer:
                     f"is not installed; install it with: {TELEMETRY_EXTRA_HINT} ({exc})"
                 ) from exc
             exporter = _recording(OTLPSpanExporter(), endpoint)
-            provider.add_span_processor(BatchSpanProcessor(exporter))
+            provider.add_span_processor(redacting(BatchSpanProcessor(exporter)))
             return cls(provider, memory, True, _parent(env), exporter)
         return cls(provider, memory, False, _parent(env))
 
