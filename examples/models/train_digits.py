@@ -2,9 +2,10 @@
 
 Writes digits.onnx, digits.torchscript.pt, digits.pt2 and digits_savedmodel/ (all taking NCHW
 float32 ``input`` [-1, 1, 8, 8] = raw pixels / 16 and returning ``logits`` [-1, 10]) plus
-manifest.json. The run is deterministic (seeded, deterministic kernels, one thread) and checks
-that all four formats agree on the held-out split, so the framework comparison in the examples
-compares frameworks, not models.
+manifest.json. The run is repeatable on one machine (seeded, deterministic kernels, one thread),
+not across machines: another CPU's float kernels round differently and train slightly different
+weights. It checks that all four formats agree on the held-out split, so the framework comparison
+in the examples compares frameworks, not models.
 
     python examples/models/train_digits.py --out examples/models/build
 """

@@ -3,6 +3,7 @@ the errors a wrong spec or a missing install produces."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -328,3 +329,51 @@ def test_adapter_modules_import_no_framework() -> None:
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+TF_RUN = """
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from mlmodelscope.agent.backends import create_backend
+from mlmodelscope.agent.digits import digits_evaluation
+from mlmodelscope.spec.document import parse_evaluation
+from mlmodelscope.spec.evaluation import FrameworkName
+
+document = digits_evaluation(Path(sys.argv[1]), "tensorflow", "quiet")
+backend = create_backend(FrameworkName.TENSORFLOW)
+backend.import_framework()
+backend.load(Path(document["spec"]["model"]["uri"]), parse_evaluation(document).spec)
+print(backend.predict([np.zeros((2, 1, 8, 8), np.float32)])[0].shape)
+print("stderr still works", file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("level", "shown"), [(None, False), ("2", False), ("0", True)])
+def test_tensorflow_start_up_notices_show_only_in_debug(
+    level: str | None, shown: bool, digits_models: Path
+) -> None:
+    """Importing TensorFlow, loading and running a SavedModel writes no oneDNN or CPU-feature
+    notice to stderr, unless TF_CPP_MIN_LOG_LEVEL=0 asks for TensorFlow's INFO lines. oneDNN
+    is forced on so that TensorFlow writes its notice on any CPU."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env |= {"TF_ENABLE_ONEDNN_OPTS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    proc = subprocess.run(
+        [sys.executable, "-c", TF_RUN, str(digits_models)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "(2, 10)"
+    assert "stderr still works" in proc.stderr
+    notices = [line for line in proc.stderr.splitlines() if "oneDNN" in line]
+    assert bool(notices) == shown, proc.stderr
+    if not shown:
+        assert "This TensorFlow binary is optimized" not in proc.stderr, proc.stderr

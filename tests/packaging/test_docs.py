@@ -291,3 +291,56 @@ def test_every_documented_field_exists() -> None:
                 if not any(_resolves(root, parts[1:]) for root in roots):
                     missing.append(f"{doc.relative_to(ROOT)}:{number}: {path}")
     assert not missing, "fields the docs name that do not exist:\n" + "\n".join(missing)
+
+
+# ------------------------------------------------------------------ the README's demo output
+
+README = (ROOT / "README.md").read_text()
+MAX_OUTPUT_DIFF = 1e-4
+"""What examples/models/train_digits.py lets the exported formats differ by (MAX_ABS_DIFF)."""
+
+
+def demo_sample() -> tuple[str, str]:
+    """The README's paragraph introducing `make demo`'s output, and the output block."""
+    found = re.search(
+        r"^`make demo` ends with this:(.*?)\n```\n(.*?)^```", README, flags=re.S | re.M
+    )
+    assert found, "README.md: no `make demo` sample output"
+    return " ".join(found[1].split()), found[2]
+
+
+def test_readme_demo_sample_agrees_across_frameworks() -> None:
+    """The three frameworks evaluate the same weights: one top-1 in every row of the sample,
+    and output differences within what the training script allows."""
+    _, block = demo_sample()
+    header = next(line for line in block.splitlines() if line.startswith("┃"))
+    columns = [cell.strip() for cell in header.strip("┃").split("┃")]
+    top1: dict[str, set[str]] = {}
+    for line in block.splitlines():
+        if line.startswith("│"):
+            cells = dict(zip(columns, (c.strip() for c in line.strip("│").split("│")), strict=True))
+            top1.setdefault(cells["framework"].split()[0], set()).add(cells["top-1"])
+    assert set(top1) == {"onnxruntime", "pytorch", "tensorflow"}
+    assert len(set().union(*top1.values())) == 1, top1
+    diffs = [float(d) for d in re.findall(r"max \|diff\| = (\S+)", block)]
+    assert len(diffs) == 2 and max(diffs) < MAX_OUTPUT_DIFF, diffs
+    assert "top-1 spread across evaluations: 0.00 percentage points" in block
+
+
+def test_readme_says_top1_may_differ_between_machines() -> None:
+    """The CNN is trained on the local CPU, whose float kernels round differently from another
+    CPU's: the README may promise agreement across frameworks, not the same top-1 everywhere."""
+    intro, _ = demo_sample()
+    assert not re.search(r"top-1[^.:]*should not", intro), intro
+    assert "top-1 may differ slightly" in intro
+    assert "evaluate the same trained weights" in intro
+    assert "their top-1 agree with each other" in intro
+
+
+def test_troubleshooting_names_the_tensorflow_log_level() -> None:
+    """The level the TensorFlow adapter sets, and the one that shows everything."""
+    from mlmodelscope.agent.backends.tensorflow import LOG_LEVEL_VAR, QUIET_LEVEL
+
+    text = (DOCS / "troubleshooting.md").read_text()
+    assert f"`{LOG_LEVEL_VAR}={QUIET_LEVEL}`" in text
+    assert f"`{LOG_LEVEL_VAR}=0`" in text

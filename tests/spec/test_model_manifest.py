@@ -460,3 +460,25 @@ def test_validate_checks_every_models_chain_and_reads_a_file_once(tmp_path: Path
     assert "Model 'orphan' is basedOn 'gone', and Model 'gone' not found" in str(errors)
     assert "spec.basedOn.name: Model 'a': basedOn forms a cycle (a -> b -> a)" in str(errors)
     assert len(checked) == 4  # digits.yaml named twice, read once
+
+
+def test_validate_of_a_sweep_with_an_unknown_model_names_both_fixes(tmp_path: Path) -> None:
+    """A sweep's modelRef that no file given defines: the cluster's fix (kubectl apply) and
+    the CLI's (--models), since the same check runs in both places."""
+    swept = write_yaml(tmp_path / "sweep.yaml", ref_sweep({"name": "x", "modelRef": {"name": "m"}}))
+    result = CliRunner().invoke(app, ["validate", str(swept)])
+    assert result.exit_code == 1
+    message = " ".join(result.output.split())
+    assert "spec.matrix.models[0].modelRef.name: Model 'm' not found" in message
+    assert "kubectl apply -f examples/catalog/" in message
+    assert "mlms validate or mlms run (--models DIR)" in message
+
+
+def test_an_unknown_model_in_a_cluster_keeps_the_clusters_fix() -> None:
+    """Where the caller says where it looked (a namespace), the message says kubectl apply."""
+    with pytest.raises(UnresolvedModelError) as info:
+        resolve_model("m", lookup_in({}), where="not found in namespace 'team'")
+    assert info.value.problem.message == (
+        "Model 'm' not found in namespace 'team'; create it (e.g. kubectl apply -f "
+        "examples/catalog/) or correct the name"
+    )

@@ -303,7 +303,7 @@ class Cluster:
         self.state_path.unlink(missing_ok=True)
 
     def _provide_examples(self, models: list[str], deadline: float) -> None:
-        """The examples claim (bound for real by the PV controller) and the agent's Role."""
+        """The examples claim, bound for real by the PV controller."""
         examples.provision(self.rest(), self.examples_dir)
         self._wait(
             f"claim {examples.CLAIM} to be bound",

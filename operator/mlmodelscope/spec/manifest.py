@@ -192,10 +192,21 @@ class ResolvedModel:
         return document
 
 
-def _missing(name: str, chain: list[str], field: str, where: str) -> Problem:
+def _missing(name: str, chain: list[str], field: str, where: str | None) -> Problem:
+    """The not-found problem. ``where`` None: the caller does not know where the Models came
+    from (a sweep's entries, checked by `mlms validate` and by the operator alike), so the
+    message says how to give a Model in both places."""
     if chain:
         via = " is basedOn ".join(f"{n!r}" for n in [*chain, name])
-        return Problem(field, f"Model {via}, and Model {name!r} {where}; create it or fix basedOn")
+        found = where or "not found"
+        return Problem(field, f"Model {via}, and Model {name!r} {found}; create it or fix basedOn")
+    if where is None:
+        return Problem(
+            field,
+            f"Model {name!r} not found; create it in the cluster (e.g. kubectl apply -f "
+            "examples/catalog/), or pass the file or folder that defines it to mlms validate "
+            "or mlms run (--models DIR), or correct the name",
+        )
     return Problem(
         field,
         f"Model {name!r} {where}; create it (e.g. kubectl apply -f examples/catalog/) or "
@@ -204,10 +215,11 @@ def _missing(name: str, chain: list[str], field: str, where: str) -> Problem:
 
 
 def resolve_model(
-    name: str, lookup: ModelLookup, field: str = "spec.modelRef.name", where: str = "not found"
+    name: str, lookup: ModelLookup, field: str = "spec.modelRef.name", where: str | None = None
 ) -> ResolvedModel:
     """Follow ``name`` and its basedOn chain; raises UnresolvedModelError naming ``field``
-    for an unknown Model, a cycle, or a chain longer than MAX_BASED_ON."""
+    for an unknown Model, a cycle, or a chain longer than MAX_BASED_ON. ``where`` finishes
+    the not-found message (None: "not found", with both the cluster's and the CLI's fix)."""
     chain: list[ModelManifest] = []
     current = name
     while True:
@@ -286,7 +298,7 @@ def resolve_evaluation(
     document: Any,
     lookup: ModelLookup,
     source: str,
-    where: str = "not found",
+    where: str | None = None,
     sources: Mapping[str, str] | None = None,
 ) -> Any:
     """``document`` with spec.modelRef replaced by what the Model holds: spec.model (or the

@@ -1,15 +1,19 @@
 """TensorFlow adapter: a SavedModel's ``serving_default`` signature.
 
 TensorFlow is imported in ``load`` only (it costs seconds), with its C++ logging quietened
-first. Device visibility and thread pools can change only before TensorFlow's runtime starts,
-so ``load`` sets them before anything else touches TensorFlow, and reports what took effect.
+first (``import_tensorflow``). Device visibility and thread pools can change only before
+TensorFlow's runtime starts, so ``load`` sets them before anything else touches TensorFlow, and
+reports what took effect.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Callable, Sequence
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +34,69 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SIGNATURE = "serving_default"
+
+LOG_LEVEL_VAR = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_LEVEL = "1"
+"""TensorFlow's C++ log level unless the user set one: 1 hides INFO, keeps warnings."""
+NOTICES = (
+    b"oneDNN custom operations are on",
+    b"All log messages before absl::InitializeLog() is called",
+    b"This TensorFlow binary is optimized to use available CPU instructions",
+    b"To enable the following instructions:",
+)
+"""TensorFlow's start-up notices, dropped from what its import writes to stderr. The level does
+not hide the first two: TensorFlow 2.21 logs them through absl before it applies the level."""
+
+
+def import_tensorflow() -> Any:
+    """Import TensorFlow, its C++ INFO logging and start-up NOTICES quietened, unless the user
+    set TF_CPP_MIN_LOG_LEVEL=0 (debug: everything stays). A level the user set wins."""
+    if "tensorflow" in sys.modules:
+        import tensorflow
+
+        return tensorflow
+    debug = os.environ.setdefault(LOG_LEVEL_VAR, QUIET_LEVEL).strip() == "0"
+    with contextlib.nullcontext() if debug else _stderr_without(NOTICES):
+        import tensorflow
+
+    return tensorflow
+
+
+@contextlib.contextmanager
+def _stderr_without(notices: Sequence[bytes]) -> Iterator[None]:
+    """Send file descriptor 2 to a temporary file during the block (TensorFlow's C++ code writes
+    there, not to ``sys.stderr``), then write what it got to the real stderr, less the lines
+    holding one of ``notices``. Without a usable descriptor 2 the block runs as it is."""
+    _flush_stderr()
+    try:
+        saved = os.dup(2)
+    except OSError:
+        saved = -1
+    if saved < 0:
+        yield
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            _flush_stderr()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            kept = b"".join(
+                line
+                for line in captured.read().splitlines(keepends=True)
+                if not any(notice in line for notice in notices)
+            )
+            while kept:
+                kept = kept[os.write(2, kept) :]
+
+
+def _flush_stderr() -> None:
+    """What Python buffered for stderr goes out before descriptor 2 changes."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        sys.stderr.flush()
 
 
 def _describe(specs: dict[str, Any]) -> str:
@@ -58,17 +125,15 @@ class TensorFlowBackend(Backend):
 
     def import_framework(self) -> None:
         """Import TensorFlow (what ``load`` would import first)."""
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
-            import tensorflow  # noqa: F401
+            import_tensorflow()
         except ImportError as exc:
             raise MissingExtraError("TensorFlow", "tensorflow", exc) from exc
 
     def load(self, model_path: Path, spec: EvaluationSpec) -> None:
         """Configure devices and threads, load the signature, check model.inputs against it."""
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         try:
-            import tensorflow as tf
+            tf = import_tensorflow()
         except ImportError as exc:
             raise MissingExtraError("TensorFlow", "tensorflow", exc) from exc
         if spec.model.format != ModelFormat.SAVEDMODEL:
