@@ -344,3 +344,26 @@ def test_troubleshooting_names_the_tensorflow_log_level() -> None:
     text = (DOCS / "troubleshooting.md").read_text()
     assert f"`{LOG_LEVEL_VAR}={QUIET_LEVEL}`" in text
     assert f"`{LOG_LEVEL_VAR}=0`" in text
+
+
+def readme_section(title: str) -> str:
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, flags=re.S | re.M)
+    assert found, f"README.md has no '## {title}' section"
+    return found[1]
+
+
+def test_readme_names_every_generated_crd_and_the_parts_in_place() -> None:
+    """The source layout's crds/ row and the Status section name every kind crds/ holds, and
+    Status names the parts that landed after its first writing (sweeps, the store, Kueue, the
+    real node)."""
+    kinds = sorted(
+        yaml.safe_load(path.read_text())["spec"]["names"]["kind"]
+        for path in (ROOT / "crds").glob("*.yaml")
+    )
+    assert kinds == ["EvaluationSweep", "Model", "ModelEvaluation"]
+    [crds_row] = [line for line in README.splitlines() if line.startswith("| `crds/` |")]
+    status = readme_section("Status")
+    for kind in kinds:
+        assert kind in crds_row and f"`{kind}`" in status, kind
+    for part in ("sweeps", "store", "Kueue", "kubelet", "PostgreSQL"):
+        assert part in status, part
