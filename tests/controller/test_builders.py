@@ -282,9 +282,10 @@ def test_image_override_credentials_service_account_and_telemetry(make_evaluatio
     assert c["imagePullPolicy"] == "Always"
     assert c["envFrom"] == [{"secretRef": {"name": "s3-creds"}}]
     # and as read-only files, so the agent knows every value of the Secret to redact
-    assert {"name": "model-credentials", "secret": {"secretName": "s3-creds"}} in job["spec"][
-        "template"
-    ]["spec"]["volumes"]
+    assert {
+        "name": "model-credentials",
+        "secret": {"secretName": "s3-creds", "optional": True},
+    } in job["spec"]["template"]["spec"]["volumes"]
     assert {
         "name": "model-credentials",
         "mountPath": "/var/run/secrets/mlmodelscope/model-credentials",

@@ -392,8 +392,10 @@ def _pod_spec(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
                 for c in claims(evaluation)
             ),
             *(
-                [{"name": CREDENTIALS_VOLUME, "secret": {"secretName": secret.name}}]
-                if (secret := evaluation.spec.model.credentials_secret_ref) is not None
+                # optional: a missing Secret fails the container on its envFrom, which the
+                # start-failure check reads (CreateContainerConfigError), not as a FailedMount
+                [{"name": CREDENTIALS_VOLUME, "secret": {"secretName": ref.name, "optional": True}}]
+                if (ref := evaluation.spec.model.credentials_secret_ref) is not None
                 else []
             ),
         ],

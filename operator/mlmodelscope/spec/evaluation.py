@@ -69,7 +69,7 @@ PVC_CLAIM = r"^pvc://[a-z0-9]([-a-z0-9.]*[a-z0-9])?(/|$)"
 PARENT_SEGMENT = r"/[.][.](/|$)"
 
 
-S3_USERINFO = r"^s3://[^/?#]*@"
+S3_USERINFO = r"^s3://[^/]*@"
 """userinfo in an s3:// URI: a bucket name holds no ':' or '@', so this is a credential."""
 
 
