@@ -4,10 +4,13 @@ of routes (a body, a redirect, or any behaviour: slow, silent, oversized)."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import http.server
+import ipaddress
 import ssl
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 Route = Callable[[http.server.BaseHTTPRequestHandler], None]
@@ -75,3 +78,43 @@ class Site:
         self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def self_signed_context(folder: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server TLS context for 127.0.0.1 with a fresh self-signed certificate, and the
+    certificate's file (for a client's ``SSL_CERT_FILE``). Needs ``cryptography``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    return context, cert_file

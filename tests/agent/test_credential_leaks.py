@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from loopback import Route, Site, redirect
+from loopback import Route, Site, redirect, self_signed_context
 from s3_server import S3Server, isolated_aws_environment, running_s3_server
 
 from mlmodelscope.agent.digits import digits_evaluation
@@ -50,9 +50,16 @@ def echoing(code: int) -> Route:
     return route
 
 
-@pytest.fixture(scope="module")
-def site() -> Iterator[Site]:
-    server = Site()
+@pytest.fixture(params=["http", "https"])
+def site(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Site]:
+    """The echoing server, over plain HTTP and over TLS with a certificate the agent trusts."""
+    context = None
+    if request.param == "https":
+        context, cert_file = self_signed_context(tmp_path)
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
+    server = Site(context)
     server.routes["/private/m.onnx"] = echoing(401)
     server.routes["/signed/m.onnx"] = echoing(403)
     server.routes["/moved/m.onnx"] = redirect("/gone/m.onnx?token=tok-SECRET-moved-3")

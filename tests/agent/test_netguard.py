@@ -10,12 +10,10 @@ The servers are real HTTP(S) servers on 127.0.0.1.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import http.server
 import ipaddress
 import socket
-import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from loopback import Route, Site, redirect, send
+from loopback import Route, Site, redirect, self_signed_context, send
 
 from mlmodelscope.agent.download import REDIRECT_LIMIT, FetchError
 from mlmodelscope.agent.netguard import BlockedAddressError, refusal
@@ -442,41 +440,8 @@ def tls_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
     """An HTTPS server for 127.0.0.1 with a self-signed certificate the client trusts
     (through ``SSL_CERT_FILE``, which OpenSSL's default verify paths read)."""
     pytest.importorskip("cryptography")
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    context, cert_file = self_signed_context(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
     server = Site(context)
     server.routes["/model.onnx"] = send(MODEL)
     yield server
