@@ -1,0 +1,153 @@
+"""Task datasets in users' formats: deterministic order and limits, and every broken input a
+clear error naming the file (or a counted skip where the caller allows one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mlmodelscope.agent.tasks.data import DatasetError, load_coco, load_masks, load_text
+
+
+def coco_folder(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
+    images = tmp_path / "images"
+    images.mkdir()
+    document: dict[str, Any] = {
+        "images": [
+            {"id": i, "file_name": f"{i:03d}.jpg", "width": 32, "height": 24} for i in (3, 1, 2)
+        ],
+        "categories": [{"id": 7, "name": "square"}, {"id": 9, "name": "disc"}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 7, "bbox": [1, 2, 10, 8]},
+            {"id": 2, "image_id": 2, "category_id": 9, "bbox": [4, 4, 6, 6], "area": 30},
+            {"id": 3, "image_id": 2, "category_id": 7, "bbox": [0, 0, 32, 24], "iscrowd": 1},
+            {"id": 4, "image_id": 3, "category_id": 9, "bbox": [5, 5, 5, 5]},
+        ],
+    }
+    for entry in document["images"]:
+        Image.new("RGB", (32, 24)).save(images / entry["file_name"])
+    annotations = tmp_path / "instances.json"
+    annotations.write_text(json.dumps(document))
+    return annotations, images, document
+
+
+def test_coco_images_come_in_id_order_with_their_boxes_and_a_matching_ground_truth(
+    tmp_path: Path,
+) -> None:
+    annotations, images, _ = coco_folder(tmp_path)
+    data = load_coco(annotations, images)
+    assert [i.id for i in data.images] == [1, 2, 3]
+    assert data.images[0].boxes == ((1.0, 2.0, 10.0, 8.0),) and data.images[0].categories == (7,)
+    assert data.images[1].boxes == ((4.0, 4.0, 6.0, 6.0),)  # the crowd region is no target
+    assert data.categories == {7: "square", 9: "disc"}
+    first_two = load_coco(annotations, images, limit=2)
+    assert [i.id for i in first_two.images] == [1, 2]
+    truth = first_two.ground_truth
+    assert sorted(a["id"] for a in truth["annotations"]) == [1, 2, 3]
+    assert {a["id"]: a["area"] for a in truth["annotations"]} == {1: 80, 2: 30, 3: 768}
+
+
+def test_a_missing_image_is_an_error_naming_it_or_a_counted_skip(tmp_path: Path) -> None:
+    annotations, images, _ = coco_folder(tmp_path)
+    (images / "002.jpg").unlink()
+    with pytest.raises(DatasetError, match=r"002\.jpg: image 2 of .*instances\.json is missing"):
+        load_coco(annotations, images)
+    data = load_coco(annotations, images, skip_missing=True)
+    assert [i.id for i in data.images] == [1, 3] and data.skipped == 1
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"),
+    [
+        (lambda d: "{not json", r"instances\.json: not JSON \(.* at line 1\)"),
+        (lambda d: json.dumps({"annotations": []}), r"instances\.json: no 'images' list"),
+        (
+            lambda d: json.dumps({**d, "annotations": [{"id": 5, "image_id": 1}]}),
+            r"annotations\[0\] lacks category_id, bbox",
+        ),
+        (
+            lambda d: json.dumps(
+                {**d, "annotations": [{"id": 5, "image_id": 1, "category_id": 7, "bbox": [1, 2]}]}
+            ),
+            r"annotations\[0\] \(id 5\) has bbox \[1, 2\]",
+        ),
+        (
+            lambda d: json.dumps(
+                {**d, "annotations": [{"id": 5, "image_id": 1, "category_id": 8, "bbox": [0] * 4}]}
+            ),
+            r"names category 8, which 'categories' does not list",
+        ),
+    ],
+)
+def test_malformed_coco_json_names_the_file_and_the_entry(
+    tmp_path: Path, break_it: Any, message: str
+) -> None:
+    annotations, images, document = coco_folder(tmp_path)
+    annotations.write_text(break_it(document))
+    with pytest.raises(DatasetError, match=message):
+        load_coco(annotations, images)
+    with pytest.raises(DatasetError, match=r"nothing\.json: no such file"):
+        load_coco(tmp_path / "nothing.json", images)
+
+
+def mask_folders(tmp_path: Path, count: int = 3) -> tuple[Path, Path]:
+    images, masks = tmp_path / "JPEGImages", tmp_path / "SegmentationClass"
+    images.mkdir()
+    masks.mkdir()
+    for i in range(count):
+        Image.new("RGB", (20, 10)).save(images / f"img{i}.jpg")
+        Image.fromarray(np.full((10, 20), i, dtype=np.uint8)).convert("P").save(
+            masks / f"img{i}.png"
+        )
+    return images, masks
+
+
+def test_masks_pair_with_images_by_name_in_sorted_order(tmp_path: Path) -> None:
+    images, masks = mask_folders(tmp_path)
+    data = load_masks(images, masks, limit=2)
+    assert [(s.image.name, s.mask.name) for s in data.samples] == [
+        ("img0.jpg", "img0.png"),
+        ("img1.jpg", "img1.png"),
+    ]
+
+
+def test_a_mask_of_the_wrong_size_or_kind_or_missing_names_the_file(tmp_path: Path) -> None:
+    images, masks = mask_folders(tmp_path)
+    Image.new("L", (20, 11)).save(masks / "img1.png")
+    with pytest.raises(DatasetError, match=r"img1\.png: 20x11 pixels, but .*img1\.jpg is 20x10"):
+        load_masks(images, masks)
+    Image.new("RGB", (20, 10)).save(masks / "img1.png")
+    with pytest.raises(DatasetError, match=r"img1\.png: mode RGB; a mask holds one class index"):
+        load_masks(images, masks)
+    (masks / "img1.png").unlink()
+    with pytest.raises(DatasetError, match=r"img1\.png: the mask of .*img1\.jpg is missing"):
+        load_masks(images, masks)
+    assert load_masks(images, masks, skip_missing=True).skipped == 1
+
+
+def test_text_rows_keep_file_order_and_string_labels_become_sorted_indices(
+    tmp_path: Path,
+) -> None:
+    jsonl = tmp_path / "reviews.jsonl"
+    rows = [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}, {"text": "ok"}]
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n")
+    data = load_text(jsonl)
+    assert data.texts == ("good", "bad") and data.labels == (1, 0)
+    assert data.class_names == ("neg", "pos")
+    csv_file = tmp_path / "reviews.csv"
+    csv_file.write_text('text,label\n"a, b",2\nc,0\n')
+    assert load_text(csv_file).labels == (2, 0) and load_text(csv_file, limit=1).texts == ("a, b",)
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(DatasetError, match=r"reviews\.jsonl: row 3 has no label field"):
+        load_text(jsonl)
+    jsonl.write_text('{"text": "a", "label": 1}\n{broken\n')
+    with pytest.raises(DatasetError, match=r"reviews\.jsonl: line 2 is not JSON"):
+        load_text(jsonl)
+    with pytest.raises(DatasetError, match=r"reviews\.txt: expected a \.jsonl or \.csv file"):
+        (tmp_path / "reviews.txt").write_text("x")
+        load_text(tmp_path / "reviews.txt")
