@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"spec", "contract", "agent", "analysis"},  # the leveled correction
     "controller": {"spec", "contract", "store"},  # records finished runs (lazily: `store` extra)
     "devcluster": {"spec", "contract", "agent"},  # builds the example models it serves
-    "devtools": {"spec", "contract", "agent", "telemetry", "devcluster"},
+    "devtools": {"spec", "contract", "agent", "telemetry", "devcluster", "zoo"},  # gpukit
     "report": {"spec", "contract", "store", "analysis"},
     "store": {"spec", "contract"},
     "server": {"spec", "contract", "store", "report", "analysis"},

@@ -1,0 +1,198 @@
+"""Run the kit: unpack the bundle, then each step in its own process under its own timeout.
+
+The whole run keeps to :data:`TOTAL_S`; a step gets its own limit or what is left, whichever
+is smaller, and a step that overruns is stopped (its process group killed) and recorded as
+``timeout`` with what it saved so far, so a slow step cannot starve the rest. After every step
+``results.json`` and ``summary.txt`` are rewritten in OUT, so even a run cut off from outside
+leaves its results. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from mlmodelscope.devtools.gpukit import bundle
+from mlmodelscope.devtools.gpukit.record import StepRecord, problems, results_document
+
+TOTAL_S: Final = 480.0
+"""The kit's whole budget (8 minutes), under the remote call's 10-minute cap."""
+MIN_STEP_S: Final = 15.0
+"""A step is not started with less time left than this."""
+MAX_ARTIFACT_BYTES: Final = 15 << 20
+"""A step's file larger than this does not come back (the transfer takes up to 16 MiB)."""
+LOG_TAIL: Final = 4000
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    timeout_s: float
+    what: str
+
+
+STEPS: Final = (
+    Step("facts", 60, "device, driver, CUDA, cuDNN, torch; packages; the CLI imports"),
+    Step("eval-resnet50", 170, "mlms run ResNet-50 224 px, SingleStream and Offline, vs bare"),
+    Step("eval-bert_base", 150, "mlms run BERT-base seq 128, SingleStream and Offline, vs bare"),
+    Step("trace", 100, "library-level tracing (CUPTI kernels), leveled correction"),
+)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def step_env(root: Path, site: Path | None) -> dict[str, str]:
+    """The steps' environment: the package from the tree, the unpacked wheels after it."""
+    paths = [str(root / "operator"), *([str(site)] if site else [])]
+    old = os.environ.get("PYTHONPATH")
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([*paths, *([old] if old else [])]),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def run_step(
+    step: Step, work: Path, gpu: bool, timeout_s: float, env: dict[str, str]
+) -> tuple[StepRecord, str]:
+    """One step in its own process group; its record (from its file) and its log's tail."""
+    command = [sys.executable, "-m", "mlmodelscope.devtools.gpukit", "step", step.name]
+    command += ["--work", str(work), *([] if gpu else ["--cpu"])]
+    started = time.monotonic()
+    log = work / f"{step.name}.log"
+    with log.open("w") as handle:
+        proc = subprocess.Popen(
+            command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the step's own group: it and its children
+            proc.wait()
+            code = None
+    seconds = round(time.monotonic() - started, 2)
+    tail = log.read_text(errors="replace")[-LOG_TAIL:]
+    saved = work / f"{step.name}.json"
+    record = StepRecord(step.name, "failed", timeout_s=round(timeout_s, 1))
+    if saved.is_file():
+        data = json.loads(saved.read_text())
+        record.environment, record.data = data["environment"], data["data"]
+        record.status, record.reason = data["status"], data["reason"]
+    record.seconds, record.timeout_s = seconds, round(timeout_s, 1)
+    if code is None:
+        record.status, record.reason = "timeout", f"stopped after {timeout_s:.1f} s"
+    elif code != 0:
+        last = [line for line in tail.splitlines() if line.strip()][-1:] or ["no output"]
+        record.status, record.reason = "failed", f"exit {code}: {last[0][:300]}"
+    return record, tail
+
+
+def detect_gpu(facts: StepRecord) -> bool:
+    """The facts step's answer; without it, whether the NVIDIA driver's device exists."""
+    if facts.environment:
+        return bool(facts.environment.get("cuda_available"))
+    return Path("/dev/nvidiactl").exists()
+
+
+def summary(document: dict[str, Any]) -> str:
+    """A few lines per step: status, time, and the figures that matter."""
+    env = document.get("environment", {})
+    lines = [
+        f"mlmodelscope GPU kit, {document['started_at']} → {document.get('finished_at')}",
+        f"device {env.get('device')}, driver {env.get('driver')}, CUDA {env.get('cuda')} "
+        f"(driver API {env.get('cuda_driver')}), cuDNN {env.get('cudnn')}, "
+        f"torch {env.get('torch')}, Python {env.get('python')}",
+        f"bundle: unpacked {document['install'].get('unpacked')}, "
+        f"kept {document['install'].get('kept')}",
+    ]
+    for step in document["steps"]:
+        reason = f" ({step['reason']})" if step.get("reason") else ""
+        lines.append(f"- {step['name']}: {step['status']}{reason}, {step['seconds']} s")
+        for row in step["data"].get("overhead", []):
+            goal = row["goal_us"]
+            verdict = "" if goal is None else f", goal {goal:.1f} µs: "
+            verdict += "" if goal is None else ("met" if row["meets_goal"] else "NOT met")
+            lines.append(
+                f"    {row['scenario']} batch {row['batch_size']}: agent "
+                f"{row['agent_p50_us']:.1f} µs, bare {row['bare_p50_us']:.1f} µs, overhead "
+                f"{row['overhead_us']:+.1f} µs ({row['overhead_pct']:+.2f} %){verdict}"
+            )
+        for zoo, entry in step["data"].get("models", {}).items():
+            correction = (entry.get("tracing") or {}).get("levels", {})
+            kernels = entry.get("top_kernels") or []
+            head = kernels[0]["name"][:60] if kernels else "no kernels"
+            lines.append(f"    {zoo}: levels {sorted(correction)}; top kernel {head}")
+    lines.append("not yet: " + ", ".join(n["name"] for n in document["not_yet"]))
+    problems_found = problems(document)
+    lines.append("results.json: " + ("valid" if not problems_found else f"{problems_found}"))
+    return "\n".join(lines) + "\n"
+
+
+def write(out: Path, document: dict[str, Any], logs: dict[str, str]) -> None:
+    (out / "results.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
+    (out / "summary.txt").write_text(summary(document))
+    (out / "steps.log").write_text("".join(f"==== {name}\n{tail}\n" for name, tail in logs.items()))
+
+
+def run(
+    out: Path,
+    root: Path,
+    work: Path | None = None,
+    total_s: float = TOTAL_S,
+    steps: tuple[Step, ...] = STEPS,
+) -> int:
+    """The whole kit; exit 0 when every step ran (ok, or skipped for want of a GPU). The
+    steps' scratch (models, runs, traces) goes to ``work`` (default ``.gpukit/work``)."""
+    deadline = time.monotonic() + total_s
+    started = _now()
+    out.mkdir(parents=True, exist_ok=True)
+    work = work or root / ".gpukit" / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    for old in work.glob("*.json"):
+        old.unlink()
+    wheels = root / bundle.WHEELS
+    install: dict[str, Any] = {"unpacked": [], "kept": [], "note": "no bundle: this Python's own"}
+    site = None
+    if any(wheels.glob("*.whl")):
+        site = work / "site"
+        install = bundle.install(wheels, site)
+    env = step_env(root, site)
+    records: list[StepRecord] = []
+    logs: dict[str, str] = {}
+    gpu = False
+    for step in steps:
+        left = deadline - time.monotonic()
+        if left < MIN_STEP_S:
+            records.append(
+                StepRecord(step.name, "not_run", reason=f"{left:.0f} s left of {total_s:.0f} s")
+            )
+            continue
+        record, logs[step.name] = run_step(step, work, gpu, min(step.timeout_s, left), env)
+        if step.name == "facts":
+            gpu = detect_gpu(record)
+        records.append(record)
+        for name in record.data.get("artifacts", []):
+            source = work / name
+            if source.is_file() and source.stat().st_size <= MAX_ARTIFACT_BYTES:
+                (out / name).write_bytes(source.read_bytes())
+        document = results_document(
+            started_at=started, finished_at=None, gpu=gpu, install=install, steps=records
+        )
+        write(out, document, logs)
+    document = results_document(
+        started_at=started, finished_at=_now(), gpu=gpu, install=install, steps=records
+    )
+    write(out, document, logs)
+    sys.stdout.write(summary(document))
+    bad = [r.name for r in records if r.status not in ("ok", "skipped")]
+    return 1 if bad or problems(document) else 0
