@@ -11,10 +11,12 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
+
+from mlmodelscope.agent.tasks.record import TaskMetrics
 
 BoxFormat = Literal["xyxy", "xywh", "cxcywh"]
 BOX_FORMATS: Final = ("xyxy", "xywh", "cxcywh")
@@ -105,7 +107,7 @@ def class_wise_nms(
 
 
 @dataclass(frozen=True)
-class DetectionMetrics:
+class DetectionMetrics(TaskMetrics):
     """COCOeval's twelve summary numbers for bounding boxes (None where the ground truth has
     no object of that size, which COCOeval writes as -1)."""
 
@@ -124,10 +126,7 @@ class DetectionMetrics:
     ar_large: float | None
     images: int
     detections: int
-    primary: str = field(default="map", init=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "primary"}
+    primary: ClassVar[str] = "map"
 
 
 def coco_results(

@@ -7,23 +7,22 @@ scikit-image offers as options; its default uniform 7x7 window gives other numbe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 
+from mlmodelscope.agent.tasks.record import TaskMetrics
+
 
 @dataclass(frozen=True)
-class RestorationMetrics:
+class RestorationMetrics(TaskMetrics):
     """Mean PSNR (dB) and mean SSIM over the images."""
 
     psnr: float
     ssim: float
     images: int
-    primary: str = field(default="psnr", init=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "primary"}
+    primary: ClassVar[str] = "psnr"
 
 
 def restoration_metrics(

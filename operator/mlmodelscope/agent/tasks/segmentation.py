@@ -4,10 +4,12 @@ as torchmetrics' MulticlassJaccardIndex and MulticlassAccuracy compute them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
+
+from mlmodelscope.agent.tasks.record import TaskMetrics
 
 
 def confusion_matrix(
@@ -33,7 +35,7 @@ def confusion_matrix(
 
 
 @dataclass(frozen=True)
-class SegmentationMetrics:
+class SegmentationMetrics(TaskMetrics):
     """IoU per class (None for a class in neither the masks nor the predictions), their mean
     over the classes that occur, and the fraction of counted pixels labelled right."""
 
@@ -41,10 +43,7 @@ class SegmentationMetrics:
     pixel_accuracy: float
     class_iou: tuple[float | None, ...]
     pixels: int
-    primary: str = field(default="miou", init=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "primary"}
+    primary: ClassVar[str] = "miou"
 
 
 def segmentation_metrics(confusion: np.ndarray) -> SegmentationMetrics:

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from mlmodelscope.agent.tasks.record import TaskMetrics
+
 
 @dataclass(frozen=True)
-class ClassificationMetrics:
+class ClassificationMetrics(TaskMetrics):
     """Accuracy, and F1 averaged over the classes with equal weight (macro)."""
 
     accuracy: float
     macro_f1: float
     samples: int
-    primary: str = field(default="accuracy", init=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "primary"}
+    primary: ClassVar[str] = "accuracy"
 
 
 def classification_metrics(
