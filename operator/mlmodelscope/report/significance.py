@@ -1,7 +1,7 @@
 """Whether a difference between two runs is real: a bootstrap confidence interval of the
 latency ratio (scipy.stats.bootstrap) and McNemar's exact test on per-sample correctness
-(scipy.stats.binomtest on the discordant pairs), each with a verdict that a stated minimum
-effect must also clear. Pure functions over arrays; no command calls them yet."""
+(scipy.stats.binomtest on the discordant pairs), each with a verdict; a latency verdict must
+also clear a stated minimum effect. Pure functions over arrays; no command calls them yet."""
 
 from __future__ import annotations
 
