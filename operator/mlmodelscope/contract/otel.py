@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mlmodelscope.contract.redact import redact_text
+from mlmodelscope.contract.redact import redact_text, redact_tree
 
 TELEMETRY_EXTRA_HINT: Final = "pip install 'mlmodelscope[telemetry]'"
 """What to install when tracing or metrics are configured but their packages are missing."""
@@ -34,16 +34,8 @@ def export_disabled(environ: Mapping[str, str]) -> bool:
 # ------------------------------------------------------------------------------- redaction
 
 
-def _redacted_value(value: Any) -> Any:
-    if isinstance(value, str):
-        return redact_text(value)
-    if isinstance(value, tuple | list) and any(isinstance(item, str) for item in value):
-        return type(value)(redact_text(i) if isinstance(i, str) else i for i in value)
-    return value
-
-
 def _redacted_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {key: _redacted_value(value) for key, value in (attributes or {}).items()}
+    return redact_tree(dict(attributes or {}))
 
 
 def redacted_span(span: Any) -> Any:
