@@ -186,3 +186,22 @@ def test_the_remote_call_carries_the_wheels_and_fits_the_limits() -> None:
         ["git", "check-ignore", "-q", ".gpukit/wheels/x.whl"], cwd=ROOT, check=False
     )
     assert ignored.returncode == 0, ".gpukit/ must be git-ignored (it travels by carry)"
+
+
+def test_the_committed_gpu_run_is_valid_and_quoted_as_measured() -> None:
+    """benchmarks/gpu/ holds what a GPU run measured; docs/gpu.md quotes its summary as is."""
+    runs = sorted((ROOT / "benchmarks" / "gpu").glob("*/results.json"))
+    assert runs, "no GPU run committed under benchmarks/gpu/"
+    for results in runs:
+        document = json.loads(results.read_text())
+        assert problems(document) == [], results
+        assert document["environment"]["cuda_available"] is True, results
+        assert {s["name"]: s["status"] for s in document["steps"]} == {
+            "facts": "ok", "eval-resnet50": "ok", "eval-bert_base": "ok", "trace": "ok"
+        }  # fmt: skip
+    run = ROOT / "benchmarks" / "gpu" / "2026-11-26-h100"
+    docs = (ROOT / "docs" / "gpu.md").read_text()
+    marker = f"<!-- benchmarks/gpu/{run.name}/summary.txt -->\n```text\n"
+    quoted = docs.split(marker, 1)[1].split("\n```", 1)[0]
+    assert quoted == (run / "summary.txt").read_text().rstrip("\n")
+    assert json.loads((run / "results.json").read_text())["gpu"]

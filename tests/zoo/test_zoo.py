@@ -102,3 +102,21 @@ def test_savedmodel_comes_from_keras_applications(cache: Path) -> None:
     (spec,) = card["inputs"]
     (logits,) = serve(**{spec["name"]: tf.zeros((2, 32, 32, 3))}).values()
     assert tuple(logits.shape) == (2, 1000)
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_a_trace_made_on_the_cpu_names_no_device(name: str) -> None:
+    """The zoo traces on the CPU; a device constant in the graph (``torch.arange(...,
+    device=x.device)`` makes one) would pin CPU tensors into a model served on CUDA."""
+    import torch
+
+    from mlmodelscope.zoo.build import _example
+    from mlmodelscope.zoo.registry import torch_factory
+
+    zoo_entry = ENTRIES[name]
+    params = zoo_entry.resolve(small=True)
+    model = torch_factory(name)(params).eval()
+    with torch.no_grad():
+        traced = torch.jit.trace(model, tuple(_example(zoo_entry, params, 2)), check_trace=False)
+    graph = str(traced.inlined_graph)
+    assert 'value="cpu"' not in graph, [line for line in graph.splitlines() if '"cpu"' in line]

@@ -297,9 +297,12 @@ class BertEncoder(nn.Module):
         self.positions = nn.Embedding(max_seq, hidden)
         self.norm = nn.LayerNorm(hidden, eps=1e-12)
         self.layers = nn.Sequential(*(EncoderLayer(hidden, heads, ffn) for _ in range(layers)))
+        # A buffer moves with the module, so a TorchScript trace made on the CPU also runs on
+        # CUDA; torch.arange(..., device=input_ids.device) would bake the tracing device in.
+        self.register_buffer("position_ids", torch.arange(max_seq).unsqueeze(0), persistent=False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        positions = self.position_ids[:, : input_ids.shape[1]]
         x = self.norm(self.tokens(input_ids) + self.positions(positions))
         out: torch.Tensor = self.layers(x)
         return out
