@@ -1,4 +1,5 @@
-"""The packages point one way: spec ← contract ← agent ← telemetry, and contract ← controller.
+"""The packages point one way: spec ← contract ← agent ← telemetry, and contract ← controller;
+and no module reaches itself through its imports.
 
 Read from the source (every ``import``, also inside functions and ``TYPE_CHECKING`` blocks), so
 a lazy import cannot hide a dependency. ``cli`` and ``__main__`` are the composition root: the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,116 @@ def test_the_agent_never_imports_the_controller_nor_the_controller_the_agent() -
     ):
         for path in (PACKAGE / folder).rglob("*.py"):
             assert forbidden not in path.read_text(), f"{path} mentions {forbidden}"
+
+
+def module_of(path: Path) -> str:
+    """``mlmodelscope.controller.builders`` for ``controller/builders.py``; a package's
+    ``__init__.py`` is the package itself."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> Iterator[tuple[str, int]]:
+    """(module, line) for every import in ``path`` of a module in ``modules``, wherever it is
+    written. ``from a import b`` imports the module ``a.b`` when there is one, else ``a``'s
+    ``__init__``; relative imports are resolved against ``path``'s package."""
+    here = module_of(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            parts = [node.module] if node.module else []
+            if node.level:  # `from . import x` is the package itself, `from .. import x` its parent
+                above = package.split(".")
+                parts = above[: len(above) - node.level + 1] + parts
+            base = ".".join(parts)
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:  # a module outside the package: ''
+                name = name.rpartition(".")[0]
+            if name and name != here:
+                yield name, node.lineno
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """{module: {module it imports: a line that imports it}} over the whole package."""
+    paths = {module_of(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in paths.items():
+        graph[module] = {}
+        for target, line in imported_modules(path, set(paths)):
+            graph[module].setdefault(target, line)
+    return graph
+
+
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm,
+    iterative, so a deep import chain cannot exhaust Python's recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif target not in index:
+                index[target] = low[target] = len(index)
+                stack.append(target)
+                on_stack.add(target)
+                work.append((target, iter(graph[target])))
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+    return found
+
+
+def test_circles_finds_every_circle_and_only_circles() -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1, "d": 1}, "d": {"e": 1}, "e": {"d": 1}}
+    graph |= {"f": {"a": 1}, "g": {}}
+    assert sorted(circles(graph)) == [["a", "b", "c"], ["d", "e"]]
+
+
+def test_no_circle_between_modules() -> None:
+    """No module reaches itself through imports, counting those inside functions (a lazy
+    import only hides a circle) and inside ``if TYPE_CHECKING:`` (a circle of types is still
+    two modules that cannot be understood apart). Packages' ``__init__`` count where an import
+    names the package; the parent packages Python also initialises do not, or every package
+    whose ``__init__`` re-exports a submodule would be a circle."""
+    graph = import_graph()
+    assert "mlmodelscope.controller.builders" in graph["mlmodelscope.controller.main"]
+    found = []
+    for component in circles(graph):
+        edges = [
+            f"{source} line {line} imports {target}"
+            for source in component
+            for target, line in graph[source].items()
+            if target in component
+        ]
+        found.append(f"{', '.join(component)}: {'; '.join(edges)}")
+    assert not found, "import circles:\n" + "\n".join(found)

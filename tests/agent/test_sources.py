@@ -450,3 +450,14 @@ def test_bad_path_map_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_fetch_uri_for_datasets_uses_its_own_cache_kind(server: Server, cache: Path) -> None:
     fetched = fetch_uri(server.url("model.onnx"), kind="datasets", uri_field="spec.dataset.uri")
     assert fetched.path.is_relative_to(cache / "datasets")
+
+
+def test_a_pvc_uri_with_a_doubled_slash_stays_inside_the_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pvc://claim//etc/passwd is a path inside the claim, not the node's /etc/passwd."""
+    from mlmodelscope.agent.sources import local_path
+
+    monkeypatch.setenv("MLMS_PVC_ROOT", "/pvc")
+    assert str(local_path("pvc://claim//etc/passwd")) == "/pvc/claim/etc/passwd"
+    assert str(local_path("pvc://claim/models/a.onnx")) == "/pvc/claim/models/a.onnx"

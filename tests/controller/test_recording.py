@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from result_docs import document
 
-from mlmodelscope.controller import recording, status
+from mlmodelscope.controller import recording, run_store, status
 from mlmodelscope.controller.instrument import StartupError
 from mlmodelscope.controller.metrics import OperatorMetrics
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
@@ -70,7 +70,7 @@ def test_store_settings_are_read_and_the_password_never_shows() -> None:
     assert settings.store_url == url
     assert settings.record_retry_seconds == 2.5
     assert "s3cret" not in repr(settings)
-    recorder = recording.Recorder(url)
+    recorder = run_store.Recorder(url)
     assert "s3cret" not in recorder.url and "db.example" in recorder.url
 
 
@@ -95,7 +95,7 @@ def test_a_store_url_without_the_store_extra_is_a_startup_error(
 ) -> None:
     monkeypatch.setitem(sys.modules, "mlmodelscope.store", None)
     with pytest.raises(StartupError, match=r"mlmodelscope\[store\]"):
-        recording.Recorder("postgresql://db/results")
+        run_store.Recorder("postgresql://db/results")
 
 
 # ------------------------------------------------------------------------ document and outbox
@@ -242,7 +242,7 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 def test_recording_the_same_run_twice_keeps_one_row(store_url: str) -> None:
     metrics = OperatorMetrics()
-    recorder = recording.Recorder(store_url, metrics=metrics)
+    recorder = run_store.Recorder(store_url, metrics=metrics)
     doc = result_document()
     try:
         assert recorder.record(doc) is True
@@ -261,10 +261,10 @@ def test_recording_the_same_run_twice_keeps_one_row(store_url: str) -> None:
 
 
 def test_a_document_the_store_rejects_is_not_retried(tmp_path: Path) -> None:
-    recorder = recording.Recorder(f"sqlite:///{tmp_path / 'runs.db'}")
-    with pytest.raises(recording.DocumentRejectedError):
+    recorder = run_store.Recorder(f"sqlite:///{tmp_path / 'runs.db'}")
+    with pytest.raises(run_store.DocumentRejectedError):
         recorder.record(document())  # no run UUID
-    with pytest.raises(recording.DocumentRejectedError):
+    with pytest.raises(run_store.DocumentRejectedError):
         recorder.record({"kind": "Something"})
     recorder.close()
 
@@ -280,13 +280,13 @@ def test_an_unreachable_database_fails_fast_and_is_opened_again_later(
     urls = [down, postgresql.create_database()]
     opened: list[str] = []
 
-    def opener(url: str) -> recording.RunStore:
+    def opener(url: str) -> run_store.RunStore:
         opened.append(url)
-        return recording.open_operator_store(urls[len(opened) - 1], connect_timeout=2)
+        return run_store.open_operator_store(urls[len(opened) - 1], connect_timeout=2)
 
-    recorder = recording.Recorder(down, opener=opener)
+    recorder = run_store.Recorder(down, opener=opener)
     doc = result_document()
-    with pytest.raises(recording.StoreUnavailableError) as caught:
+    with pytest.raises(run_store.StoreUnavailableError) as caught:
         recorder.record(doc)
     assert "s3cret" not in str(caught.value)
     assert recorder.record(doc) is True
@@ -298,5 +298,5 @@ def test_open_operator_store_raises_store_error_naming_the_url_without_password(
     from mlmodelscope.devtools.telemetry_servers import free_port
 
     with pytest.raises(StoreError) as caught:
-        recording.open_operator_store(f"postgresql://u:s3cret@127.0.0.1:{free_port()}/x", 2)
+        run_store.open_operator_store(f"postgresql://u:s3cret@127.0.0.1:{free_port()}/x", 2)
     assert "s3cret" not in str(caught.value) and "127.0.0.1" in str(caught.value)

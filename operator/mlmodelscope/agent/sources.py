@@ -51,6 +51,7 @@ from mlmodelscope.contract.redact import redact_uri
 from mlmodelscope.contract.wire import PVC_ROOT, SECRET_DIR
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import ModelSource
+from mlmodelscope.spec.uris import parse_pvc_uri
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".zip")
 
@@ -147,15 +148,10 @@ def scheme_of(uri: str) -> str:
 
 
 def _pvc_path(uri: str, field: str) -> Path:
-    rest = uri.removeprefix("pvc://")
-    claim, _, sub = rest.partition("/")
-    if not claim:
-        raise SpecError(field, f"{uri!r} names no claim; write pvc://<claim>/<path>")
-    parts = PurePosixPath(sub).parts
-    if ".." in parts:
-        raise SpecError(field, f"{uri!r} must not contain '..'; give a path inside the claim")
+    """Where the claim's volume is mounted, and the path inside it (never outside it)."""
+    pvc = parse_pvc_uri(uri, field)
     root = os.environ.get("MLMS_PVC_ROOT", PVC_ROOT)
-    return Path(container_path(str(PurePosixPath(root, claim, *parts))))
+    return Path(container_path(str(PurePosixPath(root, pvc.claim, pvc.path))))
 
 
 def local_path(uri: str, *, base_dir: Path | None = None, field: str = "spec.model.uri") -> Path:

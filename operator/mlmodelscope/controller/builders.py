@@ -33,6 +33,7 @@ from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList, Resources
 from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 from mlmodelscope.spec.quantity import quantity_value
+from mlmodelscope.spec.uris import pvc_claims
 
 CACHE_DIR: Final = "/var/cache/mlmodelscope"
 TMP_DIR: Final = "/tmp"
@@ -299,7 +300,7 @@ def _container(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[
             {"name": "tmp", "mountPath": TMP_DIR},
             *(
                 {"name": _claim_volume(c), "mountPath": f"{PVC_ROOT}/{c}", "readOnly": True}
-                for c in claims(evaluation)
+                for c in pvc_claims(evaluation.spec)
             ),
         ],
         "terminationMessagePath": TERMINATION_LOG,
@@ -317,18 +318,6 @@ def _container(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[
 
 CREDENTIALS_VOLUME = "model-credentials"
 """The volume of ``credentialsSecretRef``'s Secret, mounted read-only at SECRET_DIR."""
-
-
-def claims(evaluation: ModelEvaluation) -> list[str]:
-    """PersistentVolumeClaims that ``pvc://`` URIs of the model or dataset refer to."""
-    uris = [evaluation.spec.model.uri, evaluation.spec.dataset.uri or ""]
-    found = []
-    for uri in uris:
-        if uri.startswith("pvc://"):
-            claim = uri.removeprefix("pvc://").partition("/")[0]
-            if claim and claim not in found:
-                found.append(claim)
-    return found
 
 
 def _claim_volume(claim: str) -> str:
@@ -389,7 +378,7 @@ def _pod_spec(evaluation: ModelEvaluation, settings: OperatorSettings) -> dict[s
                     "name": _claim_volume(c),
                     "persistentVolumeClaim": {"claimName": c, "readOnly": True},
                 }
-                for c in claims(evaluation)
+                for c in pvc_claims(evaluation.spec)
             ),
             *(
                 # optional: a missing Secret fails the container on its envFrom, which the

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
 from mlmodelscope.controller import status
@@ -23,10 +23,8 @@ from mlmodelscope.controller.ledger import AdmissionLedger
 from mlmodelscope.controller.namespace_policy import NamespacePolicies
 from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy
+from mlmodelscope.controller.run_store import Recorder
 from mlmodelscope.controller.settings import OperatorSettings
-
-if TYPE_CHECKING:
-    from mlmodelscope.controller.recording import Recorder
 
 log = logging.getLogger("mlmodelscope.controller")
 

@@ -43,6 +43,7 @@ from mlmodelscope.controller import (
     peering,
     recording,
     resync,
+    run_store,
     status,
     workqueue,
 )
@@ -335,7 +336,7 @@ def run_operator(
             f"no Kubernetes API credentials ({exc}); set KUBECONFIG, or run in a pod with a "
             "service account"
         ) from exc
-    recorder = recording.Recorder.from_settings(settings)  # the `store` extra, or an error
+    recorder = run_store.Recorder.from_settings(settings)  # the `store` extra, or an error
     instruments = Instruments.start(settings)
     if recorder is not None:
         recorder.metrics = instruments.metrics

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from mlmodelscope.spec.uris import pvc_claims
+
 if TYPE_CHECKING:
     from mlmodelscope.spec import ModelEvaluation
 
@@ -168,8 +170,6 @@ def denials(evaluation: ModelEvaluation, policy: Policy, agent_images: Iterable[
     setting (or the namespace annotation) that would allow it; empty when it may run. A
     value must pass the operator's setting and then its namespace's annotation, so the
     effective policy is their intersection."""
-    from mlmodelscope.controller.builders import claims
-
     rules = policy.namespace
     if rules is not None and rules.problems:
         return list(rules.problems)
@@ -183,7 +183,7 @@ def denials(evaluation: ModelEvaluation, policy: Policy, agent_images: Iterable[
     if secret is not None:
         subject = f"spec.model.credentialsSecretRef {secret.name!r} is"
         problems += _name_problems(subject, secret.name, policy, SECRET_REFS)
-    for claim in claims(evaluation):
+    for claim in pvc_claims(spec):
         subject = (
             f"pvc://{claim} (spec.model.uri or spec.dataset.uri) mounts PersistentVolumeClaim "
             f"{claim!r}, which is"

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ValidationError
 
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.report.compare import CompareError, Comparison, compare, parse_result
-from mlmodelscope.server.app import store_of
 from mlmodelscope.server.auth import require_read, require_write
+from mlmodelscope.server.state import store_of
 from mlmodelscope.store import NotRecordableError, RunSummary, StoreError, queries
 from mlmodelscope.store.queries import HistoryPoint, LeaderboardEntry, Metric
 from mlmodelscope.store.store import RunFilter

@@ -1,6 +1,6 @@
 """Bearer tokens for `mlms serve`.
 
-Two tokens, both optional, both from :class:`~mlmodelscope.server.app.ServeSettings`:
+Two tokens, both optional, both from :class:`~mlmodelscope.server.state.ServeSettings`:
 
 - the **read token** guards every read (API and dashboard); without one, reads are open (the CLI
   allows that only on a loopback address);
@@ -20,7 +20,7 @@ from typing import Annotated, Final, Literal
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from mlmodelscope.server.app import settings_of
+from mlmodelscope.server.state import settings_of
 
 COOKIE: Final = "mlms_token"
 """The dashboard keeps the token a browser logged in with here (HttpOnly, SameSite=Lax). It

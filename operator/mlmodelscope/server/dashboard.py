@@ -28,8 +28,8 @@ from fastapi.security import HTTPAuthorizationCredentials
 from mlmodelscope.report.compare import CompareError, LoadedRun, compare, parse_result
 from mlmodelscope.report.html import esc
 from mlmodelscope.server import auth
-from mlmodelscope.server.app import settings_of, store_of
 from mlmodelscope.server.pages import render
+from mlmodelscope.server.state import settings_of, store_of
 
 COOKIE: Final = auth.COOKIE
 """The browser's copy of the read (or write) token."""
