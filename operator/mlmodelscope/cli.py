@@ -574,12 +574,13 @@ def compare(
     sweep: SelectedSweep = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Compare runs side by side: headline numbers against the first run, where runs of the
-    same dataset disagree sample by sample (numerical agreement), and the differences in
-    their HW/SW stack and spec."""
+    """Compare runs side by side: headline numbers against the first run, whether each
+    difference is significant (faster, slower, better, worse, no significant difference),
+    where runs of the same dataset disagree sample by sample (numerical agreement), and the
+    differences in their HW/SW stack and spec."""
     import json
 
-    from mlmodelscope.report.compare import CompareError
+    from mlmodelscope.report.compare import SIGNIFICANCE_RUNS, CompareError
     from mlmodelscope.report.compare import compare as compare_runs
     from mlmodelscope.report.render import render as render_comparison
 
@@ -591,7 +592,7 @@ def compare(
         if len(loaded) < 2:
             what = " ".join(sources) or f"sweep {sweep}"
             raise CompareError(f"{what}: one run; compare needs at least two")
-        comparison = compare_runs(loaded)
+        comparison = compare_runs(loaded, significance=len(loaded) <= SIGNIFICANCE_RUNS)
     except CompareError as exc:
         fail(str(exc))
         raise typer.Exit(1) from None
@@ -599,6 +600,68 @@ def compare(
         typer.echo(json.dumps(comparison.to_json_dict(), indent=1))
         return
     render_comparison(console, comparison)
+
+
+@app.command()
+def gate(
+    candidate: Annotated[
+        str, typer.Argument(help="The run to judge: a result document or a run id.")
+    ],
+    baseline: Annotated[
+        str, typer.Argument(help="The run it must not regress against (same forms).")
+    ],
+    store: LookupStore = None,
+    server: LookupServer = None,
+    max_latency_increase: Annotated[
+        float, typer.Option(help="Percent the p50 and the p99 latency may grow.", min=0)
+    ] = 10.0,
+    max_throughput_decrease: Annotated[
+        float, typer.Option(help="Percent the throughput may fall.", min=0)
+    ] = 10.0,
+    max_accuracy_drop: Annotated[
+        float, typer.Option(help="Percentage points top-1 accuracy may fall.", min=0)
+    ] = 1.0,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write JUnit XML here.", dir_okay=False)
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Also write a Markdown summary here.", dir_okay=False),
+    ] = None,
+) -> None:
+    """Fail a pipeline on a real regression: exit 0 when the candidate passes, 1 when a
+    metric is worse than its threshold and significantly so, 2 when the runs are not
+    comparable (model, dataset, scenario, batch sizes or framework differ) or cannot be
+    loaded."""
+    from mlmodelscope.report import gate as gating
+    from mlmodelscope.report.compare import CompareError, run_labels
+    from mlmodelscope.report.render import gate_table
+
+    try:
+        loaded = [_load_compared([source], store, server) for source in (candidate, baseline)]
+        for source, runs in zip((candidate, baseline), loaded, strict=True):
+            if len(runs) != 1:
+                raise CompareError(f"{source}: {len(runs)} runs; the gate takes one run each")
+    except CompareError as exc:
+        fail(str(exc))
+        raise typer.Exit(gating.GateStatus.NOT_COMPARABLE) from None
+    runs = [found[0] for found in loaded]
+    labels = run_labels(runs)
+    thresholds = gating.Thresholds(max_latency_increase, max_throughput_decrease, max_accuracy_drop)
+    result = gating.gate(
+        runs[0].document, runs[1].document, thresholds, labels=(labels[0], labels[1])
+    )
+    if result.checks:
+        console.print(gate_table(result))
+    console.print(gating.summary(result), highlight=False, markup=False, soft_wrap=True)
+    for path, text in ((junit, gating.junit_xml), (markdown, gating.markdown)):
+        if path is not None:
+            try:
+                path.write_text(text(result), encoding="utf-8")
+            except OSError as exc:
+                fail(f"{path}: cannot write it: {exc.strerror or exc}")
+                raise typer.Exit(gating.GateStatus.NOT_COMPARABLE) from None
+    raise typer.Exit(result.status)
 
 
 @app.command()

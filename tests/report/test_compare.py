@@ -184,7 +184,8 @@ def test_cli_json_of_a_folder(results: Path) -> None:
     order = sorted(NAMES, key=lambda name: f"{name}.json")  # ort-wrong.json < ort.json
     assert [run["label"] for run in data["runs"]] == order
     assert data["reference"] == order[0]
-    assert data == json.loads(json.dumps(compare(runs(results, *order)).to_json_dict()))
+    expected = compare(runs(results, *order), significance=True)  # as the command does
+    assert data == json.loads(json.dumps(expected.to_json_dict()))
     first = data["rows"][0]
     assert first["p50_ms"] == doc(results, order[0])["results"][0]["latency_ms"]["p50"]
 

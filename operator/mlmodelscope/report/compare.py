@@ -7,7 +7,8 @@ document fails with its name rather than with a ``KeyError`` somewhere below.
 
 The first run is the reference: each row carries its relative difference from the reference's
 row of the same scenario and batch size, and each run that evaluated the reference's dataset
-its numerical agreement with the reference, sample by sample (:class:`NumericalAgreement`).
+its numerical agreement with the reference, sample by sample (:class:`NumericalAgreement`),
+and, when asked, whether each difference is significant (:mod:`mlmodelscope.report.verdicts`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from mlmodelscope.contract.result import ResultDocument, SamplePredictions
+from mlmodelscope.report.verdicts import MetricVerdict, all_verdicts
 
 NOT_RESULTS = ("comparison.json",)
 """Files `mlms run` writes next to the result documents that are not result documents."""
@@ -236,6 +238,10 @@ class Comparison:
     agreement: NumericalAgreement | None = None
     """Numerical agreement with the reference; ``None`` when no other run evaluated the
     reference's dataset (or the reference has no accuracy pass)."""
+    verdicts: list[MetricVerdict] | None = None
+    """Per run, metric, scenario and batch size: whether it differs from the reference, how
+    sure that is, and by which method (:mod:`mlmodelscope.report.verdicts`); ``None`` when
+    not asked for."""
 
     def to_json_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -282,7 +288,9 @@ def differences(flats: Sequence[Mapping[str, Any]]) -> list[Difference]:
     return found
 
 
-def _labels(runs: Sequence[LoadedRun]) -> list[str]:
+def run_labels(runs: Sequence[LoadedRun]) -> list[str]:
+    """Each run's evaluation name (else its file's stem), made unique: the run id's first
+    8 characters where names repeat, else a number."""
     names = [run.document.evaluation.name or Path(run.source).stem for run in runs]
     labels = []
     for index, name in enumerate(names):
@@ -430,11 +438,16 @@ def numerical_agreement(
     )
 
 
-def compare(runs: Sequence[LoadedRun]) -> Comparison:
-    """Compare ``runs``; the first is the reference."""
+SIGNIFICANCE_RUNS = 10
+"""`mlms compare` judges significance only for this many runs at most: it costs about a second
+per run and batch size (a bootstrap per metric), too long for a sweep of hundreds."""
+
+
+def compare(runs: Sequence[LoadedRun], *, significance: bool = False) -> Comparison:
+    """Compare ``runs``; the first is the reference. ``significance`` adds the verdicts."""
     if not runs:
         raise CompareError("nothing to compare")
-    labels = _labels(runs)
+    labels = run_labels(runs)
     reference_rows = {(row.scenario, row.batch_size): row for row in runs[0].document.results or []}
     rows: list[Row] = []
     for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
@@ -469,4 +482,5 @@ def compare(runs: Sequence[LoadedRun]) -> Comparison:
         stack=differences([_stack(run.document) for run in runs]),
         spec=differences([flatten(run.document.spec, "spec") for run in runs]),
         agreement=numerical_agreement(runs, labels),
+        verdicts=all_verdicts([run.document for run in runs], labels) if significance else None,
     )

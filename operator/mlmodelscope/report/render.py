@@ -10,7 +10,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlmodelscope.report.compare import Agreement, Comparison, Difference, NumericalAgreement
+from mlmodelscope.report.compare import (
+    SIGNIFICANCE_RUNS,
+    Agreement,
+    Comparison,
+    Difference,
+    NumericalAgreement,
+)
+from mlmodelscope.report.gate import CheckStatus, GateResult
+from mlmodelscope.report.verdicts import MetricVerdict, Outcome
 
 
 def _number(value: float | None, digits: int) -> str:
@@ -145,6 +153,9 @@ def agreement_text(pair: Agreement) -> tuple[str, str, str]:
     return f"{share} ({pair.top1_agree}/{pair.samples})", str(pair.top1_differ), first or "-"
 
 
+NO_SIGNIFICANCE = (
+    f"significance: not judged (more than {SIGNIFICANCE_RUNS} runs; compare fewer at a time)"
+)
 NO_AGREEMENT = (
     "numerical agreement: not shown (no other run evaluated the reference's dataset, or the "
     "reference has no accuracy pass)"
@@ -195,14 +206,61 @@ def agreement_table(agreement: NumericalAgreement) -> Table:
     return table
 
 
+OUTCOME_STYLE = {
+    Outcome.FASTER: "green",
+    Outcome.BETTER: "green",
+    Outcome.SLOWER: "red",
+    Outcome.WORSE: "red",
+    Outcome.SAME: "default",
+    Outcome.NOT_TESTABLE: "yellow",
+}
+
+
+def verdicts_table(reference: str, verdicts: list[MetricVerdict]) -> tuple[Table, list[str]]:
+    """One row per run, metric, scenario and batch size: the verdict against the reference and
+    its interval or p-value; plus one footnote per method."""
+    table = Table(
+        title=f"significance (against {escape(reference)})",
+        title_justify="left",
+        caption="ratio: run / reference with its confidence interval; p: McNemar's p-value",
+        caption_justify="left",
+        pad_edge=False,
+    )
+    for column in ("run", "metric", "where", "verdict", "interval or p-value", "method"):
+        table.add_column(column, overflow="fold")
+    methods: list[str] = []
+    for verdict in verdicts:
+        if verdict.method != "-" and verdict.method not in methods:
+            methods.append(verdict.method)
+        note = f"[{methods.index(verdict.method) + 1}]" if verdict.method != "-" else "-"
+        testable = verdict.outcome is not Outcome.NOT_TESTABLE
+        shown = str(verdict.outcome) if testable else verdict.evidence  # not testable: why
+        table.add_row(
+            escape(verdict.run),
+            str(verdict.metric),
+            verdict.where,
+            f"[{OUTCOME_STYLE[verdict.outcome]}]{escape(shown)}[/]",
+            escape(verdict.evidence) if testable else "-",
+            note,
+        )
+    return table, [f"[{index}] {method}" for index, method in enumerate(methods, 1)]
+
+
 def render(console: Console, comparison: Comparison) -> None:
-    """Print the comparison: runs, headline numbers, numerical agreement, then the stack and
-    spec differences."""
+    """Print the comparison: runs, headline numbers, the verdicts (when computed), numerical
+    agreement, then the stack and spec differences."""
     console.print(runs_table(comparison))
     table, notes = results_table(comparison)
     console.print(table)
     for note in notes:
         console.print(note, highlight=False, markup=False)
+    if comparison.verdicts:
+        table, methods = verdicts_table(comparison.reference, comparison.verdicts)
+        console.print(table)
+        for method in methods:
+            console.print(method, highlight=False, markup=False)
+    elif comparison.verdicts is None and len(comparison.runs) > SIGNIFICANCE_RUNS:
+        console.print(NO_SIGNIFICANCE, highlight=False, markup=False)
     if comparison.agreement is not None:
         console.print(agreement_table(comparison.agreement))
         if comparison.agreement.other_datasets:
@@ -222,3 +280,27 @@ def render(console: Console, comparison: Comparison) -> None:
             console.print(differences_table(title, comparison, found))
         else:
             console.print(f"{title}: none")
+
+
+CHECK_STYLE = {
+    CheckStatus.PASS: "green",
+    CheckStatus.REGRESSION: "red",
+    CheckStatus.NOT_TESTABLE: "yellow",
+}
+
+
+def gate_table(result: GateResult) -> Table:
+    """`mlms gate`: one row per metric with its change, the verdict and the result."""
+    table = Table(
+        title=f"mlms gate: {escape(result.candidate)} against {escape(result.baseline)}",
+        title_justify="left",
+        caption="a regression: beyond the threshold and significantly worse",
+        caption_justify="left",
+        pad_edge=False,
+    )
+    for column in ("metric", "result", "why"):
+        table.add_column(column, overflow="fold")
+    for check in result.checks:
+        style = CHECK_STYLE[check.status]
+        table.add_row(escape(check.name), f"[{style}]{check.status}[/]", escape(check.reason))
+    return table

@@ -1,0 +1,307 @@
+"""`mlms gate`: does a candidate run regress against a baseline run, beyond what noise explains?
+
+First the runs must be comparable (:func:`mismatches`): the same model bytes, dataset,
+scenario type, batch sizes and framework; else the gate's answer is "not comparable" and names
+the field. Then each metric of :func:`~mlmodelscope.report.verdicts.verdicts` is checked
+against its threshold (:func:`check`): a regression needs both the threshold exceeded and the
+difference significant in the worse direction, so a noisy run cannot fail a pipeline and a
+certain but small slowdown does not either. A metric the documents cannot test is skipped,
+never failed.
+
+Typed records and pure functions; :func:`junit_xml` and :func:`markdown` return text, the
+command writes it.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Final
+
+from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.report.verdicts import Metric, MetricVerdict, Outcome, verdicts
+
+DEFAULT_MAX_LATENCY_INCREASE: Final = 10.0
+"""Percent, for p50 and p99 latency."""
+DEFAULT_MAX_THROUGHPUT_DECREASE: Final = 10.0
+"""Percent."""
+DEFAULT_MAX_ACCURACY_DROP: Final = 1.0
+"""Percentage points of top-1 accuracy."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """How much worse each metric may get before the gate calls it a regression."""
+
+    max_latency_increase: float = DEFAULT_MAX_LATENCY_INCREASE
+    max_throughput_decrease: float = DEFAULT_MAX_THROUGHPUT_DECREASE
+    max_accuracy_drop: float = DEFAULT_MAX_ACCURACY_DROP
+
+
+class GateStatus(IntEnum):
+    """The gate's answer, as the command's exit status."""
+
+    PASS = 0
+    REGRESSION = 1
+    NOT_COMPARABLE = 2
+
+
+class CheckStatus(StrEnum):
+    PASS = "pass"
+    REGRESSION = "regression"
+    NOT_TESTABLE = "not testable"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A field whose value makes the two runs not comparable."""
+
+    field: str
+    baseline: object
+    candidate: object
+
+    def __str__(self) -> str:
+        return f"{self.field} differs: baseline {self.baseline!r}, candidate {self.candidate!r}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric against its threshold."""
+
+    verdict: MetricVerdict
+    change: float | None
+    """Candidate against baseline: percent for latency and throughput, percentage points for
+    top-1 accuracy (``None`` when a headline value is missing)."""
+    limit: float
+    """The threshold, in the same unit: the worst ``change`` allowed."""
+    exceeded: bool
+    status: CheckStatus
+    reason: str
+
+    @property
+    def name(self) -> str:
+        """``latency p50 SingleStream batch 1``, ``top-1 accuracy``."""
+        if self.verdict.scenario is None:
+            return str(self.verdict.metric)
+        return f"{self.verdict.metric} {self.verdict.where}"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    candidate: str
+    baseline: str
+    thresholds: Thresholds
+    mismatches: list[Mismatch]
+    """Empty when the runs are comparable."""
+    checks: list[Check]
+    """Empty when they are not."""
+
+    @property
+    def status(self) -> GateStatus:
+        if self.mismatches:
+            return GateStatus.NOT_COMPARABLE
+        if any(c.status is CheckStatus.REGRESSION for c in self.checks):
+            return GateStatus.REGRESSION
+        return GateStatus.PASS
+
+
+# ------------------------------------------------------------------------------ deciding
+
+
+def _identity(doc: ResultDocument) -> dict[str, object]:
+    spec_scenario = doc.spec.get("scenario") or {}
+    return {
+        "status": doc.status,
+        "model.sha256": doc.model.sha256 if doc.model is not None else None,
+        "dataset.name": doc.dataset.name if doc.dataset is not None else None,
+        "dataset.samples": doc.dataset.samples if doc.dataset is not None else None,
+        "scenario.type": spec_scenario.get("type"),
+        "scenario.batchSizes": spec_scenario.get("batchSizes"),
+        "framework.name": (doc.spec.get("framework") or {}).get("name"),
+    }
+
+
+def mismatches(baseline: ResultDocument, candidate: ResultDocument) -> list[Mismatch]:
+    """The fields that make the runs not comparable, in a fixed order: status (both must have
+    succeeded), ``model.sha256``, ``dataset.name``, ``dataset.samples``, the spec's
+    ``scenario.type``, ``scenario.batchSizes`` and ``framework.name``."""
+    base, cand = _identity(baseline), _identity(candidate)
+    found = [Mismatch(key, base[key], cand[key]) for key in base if base[key] != cand[key]]
+    if not found and base["status"] != "Succeeded":
+        found.append(Mismatch("status", base["status"], cand["status"]))
+    return found
+
+
+def _percent(baseline: float | None, candidate: float | None) -> float | None:
+    if baseline is None or candidate is None or baseline == 0:
+        return None
+    return 100 * (candidate / baseline - 1)
+
+
+def check(verdict: MetricVerdict, thresholds: Thresholds) -> Check:
+    """One metric against its threshold: a regression when the change is worse than the
+    threshold and the verdict is significant in the worse direction."""
+    if verdict.metric is Metric.TOP1:
+        change = (
+            None
+            if verdict.baseline is None or verdict.candidate is None
+            else 100 * (verdict.candidate - verdict.baseline)
+        )
+        limit, unit, worse = -thresholds.max_accuracy_drop, "pp", Outcome.WORSE
+    elif verdict.metric is Metric.THROUGHPUT:
+        change = _percent(verdict.baseline, verdict.candidate)
+        limit, unit, worse = -thresholds.max_throughput_decrease, "%", Outcome.SLOWER
+    else:
+        change = _percent(verdict.baseline, verdict.candidate)
+        limit, unit, worse = thresholds.max_latency_increase, "%", Outcome.SLOWER
+    higher_is_worse = verdict.metric in (Metric.P50, Metric.P99)
+    exceeded = change is not None and (change > limit if higher_is_worse else change < limit)
+    shown = "no change measured" if change is None else f"{change:+.2f}{unit}"
+    allowed = f"the {limit:+g}{unit} allowed"
+    if verdict.outcome is Outcome.NOT_TESTABLE:
+        status = CheckStatus.NOT_TESTABLE
+        reason = f"{shown} (limit {limit:+g}{unit}); not testable: {verdict.why}"
+    elif exceeded and verdict.outcome is worse:
+        status = CheckStatus.REGRESSION
+        reason = f"{shown} exceeds {allowed} and is significant: {verdict.outcome} "
+        reason += f"({verdict.evidence})"
+    elif exceeded:
+        status = CheckStatus.PASS
+        reason = f"{shown} exceeds {allowed} but is not significantly {worse}: "
+        reason += f"{verdict.outcome} ({verdict.evidence})"
+    else:
+        status = CheckStatus.PASS
+        reason = f"{shown} within {allowed}; {verdict.outcome} ({verdict.evidence})"
+    return Check(verdict, change, limit, exceeded, status, reason)
+
+
+def gate(
+    candidate: ResultDocument,
+    baseline: ResultDocument,
+    thresholds: Thresholds,
+    *,
+    labels: tuple[str, str] = ("candidate", "baseline"),
+) -> GateResult:
+    """The gate's decision; the statistics run only for comparable runs."""
+    found = mismatches(baseline, candidate)
+    checks = (
+        [] if found else [check(v, thresholds) for v in verdicts(labels[0], baseline, candidate)]
+    )
+    return GateResult(labels[0], labels[1], thresholds, found, checks)
+
+
+# ------------------------------------------------------------------------------ reporting
+
+HEADLINE = {
+    GateStatus.PASS: "PASS",
+    GateStatus.REGRESSION: "REGRESSION",
+    GateStatus.NOT_COMPARABLE: "NOT COMPARABLE",
+}
+
+
+def summary(result: GateResult) -> str:
+    """One line: the answer and why."""
+    head = f"{HEADLINE[result.status]}: {result.candidate} against {result.baseline}"
+    if result.mismatches:
+        return f"{head}: not comparable: " + "; ".join(str(m) for m in result.mismatches)
+    counts = {s: sum(c.status is s for c in result.checks) for s in CheckStatus}
+    return (
+        f"{head}: {counts[CheckStatus.REGRESSION]} regressions, {counts[CheckStatus.PASS]} "
+        f"passed, {counts[CheckStatus.NOT_TESTABLE]} not testable"
+    )
+
+
+def _value(metric: Metric, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if metric is Metric.TOP1:
+        return f"{100 * value:.2f}%"
+    if metric is Metric.THROUGHPUT:
+        return f"{value:.0f}/s"
+    return f"{value:.3f} ms"
+
+
+def junit_xml(result: GateResult) -> str:
+    """JUnit XML: one testcase per checked metric, a ``failure`` for a regression and
+    ``skipped`` for a metric not testable; runs that are not comparable give one testcase,
+    ``comparable``, with an ``error`` naming the fields."""
+    suite = ET.Element("testsuite", name="mlms gate")
+    cases = 0
+    failures = errors = skipped = 0
+    if result.mismatches:
+        case = ET.SubElement(suite, "testcase", classname="mlms.gate", name="comparable")
+        error = ET.SubElement(
+            case,
+            "error",
+            type="not comparable",
+            message="; ".join(str(m) for m in result.mismatches),
+        )
+        error.text = summary(result)
+        cases, errors = 1, 1
+    for item in result.checks:
+        cases += 1
+        case = ET.SubElement(suite, "testcase", classname="mlms.gate", name=item.name)
+        if item.status is CheckStatus.REGRESSION:
+            failures += 1
+            failure = ET.SubElement(case, "failure", type="regression", message=item.reason)
+            failure.text = f"method: {item.verdict.method}"
+        elif item.status is CheckStatus.NOT_TESTABLE:
+            skipped += 1
+            ET.SubElement(case, "skipped", message=item.reason)
+        else:
+            out = ET.SubElement(case, "system-out")
+            out.text = f"{item.reason}\nmethod: {item.verdict.method}"
+    suite.set("tests", str(cases))
+    suite.set("failures", str(failures))
+    suite.set("errors", str(errors))
+    suite.set("skipped", str(skipped))
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(result: GateResult) -> str:
+    """A Markdown summary: the answer, the thresholds, one table row per metric, the
+    methods."""
+    t = result.thresholds
+    lines = [
+        f"## mlms gate: {HEADLINE[result.status]}",
+        "",
+        f"Candidate **{_cell(result.candidate)}** against baseline "
+        f"**{_cell(result.baseline)}**. Thresholds: latency (p50, p99) at most "
+        f"+{t.max_latency_increase:g}%, throughput at most -{t.max_throughput_decrease:g}%, "
+        f"top-1 accuracy at most -{t.max_accuracy_drop:g} percentage points; a regression "
+        "needs the threshold exceeded and the difference significant.",
+        "",
+    ]
+    if result.mismatches:
+        lines += ["Not comparable:", ""]
+        lines += [
+            f"- `{m.field}`: baseline `{m.baseline!r}`, candidate `{m.candidate!r}`"
+            for m in result.mismatches
+        ]
+        return "\n".join(lines) + "\n"
+    lines += [
+        "| metric | baseline | candidate | change | verdict | evidence | result |",
+        "|---|---:|---:|---:|---|---|---|",
+    ]
+    methods: dict[str, None] = {}
+    for item in result.checks:
+        v = item.verdict
+        change = "-" if item.change is None else f"{item.change:+.2f}"
+        change += "" if item.change is None else ("pp" if v.metric is Metric.TOP1 else "%")
+        result_text = "**regression**" if item.status is CheckStatus.REGRESSION else item.status
+        lines.append(
+            f"| {_cell(item.name)} | {_value(v.metric, v.baseline)} | "
+            f"{_value(v.metric, v.candidate)} | {change} | {v.outcome} | "
+            f"{_cell(v.evidence)} | {result_text} |"
+        )
+        if v.method != "-":
+            methods[f"{v.metric}: {v.method}"] = None
+    if methods:
+        lines += ["", "Methods:", ""] + [f"- {_cell(m)}" for m in methods]
+    return "\n".join(lines) + "\n"

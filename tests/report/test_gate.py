@@ -1,0 +1,476 @@
+"""`mlms gate` and the verdicts of `mlms compare`: the decision logic on fixed data, then the
+command on real runs of the digits CNN by `mlms run` in ONNX Runtime — the same spec twice,
+a genuinely slower candidate (graph optimizations off: the same model bytes run unfused,
+about 1.4x slower at batch 1 and 3x at batch 8), fewer samples, and a re-serialized copy of
+the model (other bytes, same network)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mlmodelscope import cli
+from mlmodelscope.cli import app
+from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.report.compare import load_result
+from mlmodelscope.report.gate import (
+    Check,
+    CheckStatus,
+    GateResult,
+    GateStatus,
+    Thresholds,
+    check,
+    gate,
+    junit_xml,
+    markdown,
+    mismatches,
+)
+from mlmodelscope.report.verdicts import (
+    Metric,
+    MetricVerdict,
+    Outcome,
+    accuracy_bounded,
+    thinned,
+    verdicts,
+)
+
+SCENARIO = {
+    "warmup": 3,
+    "minQueryCount": 20,
+    "minDuration": "40ms",
+    "stability": {"maxWindows": 2},
+}
+GENEROUS = [
+    "--max-latency-increase",
+    "10000",
+    "--max-throughput-decrease",
+    "95",
+    "--max-accuracy-drop",
+    "5",
+]
+"""Thresholds two runs of the same spec stay within on a busy shared 2-core machine: there a
+40 ms window's p99 is a few preempted queries, and measured 23x apart between two identical
+runs (significantly so: the machine really was slower), while p50 moved 7 %."""
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+
+
+# ------------------------------------------------------------------------------ fixed data
+
+
+def verdict(
+    metric: Metric,
+    baseline: float,
+    candidate: float,
+    outcome: Outcome,
+    *,
+    why: str | None = None,
+) -> MetricVerdict:
+    top1 = metric is Metric.TOP1
+    return MetricVerdict(
+        "cand",
+        metric,
+        None if top1 else "SingleStream",
+        None if top1 else 1,
+        baseline,
+        candidate,
+        outcome,
+        "-" if why else "a method",
+        ratio=None if metric is Metric.TOP1 else candidate / baseline,
+        low=0.0,
+        high=2.0,
+        level=0.95,
+        p_value=0.01 if metric is Metric.TOP1 else None,
+        why=why,
+    )
+
+
+@pytest.mark.parametrize(
+    ("metric", "baseline", "candidate", "outcome", "status"),
+    [
+        # a regression needs the threshold exceeded and a significant verdict
+        (Metric.P50, 1.0, 1.5, Outcome.SLOWER, CheckStatus.REGRESSION),
+        (Metric.P50, 1.0, 1.5, Outcome.SAME, CheckStatus.PASS),  # noise
+        (Metric.P50, 1.0, 1.08, Outcome.SLOWER, CheckStatus.PASS),  # certain but small
+        (Metric.P99, 1.0, 1.2, Outcome.SLOWER, CheckStatus.REGRESSION),
+        (Metric.P99, 1.0, 0.5, Outcome.FASTER, CheckStatus.PASS),
+        (Metric.THROUGHPUT, 100.0, 85.0, Outcome.SLOWER, CheckStatus.REGRESSION),
+        (Metric.THROUGHPUT, 100.0, 85.0, Outcome.SAME, CheckStatus.PASS),
+        (Metric.THROUGHPUT, 100.0, 95.0, Outcome.SLOWER, CheckStatus.PASS),
+        (Metric.THROUGHPUT, 100.0, 150.0, Outcome.FASTER, CheckStatus.PASS),
+        (Metric.TOP1, 0.98, 0.96, Outcome.WORSE, CheckStatus.REGRESSION),  # -2 pp
+        (Metric.TOP1, 0.98, 0.975, Outcome.WORSE, CheckStatus.PASS),  # -0.5 pp
+        (Metric.TOP1, 0.98, 0.96, Outcome.SAME, CheckStatus.PASS),
+    ],
+)
+def test_a_regression_needs_the_threshold_and_significance(
+    metric: Metric, baseline: float, candidate: float, outcome: Outcome, status: CheckStatus
+) -> None:
+    found = check(verdict(metric, baseline, candidate, outcome), Thresholds(10, 10, 1))
+    assert found.status is status, found.reason
+    if metric is Metric.TOP1:
+        assert found.change == pytest.approx(100 * (candidate - baseline))  # percentage points
+    else:
+        assert found.change == pytest.approx(100 * (candidate / baseline - 1))
+
+
+def test_not_testable_is_reported_never_failed() -> None:
+    why = "baseline: no raw latencies (run with --raw)"
+    found = check(verdict(Metric.P50, 1.0, 3.0, Outcome.NOT_TESTABLE, why=why), Thresholds())
+    assert found.status is CheckStatus.NOT_TESTABLE and found.exceeded
+    assert f"not testable: {why}" in found.reason
+
+
+def test_the_gate_status_is_the_worst_check() -> None:
+    def result(*statuses: CheckStatus) -> GateResult:
+        checks = [
+            Check(verdict(Metric.P50, 1, 1, Outcome.SAME), 0.0, 10.0, False, s, "")
+            for s in statuses
+        ]
+        return GateResult("cand", "base", Thresholds(), [], checks)
+
+    assert result(CheckStatus.PASS, CheckStatus.NOT_TESTABLE).status is GateStatus.PASS
+    assert result(CheckStatus.PASS, CheckStatus.REGRESSION).status is GateStatus.REGRESSION
+    assert (GateStatus.PASS, GateStatus.REGRESSION, GateStatus.NOT_COMPARABLE) == (0, 1, 2)
+
+
+def test_bounded_mcnemar_is_exact_when_the_split_is_forced() -> None:
+    from scipy.stats import binomtest
+
+    # nothing differs: the runs score every sample alike
+    same = accuracy_bounded(360, 0, 0)
+    assert (same.p_value, same.verdict) == (1.0, Outcome.SAME)
+    # 12 samples differ and the candidate has 12 fewer right: it lost all 12
+    lost = accuracy_bounded(360, 12, -12)
+    assert lost.p_value == pytest.approx(binomtest(0, 12, 0.5).pvalue)
+    assert lost.verdict is Outcome.WORSE
+    assert accuracy_bounded(360, 12, 12).verdict is Outcome.BETTER
+
+
+def test_bounded_mcnemar_takes_the_least_significant_split() -> None:
+    from scipy.stats import binomtest
+
+    # 100 differ, the candidate 10 fewer right: 10 to 100 discordant pairs are possible
+    found = accuracy_bounded(1000, 100, -10)
+    splits = [binomtest((d - 10) // 2, d, 0.5).pvalue for d in range(10, 101, 2)]
+    assert found.p_value == pytest.approx(max(splits))
+    assert min(splits) < 0.05 < found.p_value  # significant for some labelling, not all
+    assert found.verdict is Outcome.SAME
+    with pytest.raises(ValueError, match="only 3 samples differ"):
+        accuracy_bounded(100, 3, -5)
+
+
+def test_thinning_keeps_both_ends_and_the_order() -> None:
+    values = np.arange(10_000.0)
+    kept = thinned(values, 2000)
+    assert kept.size == 2000 and kept[0] == 0 and kept[-1] == 9999
+    assert np.all(np.diff(kept) > 0)
+    assert thinned(values[:50], 2000).size == 50
+
+
+def test_junit_and_markdown_of_fixed_checks() -> None:
+    thresholds = Thresholds(10, 10, 1)
+    checks = [
+        check(verdict(Metric.P50, 1.0, 1.5, Outcome.SLOWER), thresholds),
+        check(verdict(Metric.THROUGHPUT, 100.0, 99.0, Outcome.SAME), thresholds),
+        check(verdict(Metric.TOP1, 0.9, 0.9, Outcome.NOT_TESTABLE, why="x"), thresholds),
+    ]
+    result = GateResult("cand", "base", thresholds, [], checks)
+    suite = ET.fromstring(junit_xml(result))
+    counts = {k: suite.get(k) for k in ("tests", "failures", "skipped", "errors")}
+    assert counts == {"tests": "3", "failures": "1", "skipped": "1", "errors": "0"}
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == [
+        "latency p50 SingleStream batch 1",
+        "throughput SingleStream batch 1",
+        "top-1 accuracy",
+    ]
+    assert cases[0].find("failure") is not None and cases[1].find("failure") is None
+    assert cases[2].find("skipped") is not None
+    text = markdown(result)
+    assert text.startswith("## mlms gate: REGRESSION")
+    assert "| latency p50 SingleStream batch 1 | 1.000 ms | 1.500 ms | +50.00% |" in text
+
+
+# ------------------------------------------------------------------------------ real runs
+
+
+@pytest.fixture(scope="module")
+def runs(digits_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Five real result documents by `mlms run` (recorded in the folder's own store):
+    ``base`` and ``again`` (the same spec), ``slow`` (graph optimizations off), ``fewer``
+    (100 samples) and ``copy`` (the model re-serialized: other bytes)."""
+    import onnx
+
+    from mlmodelscope.agent.digits import MODEL_FILES, digits_evaluation
+
+    folder = tmp_path_factory.mktemp("gate")
+    model = onnx.load(str(digits_models / MODEL_FILES["onnx"]))
+    model.doc_string = "the digits CNN, re-serialized"
+    copy = folder / "digits-copy.onnx"
+    onnx.save(model, str(copy))
+    threads = {"intraOpThreads": 1}
+
+    def spec(name: str, **sections: Any) -> dict[str, Any]:
+        sections = {"scenario": SCENARIO, "framework": threads, **sections}
+        return digits_evaluation(digits_models, "onnxruntime", name, **sections)
+
+    specs = [
+        spec("base"),
+        spec("again"),
+        spec("slow", framework={**threads, "graphOptimizationLevel": "disable"}),
+        spec("fewer", dataset={"limit": 100}),
+        spec("copy"),
+    ]
+    specs[-1]["spec"]["model"]["uri"] = str(copy)
+    (folder / "spec.yaml").write_text(yaml.safe_dump_all(specs))
+    out = folder / "results"
+    result = CliRunner().invoke(
+        app, ["run", str(folder / "spec.yaml"), "-o", str(out)], env=store_env(out)
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def store_env(results: Path) -> dict[str, str]:
+    return {"MLMS_STORE_URL": f"sqlite:///{results.parent / 'store.db'}"}
+
+
+def document(runs: Path, name: str) -> ResultDocument:
+    return load_result(runs / f"{name}.json").document
+
+
+def mlms_gate(runs: Path, candidate: str, baseline: str, *extra: str) -> Any:
+    return CliRunner().invoke(
+        app,
+        ["gate", str(runs / f"{candidate}.json"), str(runs / f"{baseline}.json"), *extra],
+        env={**store_env(runs), "COLUMNS": "200"},
+    )
+
+
+def test_the_same_spec_twice_passes(runs: Path, tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    result = mlms_gate(runs, "again", "base", *GENEROUS, "--junit", str(junit))
+    assert result.exit_code == 0, result.output
+    assert "PASS: again against base: 0 regressions, 7 passed, 0 not testable" in result.output
+    suite = ET.parse(junit).getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("7", "0", "0")
+
+
+def test_run_ids_from_the_store(runs: Path) -> None:
+    ids = [json.loads((runs / f"{n}.json").read_text())["run_id"] for n in ("again", "base")]
+    result = CliRunner().invoke(app, ["gate", *ids, *GENEROUS], env=store_env(runs))
+    assert result.exit_code == 0, result.output
+    assert "PASS: again against base" in result.output
+
+
+def test_a_slower_candidate_is_a_regression(runs: Path, tmp_path: Path) -> None:
+    junit, summary = tmp_path / "gate.xml", tmp_path / "gate.md"
+    result = mlms_gate(runs, "slow", "base", "--junit", str(junit), "--markdown", str(summary))
+    assert result.exit_code == GateStatus.REGRESSION, result.output
+    suite = ET.parse(junit).getroot()
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    assert list(cases) == [
+        f"{metric} SingleStream batch {batch}"
+        for batch in (1, 8)
+        for metric in ("latency p50", "latency p99", "throughput")
+    ] + ["top-1 accuracy"]
+    failed = {name for name, case in cases.items() if case.find("failure") is not None}
+    assert "latency p50 SingleStream batch 8" in failed  # 2x to 3.5x slower, measured
+    assert "top-1 accuracy" not in failed  # the same weights: every top-1 class agrees
+    assert suite.get("failures") == str(len(failed))
+    text = summary.read_text()
+    assert text.startswith("## mlms gate: REGRESSION")
+    assert "| latency p50 SingleStream batch 8 |" in text and "**regression**" in text
+
+
+def with_latencies(doc: ResultDocument, factor: float, seed: int = 0) -> ResultDocument:
+    """``doc`` with fixed raw latencies (800 lognormal ones around 50 µs, seeded) times
+    ``factor``, and its headline latencies and throughput scaled to match: the noise of a busy
+    machine left out."""
+    fixed = np.random.default_rng(seed).lognormal(np.log(50_000), 0.1, 800)
+    measurements = [
+        m.model_copy(
+            update={
+                "raw": m.raw.model_copy(update={"latencies_ns": [round(factor * t) for t in fixed]})
+            }
+        )
+        for m in doc.measurements or []
+        if m.raw is not None
+    ]
+    rows = [
+        r.model_copy(
+            update={
+                "latency_ms": r.latency_ms.model_copy(
+                    update={
+                        "p50": factor * (r.latency_ms.p50 or 0),
+                        "p99": factor * (r.latency_ms.p99 or 0),
+                    }
+                ),
+                "throughput": (r.throughput or 0) / factor,
+            }
+        )
+        for r in doc.results or []
+    ]
+    return doc.model_copy(update={"measurements": measurements, "results": rows})
+
+
+def test_a_slower_document_is_a_regression(runs: Path) -> None:
+    """Beside the real slower run: a document made 1.5x slower against itself."""
+    base = with_latencies(document(runs, "base"), 1.0)
+    slower = with_latencies(document(runs, "base"), 1.5, seed=1)
+    result = gate(slower, base, Thresholds(), labels=("slower", "base"))
+    assert result.status is GateStatus.REGRESSION
+    by_name = {c.name: c for c in result.checks}
+    for batch in (1, 8):
+        p50 = by_name[f"latency p50 SingleStream batch {batch}"]
+        assert p50.status is CheckStatus.REGRESSION
+        assert p50.change == pytest.approx(50.0)
+        assert 1.4 < (p50.verdict.low or 0) < 1.5 < (p50.verdict.high or 0) < 1.6
+        throughput = by_name[f"throughput SingleStream batch {batch}"]
+        assert throughput.status is CheckStatus.REGRESSION
+        assert throughput.change == pytest.approx(100 * (1 / 1.5 - 1))
+    assert by_name["top-1 accuracy"].status is CheckStatus.PASS
+    # the same document against itself (another draw of the same noise) passes
+    again = gate(with_latencies(document(runs, "base"), 1.0, seed=2), base, Thresholds())
+    assert again.status is GateStatus.PASS
+
+
+def test_no_raw_latencies_is_not_testable(runs: Path) -> None:
+    base = document(runs, "base")
+    bare = base.model_copy(
+        update={
+            "measurements": [m.model_copy(update={"raw": None}) for m in base.measurements or []]
+        }
+    )
+    found = verdicts("bare", bare, base)
+    latency = [v for v in found if v.metric is not Metric.TOP1]
+    assert latency and all(v.outcome is Outcome.NOT_TESTABLE for v in latency)
+    assert latency[0].evidence == "not testable: baseline: no raw latencies (run with --raw)"
+    assert gate(base, bare, Thresholds()).status is GateStatus.PASS  # reported, never failed
+
+
+@pytest.mark.parametrize(
+    ("candidate", "field"),
+    [("copy", "model.sha256"), ("fewer", "dataset.samples")],
+)
+def test_other_model_or_dataset_is_not_comparable(
+    runs: Path, tmp_path: Path, candidate: str, field: str
+) -> None:
+    junit = tmp_path / "gate.xml"
+    result = mlms_gate(runs, candidate, "base", "--junit", str(junit))
+    assert result.exit_code == GateStatus.NOT_COMPARABLE, result.output
+    assert f"not comparable: {field} differs: baseline " in result.output
+    found = mismatches(document(runs, "base"), document(runs, candidate))
+    assert [m.field for m in found] == [field]
+    suite = ET.parse(junit).getroot()
+    (case,) = suite.findall("testcase")
+    error = case.find("error")
+    assert case.get("name") == "comparable" and error is not None
+    assert field in (error.get("message") or "")
+
+
+def test_a_folder_or_a_missing_file_cannot_be_gated(runs: Path) -> None:
+    folder = CliRunner().invoke(app, ["gate", str(runs), str(runs / "base.json")])
+    assert folder.exit_code == GateStatus.NOT_COMPARABLE
+    assert "the gate takes one run each" in folder.output
+    missing = CliRunner().invoke(app, ["gate", "nope.json", str(runs / "base.json")])
+    assert missing.exit_code == GateStatus.NOT_COMPARABLE
+
+
+def test_compare_shows_the_verdicts(runs: Path) -> None:
+    paths = [str(runs / f"{n}.json") for n in ("base", "slow")]
+    shown = CliRunner().invoke(app, ["compare", *paths], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    assert "significance (against base)" in shown.output
+    assert "slower" in shown.output and "McNemar exact test" in shown.output
+    as_json = CliRunner().invoke(app, ["compare", *paths, "--json"])
+    data = json.loads(as_json.output)
+    found = {(v["metric"], v["batch_size"]): v for v in data["verdicts"]}
+    assert len(found) == 7 and {v["run"] for v in data["verdicts"]} == {"slow"}
+    p50 = found["latency p50", 8]
+    assert (
+        p50["outcome"] == "slower" and p50["low"] > 1.05 and p50["method"].startswith("bootstrap")
+    )
+    top1 = found["top-1 accuracy", None]
+    assert (top1["outcome"], top1["p_value"]) == ("no significant difference", 1.0)
+
+
+def test_compare_says_what_is_not_testable_and_when_it_does_not_judge(
+    runs: Path, tmp_path: Path
+) -> None:
+    from mlmodelscope.report.compare import SIGNIFICANCE_RUNS
+    from mlmodelscope.report.render import NO_SIGNIFICANCE
+
+    base = document(runs, "base")
+    bare = base.model_copy(
+        update={
+            "measurements": [m.model_copy(update={"raw": None}) for m in base.measurements or []]
+        }
+    )
+    (tmp_path / "bare.json").write_text(json.dumps(bare.to_json_dict()))
+    shown = CliRunner().invoke(
+        app,
+        ["compare", str(runs / "base.json"), str(tmp_path / "bare.json")],
+        env={"COLUMNS": "250"},
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "not testable: candidate: no raw latencies (run with --raw)" in shown.output
+
+    many = [str(runs / "base.json")] * (SIGNIFICANCE_RUNS + 1)
+    table = CliRunner().invoke(app, ["compare", *many], env={"COLUMNS": "250"})
+    assert table.exit_code == 0 and NO_SIGNIFICANCE in table.output
+    as_json = CliRunner().invoke(app, ["compare", *many, "--json"])
+    assert json.loads(as_json.output)["verdicts"] is None
+
+
+# ------------------------------------------------------------------------------ the docs
+
+
+def gate_docs() -> str:
+    text = DOCS.read_text()
+    return text[text.index("## `mlms gate`") : text.index("## `mlms report`")]
+
+
+def test_the_documented_exit_statuses_and_options_are_the_commands(runs: Path) -> None:
+    section = gate_docs()
+    statuses = dict(re.findall(r"^\| (\d) \| ([a-z ]+):", section, re.MULTILINE))
+    assert statuses == {"0": "pass", "1": "regression", "2": "not comparable"}
+    assert {int(k): v for k, v in statuses.items()} == {
+        s.value: s.name.lower().replace("_", " ") for s in GateStatus
+    }
+    help_text = CliRunner().invoke(app, ["gate", "--help"], env={"COLUMNS": "200"}).output
+    documented = set(re.findall(r"`(--[a-z-]+)", section))
+    assert documented >= {"--max-latency-increase", "--junit", "--markdown", "--store"}
+    assert all(option in help_text for option in documented), documented
+    defaults = dict(re.findall(r"^\| `(--[a-z-]+)` \| ([\d.]+) \|", section, re.MULTILINE))
+    t = Thresholds()
+    assert {k: float(v) for k, v in defaults.items()} == {
+        "--max-latency-increase": t.max_latency_increase,
+        "--max-throughput-decrease": t.max_throughput_decrease,
+        "--max-accuracy-drop": t.max_accuracy_drop,
+    }
+    parameters = inspect.signature(cli.gate).parameters  # the command's own defaults
+    for option, value in defaults.items():
+        assert parameters[option[2:].replace("-", "_")].default == float(value), option
+    # the documented command, on real runs: each documented status
+    (command,) = re.findall(r"```bash\n(mlms gate .*?)\n```", section, re.DOTALL)
+    args = command.replace("\\\n", " ").split()[2:]
+    assert args[:2] == [
+        "results/new/digits-onnxruntime.json",
+        "results/main/digits-onnxruntime.json",
+    ]
+    for candidate, status in (("again", 0), ("slow", 1), ("fewer", 2)):
+        options = args[2:] + (GENEROUS if status == 0 else [])
+        assert mlms_gate(runs, candidate, "base", *options).exit_code == status, candidate
+    example = re.search(r"`(NOT COMPARABLE: fewer against base: .*?)`", section)
+    assert example is not None
+    assert example.group(1) in mlms_gate(runs, "fewer", "base").output
