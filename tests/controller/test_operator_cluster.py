@@ -238,7 +238,7 @@ def test_digits_evaluation_succeeds_with_real_results_then_is_garbage_collected(
     assert kube.get(configmap_path(namespace, "digits-spec"))["data"]["evaluation.yaml"]
     table = cluster.kubectl("get", "meval", "-n", namespace).stdout
     header, line = table.splitlines()[:2]
-    assert "P50(MS)" in header and "ACCURACY" in header
+    assert "P50(MS)" in header and "METRIC" in header and "VALUE" in header
     assert "Succeeded" in line and f"{row['top1']:.4f}"[:4] in line
     reasons = [e["reason"] for e in events_with(kube, namespace, "digits", "Succeeded")]
     assert "JobCreated" in reasons and "Succeeded" in reasons

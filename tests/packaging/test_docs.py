@@ -319,7 +319,7 @@ def test_readme_demo_sample_agrees_across_frameworks() -> None:
     for line in block.splitlines():
         if line.startswith("│"):
             cells = dict(zip(columns, (c.strip() for c in line.strip("│").split("│")), strict=True))
-            top1.setdefault(cells["framework"].split()[0], set()).add(cells["top-1"])
+            top1.setdefault(cells["framework"].split()[0], set()).add(cells["metric"])
     assert set(top1) == {"onnxruntime", "pytorch", "tensorflow"}
     assert len(set().union(*top1.values())) == 1, top1
     diffs = [float(d) for d in re.findall(r"max \|diff\| = (\S+)", block)]

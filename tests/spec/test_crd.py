@@ -53,7 +53,7 @@ def test_crd_identity() -> None:
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
         "Phase", "Model", "ModelRef", "Framework", "Device", "Scenario", "p50(ms)",
-        "Throughput", "Accuracy", "Recorded", "Age",
+        "Throughput", "Metric", "Value", "Recorded", "Age",
     ]  # fmt: skip
 
 

@@ -72,7 +72,16 @@ def test_apply_and_print_columns(crd_cluster: Cluster, namespace: str) -> None:
     assert stored["spec"]["hardware"]["device"] == "cpu"
     assert stored["spec"]["scenario"]["warmup"] == 10
     header = crd_cluster.kubectl("get", "meval", "-n", namespace).stdout.splitlines()[0]
-    for column in ("PHASE", "MODEL", "FRAMEWORK", "DEVICE", "SCENARIO", "P50(MS)", "ACCURACY"):
+    for column in (
+        "PHASE",
+        "MODEL",
+        "FRAMEWORK",
+        "DEVICE",
+        "SCENARIO",
+        "P50(MS)",
+        "METRIC",
+        "VALUE",
+    ):
         assert column in header
     explain = crd_cluster.kubectl("explain", "modelevaluation.spec.scenario.targetQPS").stdout
     assert "FindPeakPerformance" in explain

@@ -20,8 +20,9 @@ from mlmodelscope.spec.evaluation import Dataset, DatasetType, DType
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
 
-RawSample: TypeAlias = np.ndarray | bytes | Path
-"""One sample as a dataset yields it: an array, or an encoded image (bytes or a file path)."""
+RawSample: TypeAlias = np.ndarray | bytes | Path | str
+"""One sample as a dataset yields it: an array, an encoded image (bytes or a file path), or a
+text (text datasets, tokenized instead of preprocessed)."""
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,15 @@ class Samples:
     """int64 labels, shape (N,), or None for unlabelled data (performance only)."""
     class_names: list[str] | None = None
     """Names of the label indices, when the dataset knows them."""
+    masks: tuple[Path, ...] | None = None
+    """masks datasets: each sample's mask file, what segmentation metrics score against."""
+    skipped: int = 0
+    """Samples left out because their mask was missing (``dataset.skipMissing``)."""
 
     @property
     def has_labels(self) -> bool:
-        """Whether accuracy can be computed."""
-        return self.y is not None
+        """Whether accuracy can be computed: labels, or masks to score against."""
+        return self.y is not None or self.masks is not None
 
     def __len__(self) -> int:
         return len(self.x)
@@ -54,6 +59,8 @@ def _limited(samples: Samples, limit: int | None) -> Samples:
         x=samples.x[:limit],
         y=None if samples.y is None else samples.y[:limit],
         class_names=samples.class_names,
+        masks=None if samples.masks is None else samples.masks[:limit],
+        skipped=samples.skipped,
     )
 
 
@@ -163,6 +170,46 @@ def _npz(ds: Dataset, base_dir: Path | None) -> Samples:
     return Samples(name=f"npz:{shown}", x=x, y=y, class_names=class_names)
 
 
+def _folder(value: str | None, field: str, base_dir: Path | None) -> Path:
+    if value is None:
+        raise SpecError(field, "required for this dataset type")
+    return local_path(value, base_dir=base_dir, field=field)
+
+
+def _masks(ds: Dataset, base_dir: Path | None) -> Samples:
+    from mlmodelscope.agent.tasks.data import DatasetError, load_masks
+
+    images = _folder(ds.path, "spec.dataset.path", base_dir)
+    masks = _folder(ds.masks, "spec.dataset.masks", base_dir)
+    try:
+        found = load_masks(images, masks, limit=ds.limit, skip_missing=ds.skip_missing)
+    except DatasetError as exc:
+        field = "spec.dataset.masks" if str(exc).startswith(str(masks)) else "spec.dataset.path"
+        raise SpecError(field, str(exc)) from None
+    return Samples(
+        name=f"masks:{ds.path}",
+        x=[s.image for s in found.samples],
+        masks=tuple(s.mask for s in found.samples),
+        skipped=found.skipped,
+    )
+
+
+def _text(ds: Dataset, base_dir: Path | None) -> Samples:
+    from mlmodelscope.agent.tasks.data import DatasetError, load_text
+
+    path = _folder(ds.path, "spec.dataset.path", base_dir)
+    try:
+        found = load_text(path, text_field=ds.text_field, label_field=ds.label_field)
+    except DatasetError as exc:
+        raise SpecError("spec.dataset.path", str(exc)) from None
+    return Samples(
+        name=f"text:{ds.path}",
+        x=list(found.texts),
+        y=np.asarray(found.labels, dtype=np.int64),
+        class_names=list(found.class_names) or None,
+    )
+
+
 def load_dataset(ds: Dataset, *, seed: int, base_dir: Path | None = None) -> Samples:
     """Load ``spec.dataset`` in its deterministic order, then apply ``limit``.
 
@@ -175,6 +222,10 @@ def load_dataset(ds: Dataset, *, seed: int, base_dir: Path | None = None) -> Sam
         samples = _synthetic(ds, seed)
     elif ds.type == DatasetType.IMAGEFOLDER:
         samples = _imagefolder(ds, base_dir)
+    elif ds.type == DatasetType.MASKS:
+        samples = _masks(ds, base_dir)
+    elif ds.type == DatasetType.TEXT:
+        samples = _text(ds, base_dir)
     else:
         samples = _npz(ds, base_dir)
     return _limited(samples, ds.limit)

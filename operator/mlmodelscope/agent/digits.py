@@ -247,15 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     folder = ensure_digits_models()
     print(f"digits models: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
     if args.link is not None:
-        link: Path = args.link
-        if link.is_symlink() or link.is_file():
-            link.unlink()
-        elif link.is_dir():
-            shutil.rmtree(link)
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(folder, target_is_directory=True)
-        print(f"linked {link} -> {folder}")  # noqa: T201
+        link_folder(args.link, folder)
+        print(f"linked {args.link} -> {folder}")  # noqa: T201
     return 0
+
+
+def link_folder(link: Path, folder: Path) -> None:
+    """Make ``link`` a symlink to ``folder``, replacing whatever ``link`` was."""
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.is_dir():
+        shutil.rmtree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(folder, target_is_directory=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def results_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
         ("p50 ms", "right"),
         ("p99 ms", "right"),
         ("samples/s", "right"),
-        ("top-1", "right"),
+        ("metric", "right"),
         ("verdict", "left"),
     ):
         table.add_column(
@@ -64,10 +64,22 @@ def results_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
                 _ms(row["latency_ms"]["p50"]),
                 _ms(row["latency_ms"]["p99"]),
                 f"{row['throughput']:.0f}",
-                _pct(row["top1"]),
+                _metric(row),
                 verdict,
             )
     return table, notes
+
+
+FRACTIONS = frozenset({"top1", "accuracy", "miou"})
+"""Primary metrics that are fractions, shown as percentages."""
+
+
+def _metric(row: dict[str, Any]) -> str:
+    """The task's primary metric with its name, e.g. 'top1 98.00%' or 'miou 67.93%'."""
+    name, value = row.get("metric"), row.get("metric_value")
+    if name is None or value is None:
+        return _pct(row["top1"])
+    return f"{name} {value:.2%}" if name in FRACTIONS else f"{name} {value:.4g}"
 
 
 def agreement(outcomes: Sequence[RunOutcome]) -> dict[str, Any] | None:

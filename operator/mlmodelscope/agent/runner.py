@@ -19,11 +19,11 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -43,9 +43,12 @@ from mlmodelscope.contract.result import (
     SamplePredictions,
 )
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
-from mlmodelscope.spec.evaluation import EvaluationSpec, ScenarioDriver
+from mlmodelscope.spec.evaluation import DatasetType, EvaluationSpec, ScenarioDriver, TaskType
 from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 from mlmodelscope.spec.status import BatchResult, LatencySummary
+
+if TYPE_CHECKING:
+    from mlmodelscope.agent.datasets import Samples
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +116,7 @@ def _batches(count: int, size: int) -> Iterator[slice]:
 
 def accuracy_pass(
     backend: Backend,
-    inputs: np.ndarray,
+    feeds: Sequence[np.ndarray],
     labels: np.ndarray | None,
     postprocess: Any,
     batch_size: int,
@@ -129,9 +132,9 @@ def accuracy_pass(
     outputs: list[np.ndarray] = []
     top1_hits = top5_hits = 0.0
     start = time.perf_counter_ns()
-    count = len(inputs)
+    count = len(feeds[0])
     for done, part in enumerate(_batches(count, batch_size)):
-        out = backend.predict([inputs[part]])[0]
+        out = backend.predict([f[part] for f in feeds])[0]
         outputs.append(np.asarray(out))
         if labels is not None:
             predictions: Predictions = postprocess(out)
@@ -197,9 +200,18 @@ def sample_predictions(
     )
 
 
-def headline(measurement: dict[str, Any], accuracy: dict[str, Any] | None) -> BatchResult:
-    """One batch size's row: what the summary carries and the operator puts in .status."""
+def headline(
+    measurement: dict[str, Any],
+    accuracy: dict[str, Any] | None,
+    task: dict[str, Any] | None = None,
+) -> BatchResult:
+    """One batch size's row: what the summary carries and the operator puts in .status. Its
+    metric is the task's primary metric, or top-1 for classification."""
     pct = measurement["latency"]["percentiles_s"]
+    if task is not None:
+        metric, value = task["primary"], task["metrics"][task["primary"]]
+    else:
+        metric, value = "top1", None if accuracy is None else accuracy["top1"]
     return BatchResult(
         batch_size=measurement["batch_size"],
         scenario=measurement["scenario"],
@@ -213,9 +225,81 @@ def headline(measurement: dict[str, Any], accuracy: dict[str, Any] | None) -> Ba
         qps=measurement["qps"],
         top1=None if accuracy is None else accuracy["top1"],
         top5=None if accuracy is None else accuracy["top5"],
+        metric=metric if value is not None else None,
+        metric_value=value,
         valid=measurement["verdict"]["valid"],
         invalid_reasons=measurement["verdict"]["reasons"],
     )
+
+
+def _tokenized(
+    spec: EvaluationSpec, samples: Samples, base_dir: Path | None
+) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """A text dataset through its tokenizer: the model's inputs from the token fields, each
+    text's tokenizing time (its preprocessing) and how many texts were truncated."""
+    from mlmodelscope.agent.sources import local_path
+    from mlmodelscope.agent.tasks.data import DatasetError
+    from mlmodelscope.agent.tasks.feeds import model_feeds
+    from mlmodelscope.agent.tasks.tokens import load_tokenizer, tokenize
+
+    field = "spec.dataset.tokenizer"
+    assert spec.dataset.tokenizer is not None  # the spec requires it for text datasets
+    path = local_path(spec.dataset.tokenizer, base_dir=base_dir, field=field)
+    try:
+        tokenizer = load_tokenizer(path)
+    except DatasetError as exc:
+        raise SpecError(field, str(exc)) from None
+    texts = [str(x) for x in samples.x]
+    tokens = tokenize(tokenizer, texts, spec.dataset.max_length)
+    return model_feeds(spec.model.inputs, tokens.fields), tokens.latencies_ns, tokens.truncated
+
+
+def task_accuracy(
+    spec: EvaluationSpec,
+    backend: Backend,
+    feeds: Sequence[np.ndarray],
+    samples: Samples,
+    progress: ProgressHook,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The accuracy pass of a task other than classification: the ``accuracy`` section (how
+    the pass ran, top-1 where the task has one) and the ``task`` section (its metrics)."""
+    from mlmodelscope.agent.tasks.passes import (
+        output_index,
+        primary,
+        segmentation_pass,
+        text_classification_pass,
+    )
+
+    task = spec.task
+    index = output_index(task, spec.model.outputs)
+    batch_size = max(spec.scenario.batch_sizes)
+    if task.type == TaskType.SEGMENTATION:
+        assert samples.masks is not None  # masks datasets have them; the spec pairs the two
+        done = segmentation_pass(
+            backend.predict, feeds, samples.masks, task, index, batch_size, progress
+        )
+    else:
+        assert samples.y is not None
+        done = text_classification_pass(
+            backend.predict, feeds, samples.y, task, index, batch_size, progress
+        )
+    name, value = primary(done.metrics)
+    accuracy = {
+        "samples": done.samples,
+        "batch_size": done.batch_size,
+        "duration_s": done.duration_s,
+        "outputs_sha256": done.outputs_sha256,
+        "top1": value if name == "accuracy" else None,
+        "top5": None,
+    }
+    section = {
+        "type": task.type.value,
+        "output": spec.model.outputs[index].name if spec.model.outputs else None,
+        "primary": name,
+        "metrics": done.metrics.as_dict(),
+        "skipped": samples.skipped,
+    }
+    return accuracy, section
 
 
 def _model_manifest(annotations: dict[str, str]) -> dict[str, Any]:
@@ -325,23 +409,31 @@ def evaluate(
         }
         with timed("load dataset"):
             samples = load_dataset(spec.dataset, seed=spec.scenario.seed, base_dir=loaded.base_dir)
-        pre = Preprocessor(spec.preprocessing, layout=spec.dataset.layout)
-        raw_shape = samples.x.shape[1:] if isinstance(samples.x, np.ndarray) else None
-        raw_dtype = samples.x.dtype.name if isinstance(samples.x, np.ndarray) else None
-        pre.check_model_input(spec.model.inputs[0], raw_shape, raw_dtype)
-        if len(spec.model.inputs) > 1:
-            raise SpecError(
-                "spec.model.inputs",
-                "models with more than one input are not supported by the agent yet",
-            )
+        pre: Preprocessor | None = None
         with timed("preprocess"):
-            inputs, pre_ns = preprocess_all(pre, samples)
+            if spec.dataset.type == DatasetType.TEXT:
+                feeds, pre_ns, truncated = _tokenized(spec, samples, loaded.base_dir)
+            else:
+                pre = Preprocessor(spec.preprocessing, layout=spec.dataset.layout)
+                raw_shape = samples.x.shape[1:] if isinstance(samples.x, np.ndarray) else None
+                raw_dtype = samples.x.dtype.name if isinstance(samples.x, np.ndarray) else None
+                pre.check_model_input(spec.model.inputs[0], raw_shape, raw_dtype)
+                if len(spec.model.inputs) > 1:
+                    raise SpecError(
+                        "spec.model.inputs",
+                        "an image dataset feeds one model input; a model with several inputs "
+                        "needs a dataset with several fields (dataset.type: text)",
+                    )
+                inputs, pre_ns = preprocess_all(pre, samples)
+                feeds, truncated = [inputs], None
         document["dataset"] = {
             "name": samples.name,
             "type": spec.dataset.type.value,
             "samples": len(samples),
             "labelled": samples.has_labels,
             "preprocessing": summarize_latencies(pre_ns, (50.0, 90.0, 99.0)).to_dict(),
+            **({"skipped": samples.skipped} if samples.skipped else {}),
+            **({"truncated": truncated} if truncated is not None else {}),
         }
         startup.mark("dataset")
         backend = create_backend(spec.framework.name)
@@ -367,14 +459,19 @@ def evaluate(
         document["accuracy"] = None
         if spec.scenario.accuracy and samples.has_labels:
             with timed("accuracy pass"), backend.measuring():
-                document["accuracy"], outputs = accuracy_pass(
-                    backend,
-                    inputs,
-                    samples.y,
-                    postprocess,
-                    max(spec.scenario.batch_sizes),
-                    report.progress,
-                )
+                if spec.task.type == TaskType.CLASSIFICATION:
+                    document["accuracy"], outputs = accuracy_pass(
+                        backend,
+                        feeds,
+                        samples.y,
+                        postprocess,
+                        max(spec.scenario.batch_sizes),
+                        report.progress,
+                    )
+                else:
+                    document["accuracy"], document["task"] = task_accuracy(
+                        spec, backend, feeds, samples, report.progress
+                    )
             startup.mark("accuracy_pass")
         elif spec.scenario.accuracy:
             document["accuracy_skipped"] = f"dataset {samples.name} has no labels"
@@ -390,7 +487,7 @@ def evaluate(
         with timed("measure"), telemetry.gpu_sampling(info.device):
             for batch_size in spec.scenario.batch_sizes:
                 report.stage(f"measure {spec.scenario.type.value} batch {batch_size}")
-                ring = BatchRing.for_scenario(spec.scenario, [inputs], batch_size)
+                ring = BatchRing.for_scenario(spec.scenario, feeds, batch_size)
                 time_left = max(deadline - time.monotonic(), 1.0)
                 with telemetry.scenario(spec.scenario.type.value, batch_size):
                     if loadgen:
@@ -442,7 +539,8 @@ def evaluate(
                     )
         document["measurements"] = measurements
         document["results"] = [
-            headline(m, document["accuracy"]).model_dump(mode="json") for m in measurements
+            headline(m, document["accuracy"], document.get("task")).model_dump(mode="json")
+            for m in measurements
         ]
         document["status"] = "Succeeded"
     except Exception as exc:

@@ -139,7 +139,11 @@ class DatasetInfo(ContractModel):
     samples: Annotated[int, Field(ge=1)]
     labelled: bool
     preprocessing: LatencyStats
-    """Per-sample preprocessing time, measured before the latency runs."""
+    """Per-sample preprocessing time (text: tokenizing), measured before the latency runs."""
+    skipped: Annotated[int, Field(ge=0)] = 0
+    """Samples left out because their mask was missing (``dataset.skipMissing``)."""
+    truncated: Annotated[int, Field(ge=0)] | None = None
+    """Text datasets: texts longer than ``dataset.maxLength`` tokens, cut to it."""
 
 
 class BackendInfo(ContractModel):
@@ -257,13 +261,28 @@ class AccuracyResult(ContractModel):
     batch_size: Annotated[int, Field(ge=1)]
     duration_s: float | None = None
     outputs_sha256: Sha256
-    """SHA-256 of the raw first output of every sample, in dataset order: equal digests mean
-    bit-identical results."""
+    """SHA-256 of the raw first output of every sample (with a task, the output the task
+    reads), in dataset order: equal digests mean bit-identical results."""
     top1: Annotated[float, Field(ge=0, le=1)] | None
     top5: Annotated[float, Field(ge=0, le=1)] | None
     predictions: SamplePredictions | None = None
     """Each sample's top-1 class and its raw score, for the first 4096 samples (absent in
     documents of older agents)."""
+
+
+class TaskResult(ContractModel):
+    """A task's metrics from the accuracy pass (``spec.task``, other than classification)."""
+
+    type: str
+    """segmentation or text-classification."""
+    output: str | None = None
+    """The model output the metrics read (null: the first, unnamed)."""
+    primary: str
+    """The metric a leaderboard sorts by (miou, accuracy): a key of ``metrics``."""
+    metrics: dict[str, Any]
+    """Every metric of the task, computed by the library its field trusts (docs/tasks.md)."""
+    skipped: Annotated[int, Field(ge=0)] = 0
+    """Samples left out of the metrics (a missing mask with ``dataset.skipMissing``)."""
 
 
 class TracingLevelResult(ContractModel):
@@ -611,6 +630,7 @@ class ResultDocument(ContractModel):
     backend: BackendInfo | None = None
     stack: StackInfo | None = None
     accuracy: AccuracyResult | None = None
+    task: TaskResult | None = None
     accuracy_skipped: str | None = None
     trace_id: Annotated[str, Field(pattern=r"^[a-f0-9]{32}$")] | None = None
     """OpenTelemetry trace id of the run (look it up in Jaeger; `mlms trace` breaks it down)."""
@@ -740,5 +760,6 @@ def _rounded(row: BatchResult) -> BatchResult:
             "qps": r(row.qps),
             "top1": r(row.top1),
             "top5": r(row.top5),
+            "metric_value": r(row.metric_value),
         }
     )

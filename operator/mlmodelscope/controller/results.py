@@ -82,6 +82,8 @@ class Outcome:
             p50_ms=first.latency_ms.p50,
             throughput=first.throughput,
             top1=first.top1,
+            metric=first.metric,
+            metric_value=first.metric_value,
         )
 
 

@@ -664,7 +664,9 @@ def _headline(outcome: Outcome) -> str:
         parts.append(f"p50 {s.p50_ms:.3g} ms")
     if s.throughput is not None:
         parts.append(f"{s.throughput:.4g} samples/s")
-    if s.top1 is not None:
+    if s.metric not in (None, "top1") and s.metric_value is not None:
+        parts.append(f"{s.metric} {s.metric_value:.4f}")
+    elif s.top1 is not None:
         parts.append(f"top-1 {s.top1:.4f}")
     where = f" at batch size {s.batch_size}" if s.batch_size is not None else ""
     return f"evaluation succeeded{where}: {', '.join(parts)}" if parts else "evaluation succeeded"

@@ -66,10 +66,16 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "description": "Samples per second of the first batch size",
     },
     {
-        "name": "Accuracy",
+        "name": "Metric",
+        "type": "string",
+        "jsonPath": ".status.summary.metric",
+        "description": "The task's primary metric: top1, miou or accuracy",
+    },
+    {
+        "name": "Value",
         "type": "number",
-        "jsonPath": ".status.summary.top1",
-        "description": "Top-1 accuracy of the accuracy pass",
+        "jsonPath": ".status.summary.metricValue",
+        "description": "The primary metric's value from the accuracy pass",
     },
     {
         "name": "Recorded",

@@ -192,6 +192,14 @@ class DatasetType(StrEnum):
     SYNTHETIC = "synthetic"
     IMAGEFOLDER = "imagefolder"
     NPZ = "npz"
+    MASKS = "masks"
+    TEXT = "text"
+
+
+class TaskType(StrEnum):
+    CLASSIFICATION = "classification"
+    SEGMENTATION = "segmentation"
+    TEXT_CLASSIFICATION = "text-classification"
 
 
 class ChannelOrder(StrEnum):
@@ -217,6 +225,11 @@ class TensorSpec(SpecModel):
 
     layout: Layout | None = None
     """Memory layout of image tensors, e.g. NCHW for PyTorch/ONNX, NHWC for TensorFlow."""
+
+    field: Annotated[str | None, Field(min_length=1, max_length=63)] = None
+    """Inputs only: the dataset field that feeds this input. A text dataset has input_ids,
+    attention_mask and token_type_ids (default: the input's own name); an image dataset feeds
+    its one input with the preprocessed image."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -543,7 +556,9 @@ class Dataset(SpecModel):
 
     type: DatasetType
     """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
-    tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels)."""
+    tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels),
+    masks (images and PNG masks of the same name, VOC style), text (.jsonl or .csv rows of a
+    text and a label, through a tokenizer)."""
 
     shape: Annotated[list[Dimension] | None, Field(min_length=1, max_length=8)] = None
     """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
@@ -556,10 +571,32 @@ class Dataset(SpecModel):
     synthetic or npz); preprocessing steps find the channel axis from it."""
 
     path: Annotated[str | None, Field(max_length=2048)] = None
-    """imagefolder: folder with one sub-folder of images per class (sorted names = classes)."""
+    """imagefolder: folder with one sub-folder of images per class (sorted names = classes);
+    masks: the folder of images; text: the .jsonl or .csv file."""
 
     uri: Annotated[str | None, Field(max_length=2048, pattern=URI_PATTERN)] = None
     """npz: an .npz file holding 'x' (samples) and optionally 'y' (integer labels)."""
+
+    masks: Annotated[str | None, Field(max_length=2048)] = None
+    """masks: the folder of PNG masks, one per image with the image's name, holding a class
+    index per pixel (mode L or a palette)."""
+
+    tokenizer: Annotated[str | None, Field(max_length=2048)] = None
+    """text: a Hugging Face tokenizer.json (the tokenizers library) that turns each text into
+    input_ids, attention_mask and token_type_ids."""
+
+    max_length: Annotated[StrictInt, Field(gt=0, le=8192)] = 128
+    """text: tokens per sample; longer texts are truncated, shorter ones padded."""
+
+    text_field: Annotated[str, Field(min_length=1, max_length=253)] = "text"
+    """text: the field (JSONL key or CSV column) holding the text."""
+
+    label_field: Annotated[str, Field(min_length=1, max_length=253)] = "label"
+    """text: the field holding the label (integers, or strings numbered in sorted order)."""
+
+    skip_missing: StrictBool = False
+    """masks: leave out an image whose mask is missing and count it (the result's
+    task.skipped) instead of failing the run."""
 
     split: Literal["train", "test", "all"] = "test"
     """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
@@ -581,10 +618,14 @@ class Dataset(SpecModel):
             reason="FieldValueRequired",
         ),
         Rule(
-            cel="self.type != 'imagefolder' || has(self.path)",
-            message="required when type is imagefolder: a folder with one sub-folder per class",
+            cel="!(self.type in ['imagefolder', 'masks', 'text']) || has(self.path)",
+            message="required when type is imagefolder (a folder with one sub-folder per "
+            "class), masks (the folder of images) or text (the .jsonl or .csv file)",
             field="path",
-            check=lambda m: m.type != DatasetType.IMAGEFOLDER or m.path is not None,
+            check=lambda m: (
+                m.type not in (DatasetType.IMAGEFOLDER, DatasetType.MASKS, DatasetType.TEXT)
+                or m.path is not None
+            ),
             reason="FieldValueRequired",
         ),
         Rule(
@@ -595,10 +636,55 @@ class Dataset(SpecModel):
             reason="FieldValueRequired",
         ),
         Rule(
+            cel="self.type != 'masks' || has(self.masks)",
+            message="required when type is masks: the folder of PNG masks named like the images",
+            field="masks",
+            check=lambda m: m.type != DatasetType.MASKS or m.masks is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="self.type != 'text' || has(self.tokenizer)",
+            message="required when type is text: a tokenizer.json (Hugging Face tokenizers)",
+            field="tokenizer",
+            check=lambda m: m.type != DatasetType.TEXT or m.tokenizer is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
             cel="!has(self.shape) || self.shape.all(d, d > 0)",
             message="every dimension must be > 0",
             field="shape",
             check=lambda m: m.shape is None or all(d > 0 for d in m.shape),
+        ),
+    )
+
+
+class Task(SpecModel):
+    """What the model does, so the accuracy pass computes that task's metrics."""
+
+    type: TaskType = TaskType.CLASSIFICATION
+    """classification (top-1 / top-5 from class scores, as without a task), segmentation
+    (mIoU and pixel accuracy from per-pixel class scores [N, classes, H, W] or class ids
+    [N, H, W], against a masks dataset), text-classification (accuracy and macro-F1 by
+    scikit-learn, against a text dataset's labels)."""
+
+    output: Annotated[str | None, Field(min_length=1, max_length=253)] = None
+    """The model output the metrics read, by name (one of spec.model.outputs); default: the
+    first output."""
+
+    num_classes: Annotated[StrictInt | None, Field(gt=0, le=100_000)] = None
+    """segmentation: required, the number of classes (mask values 0..numClasses-1);
+    text-classification: the classes macro-F1 averages over (default: those seen)."""
+
+    ignore_index: Annotated[StrictInt, Field(ge=0, le=65535)] = 255
+    """segmentation: the mask value of pixels that are not scored (VOC's 255 border)."""
+
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="self.type != 'segmentation' || has(self.numClasses)",
+            message="required when type is segmentation: the number of classes",
+            field="numClasses",
+            check=lambda m: m.type != TaskType.SEGMENTATION or m.num_classes is not None,
+            reason="FieldValueRequired",
         ),
     )
 
@@ -951,6 +1037,9 @@ class EvaluationSpec(SpecModel):
     dataset: Dataset
     """The evaluation data."""
 
+    task: Task = Task()
+    """What the model does, and so which metrics the accuracy pass computes."""
+
     scenario: Scenario = Scenario()
     """How queries are issued and measured."""
 
@@ -972,6 +1061,25 @@ class EvaluationSpec(SpecModel):
     rules: ClassVar[tuple[Rule, ...]] = (
         _job_seconds_rule("timeout"),
         _job_seconds_rule("ttlAfterFinished"),
+        Rule(
+            cel="(has(self.task) && self.task.type == 'segmentation') == "
+            "(self.dataset.type == 'masks')",
+            message="a segmentation task needs a masks dataset, and a masks dataset a "
+            "segmentation task (task.type: segmentation)",
+            field="task",
+            check=lambda m: (
+                (m.task.type == TaskType.SEGMENTATION) == (m.dataset.type == DatasetType.MASKS)
+            ),
+        ),
+        Rule(
+            cel="!has(self.task) || self.task.type != 'text-classification' || "
+            "self.dataset.type == 'text'",
+            message="a text-classification task needs a text dataset (dataset.type: text)",
+            field="task",
+            check=lambda m: (
+                m.task.type != TaskType.TEXT_CLASSIFICATION or m.dataset.type == DatasetType.TEXT
+            ),
+        ),
     )
 
 

@@ -80,6 +80,11 @@ class BatchResult(SpecModel):
     """Top-1 accuracy of the separate accuracy pass, 0..1."""
     top5: float | None = None
     """Top-5 accuracy of the separate accuracy pass, 0..1."""
+    metric: str | None = None
+    """The name of the task's primary metric: top1 (classification), miou (segmentation),
+    accuracy (text-classification)."""
+    metric_value: float | None = None
+    """The task's primary metric from the accuracy pass."""
     valid: bool | None = None
     """MLPerf-style verdict: VALID (true) or INVALID (false)."""
     invalid_reasons: Annotated[list[str], Field(max_length=16)] = []
@@ -97,6 +102,10 @@ class Summary(SpecModel):
     """Samples per second."""
     top1: float | None = None
     """Top-1 accuracy, 0..1."""
+    metric: str | None = None
+    """The task's primary metric: top1, miou or accuracy."""
+    metric_value: float | None = None
+    """Its value from the accuracy pass."""
 
 
 class StartupStatus(SpecModel):

@@ -47,6 +47,7 @@ from mlmodelscope.spec.evaluation import (
     PreprocessStep,
     Scenario,
     ScenarioType,
+    Task,
     Tracing,
 )
 from mlmodelscope.spec.manifest import (
@@ -309,6 +310,9 @@ class SweepTemplate(SpecModel):
 
     dataset: Dataset
     """The evaluation data."""
+
+    task: Task = Task()
+    """What the models do, and so which metrics the accuracy pass computes."""
 
     scenario: TemplateScenario = TemplateScenario()
     """How queries are issued and measured (spec.matrix.scenarios and batchSizes replace type

@@ -283,6 +283,8 @@ class BertEncoder(nn.Module):
     """BERT-base (Devlin et al. 2019): token + position embeddings, 12 layers of hidden 768,
     12 heads, feed-forward 3072; returns the final hidden states [batch, seq, hidden]."""
 
+    position_ids: torch.Tensor
+
     def __init__(
         self,
         layers: int = 12,

@@ -1,0 +1,266 @@
+"""Build the reference models and data of examples/tasks: a text classifier with BERT's three
+inputs and its tokenizer, and a segmentation network on rendered shapes, each trained here in
+seconds on generated data and exported to ONNX and TorchScript with the same weights.
+
+    python examples/tasks/train_tasks.py --out DIR
+
+writes DIR/text/{train,eval}.jsonl, DIR/text/tokenizer.json, DIR/text-classifier.onnx,
+DIR/text-classifier.torchscript.pt, DIR/shapes/{images,masks}/ (the evaluation set),
+DIR/segmenter.onnx, DIR/segmenter.torchscript.pt and, last, DIR/manifest.json. The agent's
+``mlmodelscope.agent.tasks.reference.ensure_task_models`` runs it once per machine and caches
+the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional
+
+SEED = 0
+TOPICS = {
+    "food": "bread soup cheese apple rice pasta salad spice oven bake taste dinner",
+    "sport": "goal match team score coach league ball runner race win season player",
+    "tech": "chip code server cloud laptop network bug compile data robot phone app",
+    "weather": "rain snow wind storm cloudy sunny forecast cold heat fog thunder frost",
+}
+FILLER = [
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "it",
+    "that",
+    "on",
+    "with",
+    "for",
+    "was",
+    "as",
+    "at",
+    "by",
+    "this",
+    "we",
+    "they",
+]
+MAX_LENGTH = 32
+SHAPE_SIZE = 48
+
+
+# ------------------------------------------------------------------------------------ text
+
+
+def write_corpus(path: Path, count: int, rng: np.random.Generator) -> None:
+    """Sentences of filler and topic words; about two in five are longer than MAX_LENGTH
+    tokens, so truncation is exercised. Labels are the topic names (strings)."""
+    names = sorted(TOPICS)
+    with path.open("w") as handle:
+        for _ in range(count):
+            label = names[int(rng.integers(len(names)))]
+            words = TOPICS[label].split()
+            length = int(rng.integers(4, 48))
+            picked = [
+                words[int(rng.integers(len(words)))]
+                if rng.random() < 0.35
+                else FILLER[int(rng.integers(len(FILLER)))]
+                for _ in range(length)
+            ]
+            handle.write(json.dumps({"text": " ".join(picked), "label": label}) + "\n")
+
+
+def train_tokenizer(corpus: Path, out: Path) -> Any:
+    """A word-level tokenizer with BERT's [CLS] text [SEP] template and [PAD] id 0."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    trainer = trainers.WordLevelTrainer(special_tokens=specials)
+    texts = [json.loads(line)["text"] for line in corpus.read_text().splitlines()]
+    tokenizer.train_from_iterator(texts, trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[(t, tokenizer.token_to_id(t)) for t in ("[CLS]", "[SEP]")],
+    )
+    tokenizer.save(str(out))
+    return tokenizer
+
+
+class TextClassifier(nn.Module):
+    """Token and token-type embeddings, mean-pooled over the attention mask, then an MLP."""
+
+    def __init__(self, vocab: int, classes: int, dim: int = 32) -> None:
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.types = nn.Embedding(2, dim)
+        self.hidden = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor:
+        x = self.tokens(input_ids) + self.types(token_type_ids)
+        mask = attention_mask.unsqueeze(-1).to(x.dtype)
+        pooled = (x * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+        out: torch.Tensor = self.head(torch.relu(self.hidden(pooled)))
+        return out
+
+
+def encode(tokenizer: Any, corpus: Path) -> tuple[list[torch.Tensor], torch.Tensor]:
+    rows = [json.loads(line) for line in corpus.read_text().splitlines()]
+    names = sorted({r["label"] for r in rows})
+    tokenizer.enable_truncation(MAX_LENGTH)
+    tokenizer.enable_padding(length=MAX_LENGTH, pad_id=0, pad_token="[PAD]")
+    encodings = [tokenizer.encode(r["text"]) for r in rows]
+    fields = [
+        torch.tensor([getattr(e, name) for e in encodings], dtype=torch.int64)
+        for name in ("ids", "attention_mask", "type_ids")
+    ]
+    labels = torch.tensor([names.index(r["label"]) for r in rows], dtype=torch.int64)
+    return fields, labels
+
+
+def build_text(out: Path) -> dict[str, Any]:
+    folder = out / "text"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(SEED)
+    write_corpus(folder / "train.jsonl", 2000, rng)
+    write_corpus(folder / "eval.jsonl", 400, rng)
+    tokenizer = train_tokenizer(folder / "train.jsonl", folder / "tokenizer.json")
+    fields, labels = encode(tokenizer, folder / "train.jsonl")
+    model = TextClassifier(tokenizer.get_vocab_size(), len(TOPICS))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(12):
+        for start in range(0, len(labels), 100):
+            part = slice(start, start + 100)
+            loss = functional.cross_entropy(model(*(f[part] for f in fields)), labels[part])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    eval_fields, eval_labels = encode(tokenizer, folder / "eval.jsonl")
+    with torch.no_grad():
+        accuracy = float((model(*eval_fields).argmax(1) == eval_labels).float().mean())
+    export(model, [f[:2] for f in eval_fields], names, out / "text-classifier")
+    return {"vocab": tokenizer.get_vocab_size(), "classes": sorted(TOPICS), "accuracy": accuracy}
+
+
+# ---------------------------------------------------------------------------- segmentation
+
+
+class Segmenter(nn.Module):
+    """Two stride-2 convolutions, a dilated one, upsampled back and added to a full-size
+    skip: class scores [N, 4, H, W] (background and the three shapes)."""
+
+    def __init__(self, classes: int = 4, width: int = 24) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, width, 3, padding=1)
+        self.down1 = nn.Conv2d(width, width, 3, stride=2, padding=1)
+        self.down2 = nn.Conv2d(width, 2 * width, 3, stride=2, padding=1)
+        self.context = nn.Conv2d(2 * width, 2 * width, 3, padding=2, dilation=2)
+        self.coarse = nn.Conv2d(2 * width, classes, 1)
+        self.fine = nn.Conv2d(width, classes, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        skip = torch.relu(self.stem(x))
+        y = torch.relu(self.context(torch.relu(self.down2(torch.relu(self.down1(skip))))))
+        up = functional.interpolate(self.coarse(y), scale_factor=4.0, mode="bilinear")
+        out: torch.Tensor = up + self.fine(skip)
+        return out
+
+
+def shapes_tensors(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from mlmodelscope.agent.tasks.shapes import render
+
+    rng = np.random.default_rng(seed)
+    images, masks = [], []
+    for _ in range(count):
+        image, mask, _ = render(rng, SHAPE_SIZE, SHAPE_SIZE, 4)
+        images.append(image)
+        masks.append(mask)
+    x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0
+    return x, torch.from_numpy(np.stack(masks)).long()
+
+
+def build_segmenter(out: Path) -> dict[str, Any]:
+    from mlmodelscope.agent.tasks.shapes import write_shapes
+
+    write_shapes(out / "shapes", 64, seed=SEED + 1, height=SHAPE_SIZE, width=SHAPE_SIZE)
+    x, y = shapes_tensors(768, SEED + 2)
+    model = Segmenter()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(25):
+        for start in range(0, len(y), 64):
+            part = slice(start, start + 64)
+            loss = functional.cross_entropy(model(x[part]), y[part])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    export(model, [x[:2]], ["input"], out / "segmenter")
+    return {
+        "classes": ["background", "square", "disc", "triangle"],
+        "loss": round(float(loss.detach()), 4),
+    }
+
+
+# ---------------------------------------------------------------------------------- export
+
+
+def export(model: nn.Module, example: list[torch.Tensor], names: list[str], stem: Path) -> None:
+    """ONNX (dynamic batch) and TorchScript of the same weights; ONNX Runtime must agree."""
+    import warnings
+
+    import onnxruntime as ort
+
+    output = "logits"
+    axes = {n: {0: "batch"} for n in [*names, output]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            model, tuple(example), str(stem.with_suffix(".onnx")), input_names=names,
+            output_names=[output], dynamic_axes=axes, opset_version=17, dynamo=False,
+        )  # fmt: skip
+        with torch.no_grad():
+            traced = torch.jit.trace(model, tuple(example), check_trace=False)
+    traced.save(str(stem.with_suffix(".torchscript.pt")))
+    session = ort.InferenceSession(
+        str(stem.with_suffix(".onnx")), providers=["CPUExecutionProvider"]
+    )
+    got = session.run(None, {n: t.numpy() for n, t in zip(names, example, strict=True)})[0]
+    with torch.no_grad():
+        want = model(*example).numpy()
+    if float(np.abs(got - want).max()) > 1e-4:
+        raise RuntimeError(f"{stem.name}: ONNX Runtime and PyTorch differ")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    out: Path = args.out
+    out.mkdir(parents=True)
+    torch.manual_seed(SEED)
+    torch.set_num_threads(2)
+    start = time.monotonic()
+    manifest = {"text": build_text(out), "segmentation": build_segmenter(out)}
+    manifest["seconds"] = round(time.monotonic() - start, 1)
+    manifest["torch"] = torch.__version__
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    print(json.dumps(manifest))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,281 @@
+"""Tasks through the agent end to end: the reference text classifier (BERT's three inputs,
+through its tokenizer) and the shapes segmenter (images and PNG masks), in ONNX Runtime and
+PyTorch, their metrics checked against scikit-learn and torchmetrics called directly on the
+same model's outputs; and the mistakes a user makes, each refused naming the field or file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import yaml
+from PIL import Image
+
+from mlmodelscope.agent.runner import EvaluationError, evaluate
+from mlmodelscope.agent.tasks.feeds import model_feeds
+from mlmodelscope.agent.tasks.reference import ensure_task_models
+from mlmodelscope.agent.tasks.tokens import load_tokenizer, tokenize
+from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.spec import SpecError, load_evaluations
+from mlmodelscope.spec.evaluation import DType, TensorSpec
+
+pytestmark = pytest.mark.frameworks
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
+QUICK = {"type": "SingleStream", "batchSizes": [1, 8], "minQueryCount": 20, "minDuration": "20ms"}
+FORMATS = {"onnxruntime": ("onnx", ".onnx"), "pytorch": ("torchscript", ".torchscript.pt")}
+
+
+@pytest.fixture(scope="module")
+def models() -> Path:
+    return ensure_task_models()
+
+
+def example(name: str, models: Path, framework: str = "onnxruntime") -> dict[str, Any]:
+    """examples/tasks/<name>.yaml with build/ pointing at the cached models."""
+    doc: dict[str, Any] = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    spec = doc["spec"]
+    fmt, suffix = FORMATS[framework]
+    stem = Path(spec["model"]["uri"]).name.split(".")[0]
+    spec["model"].update(uri=str(models / f"{stem}{suffix}"), format=fmt)
+    spec["framework"]["name"] = framework
+    for key in ("path", "masks", "tokenizer"):
+        if key in spec["dataset"]:
+            spec["dataset"][key] = str(models / spec["dataset"][key].removeprefix("build/"))
+    spec["scenario"] = dict(QUICK)
+    doc["metadata"]["name"] = f"{name}-{framework}"
+    return doc
+
+
+def run(doc: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    path = tmp_path / f"{doc['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    [loaded] = load_evaluations(path)
+    document = evaluate(loaded, output=tmp_path / "result.json").document
+    ResultDocument.model_validate(document)
+    return document
+
+
+def failure(doc: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    [loaded] = load_evaluations(path)
+    with pytest.raises(EvaluationError) as caught:
+        evaluate(loaded, output=tmp_path / "bad.json")
+    error: dict[str, Any] = caught.value.document["error"]
+    assert caught.value.document["status"] == "Failed"
+    return error
+
+
+# ------------------------------------------------------------------------ text classification
+
+
+def test_text_classification_with_three_inputs_agrees_with_scikit_learn(
+    models: Path, tmp_path: Path
+) -> None:
+    """ONNX Runtime and PyTorch on the same weights: accuracy and macro-F1 equal to
+    scikit-learn's on the model's own outputs, the two frameworks within 0.5 points, and the
+    headline row naming the metric."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    rows = [json.loads(line) for line in (models / "text" / "eval.jsonl").read_text().splitlines()]
+    names = sorted({r["label"] for r in rows})
+    labels = np.array([names.index(r["label"]) for r in rows])
+    tokens = tokenize(
+        load_tokenizer(models / "text" / "tokenizer.json"), [r["text"] for r in rows], 32
+    )
+    session = ort.InferenceSession(str(models / "text-classifier.onnx"))
+    logits = session.run(None, tokens.fields)[0]
+    want_accuracy = accuracy_score(labels, logits.argmax(1))
+    want_f1 = f1_score(labels, logits.argmax(1), labels=list(range(4)), average="macro")
+
+    found = {}
+    for framework in FORMATS:
+        document = run(example("text-classification", models, framework), tmp_path)
+        task = document["task"]
+        assert task["type"] == "text-classification" and task["primary"] == "accuracy"
+        found[framework] = task["metrics"]["accuracy"]
+        assert document["dataset"]["truncated"] == tokens.truncated > 0
+        assert document["results"][0]["metric"] == "accuracy"
+        assert document["results"][0]["metric_value"] == task["metrics"]["accuracy"]
+        if framework == "onnxruntime":
+            assert task["metrics"]["accuracy"] == pytest.approx(want_accuracy, abs=1e-6)
+            assert task["metrics"]["macro_f1"] == pytest.approx(want_f1, abs=1e-6)
+    assert found["onnxruntime"] > 0.9
+    assert abs(found["onnxruntime"] - found["pytorch"]) <= 0.005
+
+
+def test_tokenizing_truncates_inside_the_special_tokens(models: Path) -> None:
+    tokenizer = load_tokenizer(models / "text" / "tokenizer.json")
+    long, short = "rain " * 50, "rain snow"
+    tokens = tokenize(tokenizer, [long, short], 8)
+    cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    ids, mask = tokens.fields["input_ids"], tokens.fields["attention_mask"]
+    assert ids[0, 0] == cls and ids[0, -1] == sep and mask[0].all()
+    words = [tokenizer.token_to_id(w) for w in short.split()]
+    assert ids[1, :4].tolist() == [cls, *words, sep]
+    assert mask[1].tolist() == [1, 1, 1, 1, 0, 0, 0, 0] and (ids[1, 4:] == 0).all()
+    assert tokens.truncated == 1 and len(tokens.latencies_ns) == 2
+
+
+def test_model_feeds_cast_ids_and_masks_and_refuse_floats() -> None:
+    fields = {"input_ids": np.ones((2, 4), dtype=np.int64), "attention_mask": np.ones((2, 4))}
+    ids = TensorSpec(name="ids", shape=[-1, 4], dtype=DType.INT32, field="input_ids")
+    mask = TensorSpec(name="attention_mask", shape=[-1, -1], dtype=DType.BOOL)
+    fed = model_feeds([ids, mask], fields)
+    assert fed[0].dtype == np.int32 and fed[1].dtype == np.bool_
+    with pytest.raises(SpecError, match=r"declare int64, int32") as caught:
+        model_feeds([TensorSpec(name="input_ids", shape=[-1, 4])], fields)
+    assert caught.value.field == "spec.model.inputs[0].dtype"
+    with pytest.raises(SpecError, match=r"takes \[-1, 8\]") as caught:
+        model_feeds([TensorSpec(name="input_ids", shape=[-1, 8], dtype=DType.INT64)], fields)
+    assert caught.value.field == "spec.model.inputs[0].shape"
+
+
+# ------------------------------------------------------------------------------ segmentation
+
+
+def test_segmentation_miou_equals_torchmetrics_on_the_same_predictions(
+    models: Path, tmp_path: Path
+) -> None:
+    """mIoU and pixel accuracy of the run equal torchmetrics' on the model's own predictions
+    (ONNX Runtime called directly on the images); PyTorch within 0.5 points."""
+    import torch
+    from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex
+
+    images = sorted((models / "shapes" / "images").glob("*.png"))
+    x = np.stack([np.asarray(Image.open(p).convert("RGB")) for p in images])
+    x = (x.astype(np.float32) * np.float32(1 / 255)).transpose(0, 3, 1, 2)
+    masks = np.stack([np.asarray(Image.open(models / "shapes" / "masks" / p.name)) for p in images])
+    session = ort.InferenceSession(str(models / "segmenter.onnx"))
+    predicted = session.run(None, {"input": x})[0].argmax(1)
+    jaccard = MulticlassJaccardIndex(num_classes=4, average="macro", ignore_index=255)
+    pixels = MulticlassAccuracy(num_classes=4, average="micro", ignore_index=255)
+    want_miou = float(jaccard(torch.from_numpy(predicted), torch.from_numpy(masks).long()))
+    want_pixels = float(pixels(torch.from_numpy(predicted), torch.from_numpy(masks).long()))
+
+    found = {}
+    for framework in FORMATS:
+        document = run(example("segmentation", models, framework), tmp_path)
+        metrics = document["task"]["metrics"]
+        found[framework] = metrics["miou"]
+        assert document["results"][0]["metric"] == "miou"
+        assert document["accuracy"]["top1"] is None
+        if framework == "onnxruntime":
+            assert metrics["miou"] == pytest.approx(want_miou, abs=1e-6)
+            assert metrics["pixel_accuracy"] == pytest.approx(want_pixels, abs=1e-6)
+    assert found["onnxruntime"] > 0.5
+    assert abs(found["onnxruntime"] - found["pytorch"]) <= 0.005
+
+
+def test_a_missing_mask_is_skipped_and_counted_only_when_allowed(
+    models: Path, tmp_path: Path
+) -> None:
+    masks = tmp_path / "masks"
+    shutil.copytree(models / "shapes" / "masks", masks)
+    (masks / "00003.png").unlink()
+    doc = example("segmentation", models)
+    doc["spec"]["dataset"]["masks"] = str(masks)
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.dataset.masks" and "00003.png" in error["message"]
+    doc["spec"]["dataset"]["skipMissing"] = True
+    document = run(doc, tmp_path)
+    assert document["task"]["skipped"] == document["dataset"]["skipped"] == 1
+    assert document["dataset"]["samples"] == 63
+
+
+def test_a_mask_of_the_wrong_size_names_the_file(models: Path, tmp_path: Path) -> None:
+    masks = tmp_path / "masks"
+    shutil.copytree(models / "shapes" / "masks", masks)
+    Image.new("L", (10, 10)).save(masks / "00005.png")
+    doc = example("segmentation", models)
+    doc["spec"]["dataset"]["masks"] = str(masks)
+    error = failure(doc, tmp_path)
+    assert "00005.png" in error["message"] and "10x10" in error["message"]
+
+
+# ---------------------------------------------------------------------- the user's mistakes
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "field", "words"),
+    [
+        (
+            "text-classification",
+            lambda s: s["dataset"].update(tokenizer="/nonexistent/tokenizer.json"),
+            "spec.dataset.tokenizer",
+            "no such tokenizer file",
+        ),
+        (
+            "text-classification",
+            lambda s: s["model"]["inputs"][1].update(name="mask"),
+            "spec.model.inputs[1].name",
+            "no field 'mask'",
+        ),
+        (
+            "text-classification",
+            lambda s: s["model"]["inputs"][0].update(dtype="float32"),
+            "spec.model.inputs[0].dtype",
+            "token ids",
+        ),
+        (
+            "text-classification",
+            lambda s: s["task"].update(output="probabilities"),
+            "spec.task.output",
+            "not one of spec.model.outputs",
+        ),
+        (
+            "segmentation",
+            lambda s: s["task"].update(numClasses=7),
+            "spec.task.output",
+            "numClasses must match",
+        ),
+    ],
+)
+def test_mistakes_fail_naming_the_field(
+    models: Path, tmp_path: Path, name: str, change: Any, field: str, words: str
+) -> None:
+    doc = example(name, models)
+    change(doc["spec"])
+    error = failure(doc, tmp_path)
+    assert error["field"] == field and words in error["message"], error
+
+
+def test_a_malformed_text_file_names_its_line(models: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "eval.jsonl"
+    bad.write_text('{"text": "rain", "label": "weather"}\n{"text": oops\n')
+    doc = example("text-classification", models)
+    doc["spec"]["dataset"]["path"] = str(bad)
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.dataset.path" and "line 2 is not JSON" in error["message"]
+
+
+def test_the_docs_commands_run_the_examples_as_written(models: Path) -> None:
+    """docs/tasks.md's commands, from the repository root, with the build link it makes."""
+    import subprocess
+    import sys
+
+    from mlmodelscope.agent.digits import link_folder
+
+    root = EXAMPLES.parents[1]
+    doc = (root / "docs" / "tasks.md").read_text()
+    commands = [
+        line.split()
+        for line in doc.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+        if line.strip()
+    ]
+    assert commands[0][1:] == ["-m", "mlmodelscope.agent.tasks", "--link", "examples/tasks/build"]
+    link_folder(root / "examples" / "tasks" / "build", models)
+    for command in commands[1:]:
+        assert command[0] == ".venv/bin/mlms"
+        done = subprocess.run(
+            [sys.executable, "-m", "mlmodelscope", *command[1:]],
+            cwd=root, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert ("miou" if "segmentation" in command[2] else "accuracy") in done.stdout
