@@ -10,5 +10,6 @@ and reports the step as skipped ("no GPU"): CI's dry run. See docs/gpu.md.
 ``bundle`` (download, size check, unpacking), ``driver`` (steps under time limits) and
 ``record`` (the results document and its check) use the standard library only: they run
 before the bundle is unpacked, when pydantic may be missing. ``steps`` (with ``plans``,
-``bare`` and ``environment``) runs in the step processes.
+``bare``, ``energy``, ``ncu`` and ``environment``) runs in the step processes;
+``ncu_target`` is the program Nsight Compute profiles (torch only, run by its path).
 """

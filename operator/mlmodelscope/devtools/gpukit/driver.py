@@ -40,10 +40,11 @@ class Step:
 
 
 STEPS: Final = (
-    Step("facts", 60, "device, driver, CUDA, cuDNN, torch; packages; the CLI imports"),
-    Step("eval-resnet50", 170, "mlms run ResNet-50 224 px, SingleStream and Offline, vs bare"),
-    Step("eval-bert_base", 150, "mlms run BERT-base seq 128, SingleStream and Offline, vs bare"),
-    Step("trace", 100, "library-level tracing (CUPTI kernels), leveled correction"),
+    Step("facts", 40, "device, driver, CUDA, cuDNN, torch; packages; the CLI imports"),
+    Step("eval-resnet50", 140, "mlms run ResNet-50 224 px, SingleStream and Offline, vs bare"),
+    Step("eval-bert_base", 130, "mlms run BERT-base seq 128, SingleStream and Offline, vs bare"),
+    Step("trace", 70, "library-level tracing (CUPTI kernels), leveled correction"),
+    Step("ncu-metrics", 100, "Nsight Compute on ResNet-50 batch 1's top kernels"),
 )
 
 
@@ -127,15 +128,64 @@ def summary(document: dict[str, Any]) -> str:
                 f"{row['agent_p50_us']:.1f} µs, bare {row['bare_p50_us']:.1f} µs, overhead "
                 f"{row['overhead_us']:+.1f} µs ({row['overhead_pct']:+.2f} %){verdict}"
             )
+        lines += [_energy_line(row) for row in step["data"].get("energy", [])]
+        if step["data"].get("interleaved", {}).get("overhead_median_us") is not None:
+            lines.append(_interleaved_line(step["data"]["interleaved"]))
         for zoo, entry in step["data"].get("models", {}).items():
             correction = (entry.get("tracing") or {}).get("levels", {})
             kernels = entry.get("top_kernels") or []
             head = kernels[0]["name"][:60] if kernels else "no kernels"
             lines.append(f"    {zoo}: levels {sorted(correction)}; top kernel {head}")
+        lines += _ncu_lines(step["data"]) if step["name"] == "ncu-metrics" else []
     lines.append("not yet: " + ", ".join(n["name"] for n in document["not_yet"]))
     problems_found = problems(document)
     lines.append("results.json: " + ("valid" if not problems_found else f"{problems_found}"))
     return "\n".join(lines) + "\n"
+
+
+def _joules(energy: dict[str, Any] | None) -> str:
+    if not energy:
+        return "none"
+    if energy.get("j_per_sample") is None:
+        return f"none ({energy.get('reason')})"
+    return f"{energy['j_per_sample']:.4g} J/sample over {energy['seconds']:.2f} s"
+
+
+def _energy_line(row: dict[str, Any]) -> str:
+    return (
+        f"    energy {row['scenario']} batch {row['batch_size']}: agent "
+        f"{_joules(row.get('agent'))}, bare {_joules(row.get('bare'))}"
+    )
+
+
+def _interleaved_line(data: dict[str, Any]) -> str:
+    rounds = ", ".join(f"{r['overhead_us']:+.1f}" for r in data["rounds"])
+    verdict = "met" if data["meets_goal"] else "NOT met"
+    return (
+        f"    interleaved {data['scenario']} batch {data['batch_size']}, {data['order']}: "
+        f"overhead median {data['overhead_median_us']:+.1f} µs (rounds {rounds}; spread "
+        f"{data['overhead_spread_us']:.1f} µs), goal {data['goal_us']:.1f} µs: {verdict}"
+    )
+
+
+def _ncu_lines(data: dict[str, Any]) -> list[str]:
+    kernels = data.get("by_kernel") or []
+    launches = sum(k["launches"] for k in kernels)
+    lines = [f"    {data.get('source')}: {launches} launches of {len(kernels)} kernels"]
+    for k in kernels[:3]:
+        flops, rate = k.get("flop_per_s"), k.get("dram_bytes_per_s")
+        intensity, occupancy = (
+            k.get("arithmetic_intensity_flop_per_byte"),
+            k.get("achieved_occupancy_pct"),
+        )
+        lines.append(
+            f"    {k['kernel'][:60]}: {(k['duration_s'] or 0) * 1e6:.1f} µs, "
+            + (f"{flops / 1e12:.2f} TFLOP/s, " if flops is not None else "FLOP/s none, ")
+            + (f"{rate / 1e9:.0f} GB/s, " if rate is not None else "GB/s none, ")
+            + (f"{intensity:.2f} FLOP/B, " if intensity is not None else "FLOP/B none, ")
+            + (f"occupancy {occupancy:.0f} %" if occupancy is not None else "occupancy none")
+        )
+    return lines
 
 
 def write(out: Path, document: dict[str, Any], logs: dict[str, str]) -> None:

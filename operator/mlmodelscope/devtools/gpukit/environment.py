@@ -7,10 +7,12 @@ that cannot be read here (no GPU, no NVML) is None, never a guess.
 from __future__ import annotations
 
 import importlib.util
+import os
 import platform
 import shutil
 from collections.abc import Callable
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 PACKAGES: dict[str, tuple[str, ...]] = {
@@ -127,3 +129,16 @@ def _findable(module: str) -> bool:
 def tools() -> dict[str, str | None]:
     """Paths of the command-line tools the later steps will need."""
     return {tool: shutil.which(tool) for tool in ("nvidia-smi", "ncu", "nsys")}
+
+
+def profiling() -> dict[str, Any]:
+    """Whether this user may read the GPU performance counters (``ncu`` needs them): the
+    driver's ``RmProfilingAdminOnly`` (1: administrators only) and the effective user id."""
+    admin_only = None
+    try:
+        for line in Path("/proc/driver/nvidia/params").read_text().splitlines():
+            if line.startswith("RmProfilingAdminOnly:"):
+                admin_only = int(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return {"rm_profiling_admin_only": admin_only, "euid": os.geteuid()}

@@ -19,7 +19,6 @@ ENVIRONMENT_KEYS: Final = ("device", "driver", "cuda", "cudnn", "torch", "python
 NO_GPU: Final = "no GPU"
 
 NOT_YET: Final = (
-    ("ncu-metrics", "XSP's per-kernel metrics with Nsight Compute (occupancy, FLOPs, DRAM)"),
     ("benanza-gpu", "Benanza micro-benchmarks per layer: cuDNN algorithms, FP32/TF32/FP16"),
     ("dlbricks-gpu", "DLBricks' estimate from bricks against the measured model"),
 )

@@ -1,4 +1,5 @@
-"""The kit's steps, each run in its own process by the driver: facts, evaluations, tracing.
+"""The kit's steps, each run in its own process by the driver: facts, evaluations, tracing,
+Nsight Compute metrics.
 
 A step writes its record to ``<work>/<step>.json`` after every stage, so a step the driver
 stops at its timeout still leaves what it measured. With ``gpu=False`` the GPU steps run a
@@ -7,26 +8,44 @@ code path is the GPU one, the figures mean nothing.
 
 An evaluation is ``mlms run`` itself (the CLI's ``run`` command on a spec written here, no
 results store) between two windows of the bare loop (:mod:`.bare`) on the same TorchScript
-file and batches. TensorFlow is made unimportable first, as it is on the GPU machine.
+file and batches, NVML's energy counter read around every timed window on both sides
+(:mod:`.energy`); then SingleStream batch 1 again in interleaved rounds, one ``mlms run`` and
+one bare window each. TensorFlow is made unimportable first, as it is on the GPU machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from mlmodelscope.devtools.gpukit.bare import bare_rows, energy_estimate, merge_bare, overhead
-from mlmodelscope.devtools.gpukit.environment import environment, packages, tools
+from mlmodelscope.devtools.gpukit import ncu, ncu_target
+from mlmodelscope.devtools.gpukit.bare import (
+    BareLoop,
+    energy_rows,
+    interleaved_summary,
+    merge_bare,
+    overhead,
+    round_order,
+)
+from mlmodelscope.devtools.gpukit.energy import agent_energy, metered_windows
+from mlmodelscope.devtools.gpukit.environment import environment, packages, profiling, tools
 from mlmodelscope.devtools.gpukit.plans import (
     CPU_PLANS,
     CPU_THREADS,
     GPU_PLANS,
+    NCU_PLAN,
     TRACE_QUERIES,
     Plan,
 )
@@ -66,7 +85,13 @@ def block_frameworks() -> None:
 def facts(work: Path, gpu: bool) -> None:
     """Environment, packages, tools, and that the package imports without TensorFlow."""
     writer = Writer(work, "facts", True)
-    writer.save(packages=packages(), tools=tools(), argv=sys.argv, executable=sys.executable)
+    writer.save(
+        packages=packages(),
+        tools=tools(),
+        profiling=profiling(),
+        argv=sys.argv,
+        executable=sys.executable,
+    )
     block_frameworks()
     t0 = time.perf_counter()
     import mlmodelscope.cli  # noqa: F401 - the CLI imports without TensorFlow or a GPU
@@ -108,14 +133,23 @@ def build_torchscript(plan: Plan, work: Path) -> tuple[Path, dict[str, Any]]:
 
 
 def evaluation_spec(
-    plan: Plan, model: Path, meta: dict[str, Any], scenario: str, gpu: bool, level: str = "none"
+    plan: Plan,
+    model: Path,
+    meta: dict[str, Any],
+    scenario: str,
+    gpu: bool,
+    level: str = "none",
+    batches: tuple[int, ...] | None = None,
 ) -> dict[str, Any]:
-    """A ModelEvaluation of the TorchScript file on synthetic data."""
-    batches = plan.single_stream if scenario == "SingleStream" else plan.offline
+    """A ModelEvaluation of the TorchScript file on synthetic data (the plan's batch sizes of
+    the scenario unless ``batches`` names others)."""
+    if batches is None:
+        batches = plan.single_stream if scenario == "SingleStream" else plan.offline
+    name = f"gpukit-{plan.zoo.replace('_', '-')}-{scenario.lower()}"
     return {
         "apiVersion": "mlmodelscope.io/v1alpha1",
         "kind": "ModelEvaluation",
-        "metadata": {"name": f"gpukit-{plan.zoo.replace('_', '-')}-{scenario.lower()}"},
+        "metadata": {"name": name},
         "spec": {
             "model": {
                 "name": plan.zoo,
@@ -191,43 +225,93 @@ def agent_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def evaluate(work: Path, gpu: bool, zoo: str) -> None:
-    """``mlms run`` of one zoo model in both scenarios against the bare loop."""
+    """``mlms run`` of one zoo model in both scenarios against the bare loop, energy per
+    sample of every window on both sides, then SingleStream batch 1 in interleaved rounds."""
     plan = (GPU_PLANS if gpu else CPU_PLANS)[zoo]
     writer = Writer(work, f"eval-{zoo}", gpu)
     block_frameworks()
     t0 = time.perf_counter()
     model, meta = build_torchscript(plan, work)
-    writer.save(plan=plan.__dict__, model=meta, build_s=round(time.perf_counter() - t0, 2))
-    before = bare_rows(plan, model, meta, gpu)
+    writer.save(plan=asdict(plan), model=meta, build_s=round(time.perf_counter() - t0, 2))
+    loop = BareLoop(plan, model, meta, gpu)
+    before = loop.rows()
     writer.save(bare_before=before)
     agent: list[dict[str, Any]] = []
     gpu_metrics: dict[str, Any] = {}
-    energy: dict[str, Any] = {}
+    windows: list[dict[str, Any]] = []
     startup: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for scenario in ("SingleStream", "Offline"):
         spec = evaluation_spec(plan, model, meta, scenario, gpu)
         try:
-            document = mlms_run(spec, work / "runs")
+            with metered_windows(loop.energy) as seen:
+                document = mlms_run(spec, work / "runs")
         except Exception as exc:  # recorded; the bare loop and the other scenario still run
             errors[scenario] = f"{type(exc).__name__}: {exc}"
             writer.save(errors=errors)
             continue
         agent += agent_rows(document)
         gpu_metrics[scenario] = document.get("gpu_metrics")
-        energy[scenario] = energy_estimate(document)
+        windows += agent_energy(document.get("measurements", []), seen)
         startup[scenario] = document.get("startup")
         writer.save(
             backend=document.get("backend"),
             agent=agent,
             gpu_metrics=gpu_metrics,
-            agent_energy=energy,
+            agent_energy=windows,
             startup=startup,
         )
-    bare = merge_bare(before, bare_rows(plan, model, meta, gpu))
+    bare = merge_bare(before, loop.rows())
     tensorflow = {name: sys.modules.get(name, "absent") is None for name in BLOCKED}
-    writer.save(bare=bare, overhead=overhead(agent, bare), frameworks_blocked=tensorflow)
+    writer.save(
+        bare=bare,
+        overhead=overhead(agent, bare),
+        energy=energy_rows(windows, bare),
+        frameworks_blocked=tensorflow,
+    )
+    if plan.rounds:
+        try:
+            writer.save(interleaved=interleaved(plan, model, meta, gpu, loop, work, writer))
+        except Exception as exc:  # recorded; what ran before stands
+            errors["interleaved"] = f"{type(exc).__name__}: {exc}"
+            writer.save(errors=errors)
     fail_if(errors)
+
+
+def interleaved(
+    plan: Plan,
+    model: Path,
+    meta: dict[str, Any],
+    gpu: bool,
+    loop: BareLoop,
+    work: Path,
+    writer: Writer,
+) -> dict[str, Any]:
+    """SingleStream batch 1 in ``plan.rounds`` rounds, A B, B A, A B, ...: A one ``mlms run``
+    at batch 1 alone, B one bare host window; each round's agent p50 - bare p50, and their
+    median (benchmarks/harness_overhead.py's method, on the GPU)."""
+    spec = evaluation_spec(plan, model, meta, "SingleStream", gpu, batches=(1,))
+    spec["metadata"]["name"] += "-round"
+    rounds: list[dict[str, Any]] = []
+    for order in round_order(plan.rounds):
+        started = time.monotonic()
+        p50: dict[str, float] = {}
+        for side in order:
+            if side == "agent":
+                measured = mlms_run(spec, work / "rounds")["measurements"][0]
+                p50[side] = measured["latency"]["percentiles_s"]["p50"]
+            else:
+                p50[side] = statistics.median(loop.host_window(1).ns) / 1e9
+        rounds.append(
+            {
+                "order": list(order),
+                "agent_p50_us": p50["agent"] * 1e6,
+                "bare_p50_us": p50["bare"] * 1e6,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
+        writer.save(interleaved={"partial": True, "rounds": rounds})
+    return {"scenario": "SingleStream", "batch_size": 1, **interleaved_summary(rounds)}
 
 
 def fail_if(errors: dict[str, str]) -> None:
@@ -266,7 +350,7 @@ def trace(work: Path, gpu: bool) -> None:
     errors: dict[str, str] = {}
     for zoo in ("resnet50", "bert_base"):
         base = (GPU_PLANS if gpu else CPU_PLANS)[zoo]
-        plan = Plan(zoo, (1,), (), base.small, base.min_duration, base.min_queries, base.samples, 0)
+        plan = replace(base, single_stream=(1,), offline=(), bare_s=0, rounds=0)
         folder = work / "traces"
         try:
             model, meta = build_torchscript(plan, work)
@@ -291,6 +375,144 @@ def trace(work: Path, gpu: bool) -> None:
     fail_if(errors)
 
 
+# ------------------------------------------------------------------------ Nsight Compute
+
+
+def ncu_metrics(work: Path, gpu: bool) -> None:
+    """Nsight Compute on one forward of ResNet-50 at batch 1 (:data:`NCU_PLAN`): the trace
+    step's top kernels by name, per launch duration, FLOPs, DRAM bytes and occupancy
+    (:mod:`.ncu`). Without ``ncu`` or a GPU: skipped, the profiled program run on the CPU and
+    a sample CSV through the same parser. No permission for the counters: skipped, so said."""
+    writer = Writer(work, "ncu-metrics", gpu)
+    deadline = time.monotonic() + NCU_PLAN.step_s
+    base = (GPU_PLANS if gpu else CPU_PLANS)[NCU_PLAN.zoo]
+    plan = replace(base, single_stream=(NCU_PLAN.batch_size,), offline=(), rounds=0)
+    model, meta = build_torchscript(plan, work)
+    kernels = [k["name"] for k in trace_top_kernels(work, NCU_PLAN.zoo)]
+    regex = ncu.kernel_filter(kernels, NCU_PLAN.top_kernels)
+    target = Path(ncu_target.__file__)
+    dims = ",".join(str(d) for d in meta["dims"])
+    program = [sys.executable, str(target), str(model), dims, meta["dtype"]]
+    program += [str(NCU_PLAN.batch_size), str(NCU_PLAN.warmup if gpu else 1)]
+    tool = shutil.which("ncu")
+    writer.save(plan=asdict(NCU_PLAN), model=meta, top_kernels=kernels, kernel_filter=regex)
+    if tool is None or not gpu:
+        writer.record.status, writer.record.reason = "skipped", "no ncu" if tool is None else NO_GPU
+        t0 = time.perf_counter()
+        exit_code = ncu_target.main([*program[2:], "cpu"])  # in this process: one torch import
+        sample = [ncu.kernel_record(launch) for launch in ncu.parse_csv(ncu.SAMPLE_CSV)]
+        writer.save(
+            target={"returncode": exit_code, "seconds": round(time.perf_counter() - t0, 2)},
+            source="sample CSV (the parser's dry run; made-up figures)",
+            kernels=sample,
+            by_kernel=ncu.by_kernel(sample),
+        )
+        return
+    _, version, _ = run_bounded([tool, "--version"], work, 15)
+    _, query, _ = run_bounded([tool, "--query-metrics"], work, 20)
+    metrics, left_out = ncu.choose_metrics(query)
+    writer.save(ncu_version=version.strip()[-200:], metrics=metrics, metrics_left_out=left_out)
+    attempts: list[dict[str, Any]] = []
+    records: list[dict[str, Any]] = []
+    reason: str | None = None
+    for name_regex in dict.fromkeys([regex, None]):  # all kernels if the filter matched none
+        left = deadline - time.monotonic()
+        if left < 20 or (attempts and (records or reason)):
+            break
+        log = work / "ncu.csv"
+        log.unlink(missing_ok=True)
+        line = ncu.command(tool, log, metrics, NCU_PLAN.launch_count, name_regex, program)
+        code, output, seconds = run_bounded(line, work, min(NCU_PLAN.timeout_s, left))
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        if not ncu.parse_csv(text) and ncu.parse_csv(output):  # the CSV went to stdout
+            text = output
+            log.write_text(output)
+        records = [ncu.kernel_record(launch) for launch in ncu.parse_csv(text)]
+        reason = ncu.problem(output + "\n" + text)
+        if code is None:
+            reason = f"ncu stopped after {seconds:.0f} s"
+        elif code != 0 and reason is None:
+            reason = f"ncu exit {code}"
+        attempts.append(
+            {
+                "command": line,
+                "returncode": code,
+                "seconds": seconds,
+                "launches": len(records),
+                "reason": reason,
+                "output": output[-1500:],
+            }
+        )
+        writer.save(attempts=attempts, kernels=records, by_kernel=ncu.by_kernel(records))
+    if records:
+        raw = work / f"ncu-{NCU_PLAN.zoo}.csv"
+        raw.write_text((work / "ncu.csv").read_text(errors="replace"))
+        writer.save(source="ncu", artifacts=[raw.name])
+        return
+    if reason and ncu.PERMISSION in reason:
+        writer.record.status, writer.record.reason = "skipped", reason
+    else:
+        writer.record.status = "failed"
+        writer.record.reason = reason or "ncu profiled no kernel"
+    writer.save(source=None)
+
+
+def trace_top_kernels(work: Path, zoo: str) -> list[dict[str, Any]]:
+    """The trace step's top kernels of ``zoo`` from its saved record ([] without)."""
+    saved = work / "trace.json"
+    if not saved.is_file():
+        return []
+    data = json.loads(saved.read_text()).get("data", {})
+    kernels: list[dict[str, Any]] = (data.get("models", {}).get(zoo) or {}).get("top_kernels") or []
+    return kernels
+
+
+def run_bounded(line: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str, float]:
+    """A command with its output (stdout and stderr), killed with every process it started
+    after ``timeout_s`` (exit None). It stays in this step's process group, so the driver's
+    limit stops it too."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            line,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        return -1, f"{type(exc).__name__}: {exc}", 0.0
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        for pid in [*descendants(proc.pid), proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        code = None
+    return code, output or "", round(time.monotonic() - started, 2)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (from /proc), children first."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        children = [c for c, p in parents.items() if p in frontier]
+        found += children
+        frontier = children
+    return found
+
+
 def eval_resnet50(work: Path, gpu: bool) -> None:
     evaluate(work, gpu, "resnet50")
 
@@ -304,4 +526,5 @@ STEPS: dict[str, Callable[[Path, bool], None]] = {
     "eval-resnet50": eval_resnet50,
     "eval-bert_base": eval_bert_base,
     "trace": trace,
+    "ncu-metrics": ncu_metrics,
 }
