@@ -87,6 +87,54 @@ def digits_models() -> Path:
     return ensure_digits_models()
 
 
+TASK_RUNS = (
+    ("segmentation", "onnxruntime"),
+    ("segmentation", "pytorch"),
+    ("text-classification", "onnxruntime"),
+)
+"""(examples/tasks spec, framework) of :func:`task_documents`."""
+
+
+@pytest.fixture(scope="session")
+def task_documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Real result documents of examples/tasks, run by the agent with quick scenario settings:
+    ``{"segmentation-onnxruntime": ..., "segmentation-pytorch": ...,
+    "text-classification-onnxruntime": ...}``, read back from disk. The reference models are
+    built once per machine (``ensure_task_models``, cached; ~1.5 min the first time)."""
+    import json
+
+    import yaml
+
+    from mlmodelscope.agent.runner import evaluate
+    from mlmodelscope.agent.tasks.reference import ensure_task_models
+    from mlmodelscope.spec import load_evaluations
+
+    models = ensure_task_models()
+    examples = Path(__file__).parents[1] / "examples" / "tasks"
+    formats = {"onnxruntime": ("onnx", ".onnx"), "pytorch": ("torchscript", ".torchscript.pt")}
+    folder = tmp_path_factory.mktemp("task-documents")
+    documents = {}
+    for task, framework in TASK_RUNS:
+        doc = yaml.safe_load((examples / f"{task}.yaml").read_text())
+        spec = doc["spec"]
+        fmt, suffix = formats[framework]
+        stem = Path(spec["model"]["uri"]).name.split(".")[0]
+        spec["model"].update(uri=str(models / f"{stem}{suffix}"), format=fmt)
+        spec["framework"]["name"] = framework
+        for key in ("path", "masks", "tokenizer"):
+            if key in spec["dataset"]:
+                spec["dataset"][key] = str(models / spec["dataset"][key].removeprefix("build/"))
+        spec["scenario"] = {"type": "SingleStream", "batchSizes": [1, 8], "minQueryCount": 20}
+        spec["scenario"]["minDuration"] = "20ms"
+        name = doc["metadata"]["name"] = f"{task}-{framework}"
+        path = folder / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        [loaded] = load_evaluations(path)
+        evaluate(loaded, output=folder / f"{name}.json")
+        documents[name] = json.loads((folder / f"{name}.json").read_text())
+    return documents
+
+
 @pytest.fixture(scope="session")
 def docker_host() -> Iterator[str]:
     """A Docker engine's DOCKER_HOST (started by the images tool if none answers), exported

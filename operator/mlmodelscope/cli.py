@@ -434,11 +434,17 @@ def runs(
     evaluation: Annotated[
         str | None, typer.Option("--evaluation", help="Only this evaluation name.")
     ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option("--metric", help="Only runs whose primary metric is this (top1, miou, ...)."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 20,
 ) -> None:
-    """List the runs recorded in the results store, newest first."""
+    """List the runs recorded in the results store, newest first, each with its task's
+    primary metric by name (top1, miou, accuracy)."""
     from rich.table import Table
 
+    from mlmodelscope.contract.metric import format_metric
     from mlmodelscope.store import StoreError, open_store
 
     try:
@@ -449,6 +455,7 @@ def runs(
                 device=device,
                 gpu=gpu,
                 evaluation=evaluation,
+                metric=metric,
                 limit=limit,
             )
             where = opened.url
@@ -458,7 +465,7 @@ def runs(
     table = Table(title=f"runs in {where}", title_justify="left")
     for column in ("run", "started (UTC)", "evaluation", "model", "framework", "device"):
         table.add_column(column)
-    for column in ("batch", "p50 ms", "samples/s", "top-1"):
+    for column in ("batch", "p50 ms", "samples/s", "metric"):
         table.add_column(column, justify="right")
     table.add_column("status")
     for summary in found:
@@ -474,12 +481,14 @@ def runs(
             ", ".join(str(r.batch_size) for r in summary.results),
             "" if first is None or first.latency_ms.p50 is None else f"{first.latency_ms.p50:.3f}",
             "" if first is None or first.throughput is None else f"{first.throughput:.0f}",
-            "" if summary.top1 is None else f"{summary.top1:.2%}",
+            ""
+            if summary.metric_value is None
+            else format_metric(summary.metric, summary.metric_value),
             f"{summary.status} {verdict}".strip(),
         )
     console.print(table)
     if not found:
-        filtered = any((model, framework, device, gpu, evaluation))
+        filtered = any((model, framework, device, gpu, evaluation, metric))
         console.print("no recorded run matches these filters" if filtered else "no runs recorded")
 
 

@@ -75,7 +75,7 @@ def test_runs_table_lists_every_run_newest_first(
     assert cell(response.text, row, "p50_ms") == first["latency_ms"]["p50"]
     assert cell(response.text, row, "p99_ms") == first["latency_ms"]["p99"]
     assert cell(response.text, row, "throughput") == first["throughput"]
-    assert cell(response.text, row, "top1") == torch["accuracy"]["top1"]
+    assert cell(response.text, row, "metric_value") == torch["accuracy"]["top1"]
     assert f'href="/runs/{torch["run_id"]}"' in response.text
     assert 'form method="get" action="/compare"' in response.text
 
@@ -126,7 +126,7 @@ def test_compare_page_shows_each_run_with_the_documents_numbers(
             assert cell(page, row, "p50_ms") == result["latency_ms"]["p50"]
             assert cell(page, row, "p99_ms") == result["latency_ms"]["p99"]
             assert cell(page, row, "throughput") == result["throughput"]
-            assert cell(page, row, "top1") == result["top1"]
+            assert cell(page, row, "metric_value") == result["top1"]
     for plot in ("cdf", "throughput", "accuracy"):
         assert f'<svg class="chart" id="{plot}"' in page
     assert page.count('<path class="cdf"') == 3

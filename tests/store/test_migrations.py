@@ -24,6 +24,7 @@ from mlmodelscope.store.store import _result_row, _run_row, alembic_config, migr
 pytestmark = pytest.mark.frameworks
 
 ADDED_IN_0002 = {"trace_id", "labels"}
+ADDED_IN_0003 = {"metric", "metric_value"}
 SWEEP = {"sweep": "batch-sizes", "team": "vision"}
 INDEXES_0001 = {
     "ix_runs_model_name",
@@ -71,7 +72,7 @@ def record_in_0001_shape(engine: sa.Engine, documents: list[dict[str, Any]]) -> 
             parsed = ResultDocument.model_validate(document)
             assert parsed.run_id is not None
             row = _run_row(parsed, parsed.run_id, document)
-            for key in ADDED_IN_0002:
+            for key in ADDED_IN_0002 | ADDED_IN_0003:
                 del row[key]
             assert set(row) == live
             conn.execute(runs.insert(), row)
@@ -155,7 +156,7 @@ def test_upgrade_from_0001_keeps_every_run_and_backfills(
     assert batch_rows == 3 * len(old_runs[0]["results"])
     assert indexes(engine_at_0001) == INDEXES_0001
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0002"
+    assert revision(engine_at_0001) == "0003"
     check_at_head(store_url, old_runs, batch_rows)
 
 
@@ -175,7 +176,7 @@ def test_downgrade_to_0001_and_up_again(
         assert count(store.engine, "run_results") == 2 * len(old_runs[0]["results"])
         record_in_0001_shape(store.engine, old_runs[3:])  # the old release writes again
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0002"
+    assert revision(engine_at_0001) == "0003"
     check_at_head(store_url, old_runs, 3 * len(old_runs[0]["results"]))
 
 

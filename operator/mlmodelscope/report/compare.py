@@ -22,8 +22,10 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from mlmodelscope.contract.metric import primary_metric
 from mlmodelscope.contract.result import ResultDocument, SamplePredictions
 from mlmodelscope.report.verdicts import MetricVerdict, all_verdicts
+from mlmodelscope.spec.status import BatchResult
 
 NOT_RESULTS = ("comparison.json",)
 """Files `mlms run` writes next to the result documents that are not result documents."""
@@ -159,6 +161,14 @@ class Row:
     p99_rel: float | None = None
     throughput_rel: float | None = None
     top1_rel: float | None = None
+    metric: str | None = None
+    """The name of the run's primary metric: top1 (classification), miou, accuracy."""
+    metric_value: float | None = None
+    metric_rel: float | None = None
+    """Against the reference's primary metric, only when it has the same name."""
+    metric_note: str | None = None
+    """Why ``metric_rel`` is missing although both have a value: ``not comparable: miou vs
+    accuracy`` (runs of different tasks)."""
 
 
 @dataclass(frozen=True)
@@ -438,6 +448,30 @@ def numerical_agreement(
     )
 
 
+def row_metric(document: ResultDocument, result: BatchResult) -> tuple[str | None, float | None]:
+    """A row's primary metric (name, value): the row's own, else (a document from before rows
+    named it) the document's (:func:`~mlmodelscope.contract.metric.primary_metric`)."""
+    if result.metric is not None:
+        return result.metric, result.metric_value
+    primary = primary_metric(document)
+    return (primary.name, primary.value) if primary.value is not None else (None, None)
+
+
+def metric_delta(
+    name: str | None,
+    value: float | None,
+    ref_name: str | None,
+    ref_value: float | None,
+) -> tuple[float | None, str | None]:
+    """(relative difference, why there is none): primary metrics of different names (an mIoU
+    and an accuracy) are not comparable."""
+    if value is None or ref_value is None:
+        return None, None
+    if name != ref_name:
+        return None, f"not comparable: {name} vs {ref_name}"
+    return relative(value, ref_value), None
+
+
 SIGNIFICANCE_RUNS = 10
 """`mlms compare` judges significance only for this many runs at most: it costs about a second
 per run and batch size (a bootstrap per metric), too long for a sweep of hundreds."""
@@ -454,6 +488,12 @@ def compare(runs: Sequence[LoadedRun], *, significance: bool = False) -> Compari
         for result in run.document.results or []:
             ref = None if index == 0 else reference_rows.get((result.scenario, result.batch_size))
             latency = result.latency_ms
+            name, value = row_metric(run.document, result)
+            metric_rel, metric_note = (
+                (None, None)
+                if ref is None
+                else metric_delta(name, value, *row_metric(runs[0].document, ref))
+            )
             rows.append(
                 Row(
                     run=label,
@@ -473,6 +513,10 @@ def compare(runs: Sequence[LoadedRun], *, significance: bool = False) -> Compari
                     if ref is None
                     else relative(result.throughput, ref.throughput),
                     top1_rel=None if ref is None else relative(result.top1, ref.top1),
+                    metric=name,
+                    metric_value=value,
+                    metric_rel=metric_rel,
+                    metric_note=metric_note,
                 )
             )
     return Comparison(

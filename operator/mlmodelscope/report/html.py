@@ -3,8 +3,8 @@
 The same runs and the same :class:`~mlmodelscope.report.compare.Comparison` as `mlms compare`
 (numerical agreement included), written as a page that needs nothing but itself: no external
 CSS, script, font or image, so it opens offline and can be attached to a ticket. The plots are
-inline SVG drawn here (latency CDF per run, throughput against batch size, accuracy against p50
-latency).
+inline SVG drawn here (latency CDF per run, throughput against batch size, the task's primary
+metric, by name, against p50 latency).
 
 Every string that comes from a document is escaped. Every number in a table carries its exact
 value in a ``data-value`` attribute (``repr`` of the float), next to the rounded text a reader
@@ -21,6 +21,7 @@ from html import escape
 from typing import Any
 
 from mlmodelscope.analysis.plots import COLOURS
+from mlmodelscope.contract.metric import FRACTIONS, format_metric
 from mlmodelscope.contract.result import Measurement, ResultDocument
 from mlmodelscope.report.compare import (
     Comparison,
@@ -124,14 +125,28 @@ def throughput_series(comparison: Comparison) -> list[Series]:
     return found
 
 
+def plotted_metric(comparison: Comparison) -> str | None:
+    """The primary metric the accuracy plot shows: the reference's, else the first run's
+    that has one (runs of another metric are left out of the plot, not mixed into it)."""
+    names = [row.metric for row in comparison.rows if row.metric_value is not None]
+    ref = [row.metric for row in comparison.rows if row.run == comparison.reference]
+    return next((n for n in ref if n in names), names[0] if names else None)
+
+
 def accuracy_series(comparison: Comparison) -> list[Series]:
-    """Top-1 (%) against p50 latency (ms), one point per run and batch size."""
+    """The primary metric (% for a fraction such as top1 or miou) against p50 latency (ms),
+    one point per run and batch size, of the runs whose metric is :func:`plotted_metric`."""
+    name = plotted_metric(comparison)
+    scale = 100.0 if name in FRACTIONS else 1.0
     found = []
     for index, info in enumerate(comparison.runs):
         points = [
-            (row.p50_ms, 100 * row.top1)
+            (row.p50_ms, scale * row.metric_value)
             for row in comparison.rows
-            if row.run == info.label and row.p50_ms is not None and row.top1 is not None
+            if row.run == info.label
+            and row.p50_ms is not None
+            and row.metric_value is not None
+            and row.metric == name
         ]
         found.append(Series(info.label, colour(index), points))
     return found
@@ -317,9 +332,18 @@ def plots(runs: Sequence[LoadedRun], comparison: Comparison) -> list[tuple[str, 
     )
     throughput = throughput_series(comparison)
     accuracy = accuracy_series(comparison)
+    metric = plotted_metric(comparison) or "top1"
+    percent = metric in FRACTIONS
+    unit = "%" if percent else ""
+    others = sorted(
+        {r.run for r in comparison.rows if r.metric_value is not None and r.metric != metric}
+    )
+    accuracy_caption = f"{metric} against p50 latency, one point per run and batch size." + (
+        f" Another metric, not plotted: {', '.join(others)}." if others else ""
+    )
 
     def described(item: Series, point: tuple[float, float]) -> str:
-        return f"{item.label}: p50 {point[0]:.6g} ms, top-1 {point[1]:.4g}%"
+        return f"{item.label}: p50 {point[0]:.6g} ms, {metric} {point[1]:.4g}{unit}"
 
     return [
         (
@@ -351,15 +375,18 @@ def plots(runs: Sequence[LoadedRun], comparison: Comparison) -> list[tuple[str, 
             ),
         ),
         (
-            "Accuracy against latency",
-            "Top-1 accuracy against p50 latency, one point per run and batch size.",
+            f"{metric} against latency",
+            accuracy_caption,
             chart(
                 "accuracy",
                 accuracy,
                 Axis.over([p[0] for s in accuracy for p in s.points], log=True),
-                Axis.over([p[1] for s in accuracy for p in s.points], within=(0.0, 100.0)),
+                Axis.over(
+                    [p[1] for s in accuracy for p in s.points],
+                    within=(0.0, 100.0) if percent else None,
+                ),
                 "p50 latency (ms)",
-                "top-1 (%)",
+                f"{metric} (%)" if percent else metric,
                 lines=False,
                 markers=True,
                 describe=described,
@@ -434,12 +461,12 @@ RESULT_COLUMNS = (
     "p99 ms",
     "mean ms",
     "samples/s",
-    "top-1",
+    "metric",
     "verdict",
     "Δ p50",
     "Δ p99",
     "Δ samples/s",
-    "Δ top-1",
+    "Δ metric",
 )
 
 
@@ -461,7 +488,13 @@ def results_table(comparison: Comparison) -> str:
                 f'<td class="verdict invalid">INVALID <a href="#invalid-{len(notes)}">'
                 f"[{len(notes)}]</a></td>"
             )
-        top1 = None if row.top1 is None else f"{100 * row.top1:.2f}%"
+        if row.metric_note is not None:
+            metric_delta = (
+                f'<td class="delta not-comparable" data-column="metric_rel">'
+                f"{esc(row.metric_note)}</td>"
+            )
+        else:
+            metric_delta = delta("metric_rel", row.metric_rel, higher_is_better=True)
         rows.append(
             f'<tr data-run="{esc(row.run)}" data-scenario="{esc(row.scenario)}" '
             f'data-batch="{row.batch_size}"><td>{esc(row.run)}</td><td>{esc(row.scenario)}</td>'
@@ -477,12 +510,12 @@ def results_table(comparison: Comparison) -> str:
                 row.throughput,
                 f"{row.throughput:,.0f}" if row.throughput is not None else "",
             )
-            + number("top1", row.top1, top1 or "")
+            + number("metric_value", row.metric_value, format_metric(row.metric, row.metric_value))
             + verdict
             + delta("p50_rel", row.p50_rel, higher_is_better=False)
             + delta("p99_rel", row.p99_rel, higher_is_better=False)
             + delta("throughput_rel", row.throughput_rel, higher_is_better=True)
-            + delta("top1_rel", row.top1_rel, higher_is_better=True)
+            + metric_delta
             + "</tr>"
         )
     head = "".join(f"<th>{esc(c)}</th>" for c in RESULT_COLUMNS)

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mlmodelscope.contract.metric import format_metric
 from mlmodelscope.report.compare import (
     SIGNIFICANCE_RUNS,
     Agreement,
@@ -23,10 +24,6 @@ from mlmodelscope.report.verdicts import MetricVerdict, Outcome
 
 def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.2f}%"
 
 
 def _delta(value: float | None, higher_is_better: bool) -> str:
@@ -66,12 +63,14 @@ def runs_table(comparison: Comparison) -> Table:
 
 def results_table(comparison: Comparison) -> tuple[Table, list[str]]:
     """One row per run and batch size, with the relative difference from the reference's row
-    of the same scenario and batch size; plus footnotes saying why rows are INVALID."""
+    of the same scenario and batch size; plus footnotes saying why rows are INVALID. The metric
+    is each run's primary metric by name (top1, miou, accuracy); Δ metric only between equal
+    names."""
     table = Table(
         title=f"mlmodelscope comparison (Δ against {escape(comparison.reference)})",
         title_justify="left",
         caption="Δ: value / reference - 1, against the reference's row of the same scenario "
-        "and batch size",
+        "and batch size; metric: the task's primary metric, compared only with the same metric",
         caption_justify="left",
         pad_edge=False,
     )
@@ -85,8 +84,8 @@ def results_table(comparison: Comparison) -> tuple[Table, list[str]]:
         ("Δ p99", "right"),
         ("samples/s", "right"),
         ("Δ samples/s", "right"),
-        ("top-1", "right"),
-        ("Δ top-1", "right"),
+        ("metric", "right"),
+        ("Δ metric", "right"),
         ("verdict", "left"),
     ):
         table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
@@ -112,8 +111,10 @@ def results_table(comparison: Comparison) -> tuple[Table, list[str]]:
             _delta(row.p99_rel, higher_is_better=False),
             _number(row.throughput, 0),
             _delta(row.throughput_rel, higher_is_better=True),
-            _pct(row.top1),
-            _delta(row.top1_rel, higher_is_better=True),
+            format_metric(row.metric, row.metric_value),
+            _delta(row.metric_rel, higher_is_better=True)
+            if row.metric_note is None
+            else f"[yellow]{escape(row.metric_note)}[/yellow]",
             verdict,
         )
     return table, notes

@@ -85,6 +85,10 @@ class BatchRow(BaseModel):
     qps: float | None
     top1: float | None
     top5: float | None
+    metric: str | None = None
+    """The name of the run's primary metric: top1 (classification), miou, accuracy."""
+    metric_value: float | None = None
+    """Its value (the task's, not per batch size: the accuracy pass runs once)."""
     valid: bool | None
     """MLPerf-style verdict of this batch size."""
 
@@ -107,6 +111,10 @@ class RunItem(BaseModel):
     """VALID when every batch size was."""
     top1: float | None
     top5: float | None
+    metric: str | None = None
+    """The name of the run's primary metric: top1 (classification), miou, accuracy."""
+    metric_value: float | None = None
+    """Its value."""
     error_type: str | None
     trace_id: str | None = None
     """The run's OpenTelemetry trace id, where the store keeps it."""
@@ -183,6 +191,9 @@ def run_filter(
     sweep: Annotated[
         str | None, _text("EvaluationSweep whose children ran it (label mlmodelscope.io/sweep).")
     ] = None,
+    metric_name: Annotated[
+        str | None, _text("The name of the runs' primary metric: top1, miou, accuracy.")
+    ] = None,
 ) -> RunFilter:
     """The filters of ``GET /api/v1/runs`` (exact values; absent: any)."""
     return RunFilter(
@@ -195,6 +206,7 @@ def run_filter(
         status=status,
         scenario=scenario,
         sweep=sweep,
+        metric=metric_name,
     )
 
 
@@ -402,7 +414,10 @@ def leaderboard(
     where: Filter,
     metric: Annotated[
         Metric,
-        Query(description="Rank by: p50_ms, p99_ms (lowest wins), throughput, top1 (highest)."),
+        Query(
+            description="Rank by: p50_ms, p99_ms (lowest wins), throughput, top1, metric_value "
+            "(highest; the primary metric metric_name names, e.g. metric_name=miou)."
+        ),
     ] = "p50_ms",
     batch_size: Annotated[
         int, Query(ge=1, le=MAX_BATCH, description="The batch size the metric is read at.")
@@ -410,6 +425,10 @@ def leaderboard(
 ) -> Leaderboard:
     """Per (model, framework, device, GPU product), the Succeeded run with the best ``metric``
     at ``batch_size``. The ``status`` filter is ignored: only Succeeded runs rank."""
+    if metric == "metric_value" and where.metric is None:
+        raise _validation_error(
+            [(["query", "metric"], "metric_value ranks one primary metric: add metric_name=<name>")]
+        )
     entries = queries.leaderboard(
         store_of(request), metric=metric, batch_size=batch_size, where=where
     )

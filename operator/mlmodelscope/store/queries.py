@@ -28,14 +28,18 @@ from mlmodelscope.store.store import (
 SUCCEEDED: Final = "Succeeded"
 ANY_RUN: Final = RunFilter()
 """The filter that matches every run."""
-Metric = Literal["p50_ms", "p99_ms", "throughput", "top1"]
+Metric = Literal["p50_ms", "p99_ms", "throughput", "top1", "metric_value"]
 LOWER_IS_BETTER: Final[dict[str, bool]] = {
     "p50_ms": True,
     "p99_ms": True,
     "throughput": False,
     "top1": False,
+    "metric_value": False,
 }
-"""Each leaderboard metric, and whether its best run has the lowest value."""
+"""Each leaderboard metric, and whether its best run has the lowest value. ``metric_value`` is
+the task's primary metric (top1, miou, accuracy: higher is better for each); it ranks only
+runs whose primary metric has the name the filter gives (:attr:`RunFilter.metric`), so an
+mIoU is never ranked against an accuracy."""
 
 
 def count_runs(store: Store, where: RunFilter = ANY_RUN) -> int:
@@ -76,6 +80,9 @@ class LeaderboardEntry:
     p99_ms: float | None
     throughput: float | None
     top1: float | None
+    metric: str | None
+    """The name of the best run's primary metric (top1, miou, accuracy)."""
+    metric_value: float | None
     valid: bool | None
     """The verdict of the best run at this batch size."""
     runs: int
@@ -90,12 +97,17 @@ def leaderboard(
     where: RunFilter = ANY_RUN,
 ) -> list[LeaderboardEntry]:
     """Per (model, framework, device, GPU product), the Succeeded run with the best
-    ``metric`` at ``batch_size`` (lowest latency, highest throughput or top-1; ties: the newer
-    run). Runs that did not measure ``batch_size``, or lack the metric, take no part. Sorted by
-    model, then best value first."""
+    ``metric`` at ``batch_size`` (lowest latency, highest throughput, top-1 or primary metric;
+    ties: the newer run). Runs that did not measure ``batch_size``, or lack the metric, take no
+    part. Sorted by model, then best value first. ``metric_value`` needs ``where.metric``, the
+    primary metric's name."""
     if metric not in LOWER_IS_BETTER:
         raise ValueError(f"metric {metric!r}: one of {', '.join(LOWER_IS_BETTER)}")
-    value = runs.c.top1 if metric == "top1" else run_results.c[metric]
+    if metric == "metric_value" and where.metric is None:
+        raise ValueError(
+            "metric 'metric_value' ranks one primary metric: name it (top1, miou, accuracy)"
+        )
+    value = runs.c[metric] if metric in ("top1", "metric_value") else run_results.c[metric]
     best = value.asc() if LOWER_IS_BETTER[metric] else value.desc()
     group = (runs.c.model_name, runs.c.framework, runs.c.device, runs.c.gpu_product)
     ranked = (
@@ -115,6 +127,8 @@ def leaderboard(
                 run_results.c.p99_ms,
                 run_results.c.throughput,
                 runs.c.top1,
+                runs.c.metric,
+                runs.c.metric_value,
                 run_results.c.valid,
                 sa.func.count().over(partition_by=group).label("runs"),
                 sa.func.row_number()
@@ -164,6 +178,9 @@ class HistoryPoint:
     p99_ms: float | None
     throughput: float | None
     top1: float | None
+    metric: str | None
+    """The name of the run's primary metric (top1, miou, accuracy)."""
+    metric_value: float | None
     valid: bool | None
     """The verdict at this batch size."""
 
@@ -209,6 +226,8 @@ def history(
                 run_results.c.p99_ms,
                 run_results.c.throughput,
                 runs.c.top1,
+                runs.c.metric,
+                runs.c.metric_value,
                 run_results.c.valid,
             ).select_from(runs.outerjoin(run_results, joined))
         )
@@ -240,6 +259,8 @@ CSV_COLUMNS: Final = (
     "error_type",
     "top1",
     "top5",
+    "metric",
+    "metric_value",
     "batch_size",
     "p50_ms",
     "p90_ms",
@@ -250,6 +271,7 @@ CSV_COLUMNS: Final = (
     "valid",
 )
 """The columns of :func:`flat_rows`; ``valid`` is the verdict of the batch size."""
+BATCH_COLUMNS: Final = CSV_COLUMNS[CSV_COLUMNS.index("batch_size") :]
 
 
 def flat_rows(summaries: list[RunSummary]) -> list[dict[str, Any]]:
@@ -274,9 +296,11 @@ def flat_rows(summaries: list[RunSummary]) -> list[dict[str, Any]]:
             "error_type": run.error_type,
             "top1": run.top1,
             "top5": run.top5,
+            "metric": run.metric,
+            "metric_value": run.metric_value,
         }
         for result in run.results or (None,):
-            batch: dict[str, Any] = dict.fromkeys(CSV_COLUMNS[16:])
+            batch: dict[str, Any] = dict.fromkeys(BATCH_COLUMNS)
             if result is not None:
                 batch = {
                     "batch_size": result.batch_size,

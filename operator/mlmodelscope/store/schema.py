@@ -39,6 +39,9 @@ runs: Final = sa.Table(
     sa.Column("valid", sa.Boolean, nullable=True),
     sa.Column("top1", sa.Float, nullable=True),
     sa.Column("top5", sa.Float, nullable=True),
+    # The task's primary metric: top1 (classification), miou, accuracy (revision 0003).
+    sa.Column("metric", sa.String(32), nullable=True),
+    sa.Column("metric_value", sa.Float, nullable=True),
     sa.Column("error_type", sa.String(128), nullable=True),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=False),
@@ -54,6 +57,7 @@ runs: Final = sa.Table(
     sa.Index("ix_runs_status_started_at", "status", "started_at"),
     sa.Index("ix_runs_evaluation_started_at", "evaluation", "namespace", "started_at"),
     sa.Index("ix_runs_gpu_product_started_at", "gpu_product", "started_at"),
+    sa.Index("ix_runs_metric_started_at", "metric", "started_at"),
     sa.Index("ix_runs_model_sha256", "model_sha256"),
     sa.Index("ix_runs_framework", "framework", "framework_version"),
     sa.Index("ix_runs_device", "device", "gpu_product"),

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 
+from mlmodelscope.contract.metric import primary_metric
 from mlmodelscope.contract.redact import redact_tree
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.spec.status import BatchResult, LatencySummary
@@ -82,6 +83,10 @@ class RunSummary:
     valid: bool | None
     top1: float | None
     top5: float | None
+    metric: str | None
+    """The name of the task's primary metric: top1 (classification), miou, accuracy."""
+    metric_value: float | None
+    """Its value (for top1, the same as ``top1``)."""
     error_type: str | None
     trace_id: str | None
     """The run's OpenTelemetry trace id (look it up in Jaeger; `mlms trace` breaks it down)."""
@@ -108,6 +113,8 @@ class RunFilter:
     scenario: str | None = None
     sweep: str | None = None
     """The EvaluationSweep a run was a child of: its ``mlmodelscope.io/sweep`` label."""
+    metric: str | None = None
+    """The name of the run's primary metric (top1, miou, accuracy)."""
 
     def apply(self, query: sa.Select[Any]) -> sa.Select[Any]:
         """``query`` (over ``runs``) restricted to the runs that match."""
@@ -122,6 +129,7 @@ class RunFilter:
             "namespace": runs.c.namespace,
             "status": runs.c.status,
             "scenario": runs.c.scenario,
+            "metric": runs.c.metric,
         }
         for item in fields(self):
             value = getattr(self, item.name)
@@ -215,10 +223,12 @@ class Store:
         namespace: str | None = None,
         status: str | None = None,
         sweep: str | None = None,
+        metric: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> list[RunSummary]:
         """Recorded runs, newest first, filtered by exact values (None: any); ``sweep``: the
-        runs labelled ``mlmodelscope.io/sweep=<sweep>``."""
+        runs labelled ``mlmodelscope.io/sweep=<sweep>``; ``metric``: the runs whose primary
+        metric has that name (top1, miou, accuracy)."""
         where = RunFilter(
             model=model,
             framework=framework,
@@ -228,6 +238,7 @@ class Store:
             namespace=namespace,
             status=status,
             sweep=sweep,
+            metric=metric,
         )
         query = where.apply(sa.select(*SUMMARY_COLUMNS)).order_by(*NEWEST_FIRST).limit(limit)
         with self.engine.connect() as conn:
@@ -305,6 +316,8 @@ def _run_row(doc: ResultDocument, run_id: str, document: dict[str, Any]) -> dict
         valid = all(verdicts) if verdicts else None
     framework = (doc.spec.get("framework") or {}).get("name")
     labels = getattr(doc.evaluation, "labels", None)  # an extra key of the contract's model
+    primary = primary_metric(doc)
+    named = primary.value is not None or doc.task is not None
     return {
         "run_id": run_id,
         "evaluation": doc.evaluation.name,
@@ -322,6 +335,8 @@ def _run_row(doc: ResultDocument, run_id: str, document: dict[str, Any]) -> dict
         "valid": valid,
         "top1": doc.accuracy.top1 if doc.accuracy else None,
         "top5": doc.accuracy.top5 if doc.accuracy else None,
+        "metric": primary.name if named else None,
+        "metric_value": primary.value,
         "error_type": doc.error.type if doc.error else None,
         "started_at": _timestamp(doc.started_at),
         "finished_at": _timestamp(doc.finished_at),
@@ -374,6 +389,8 @@ def batch_result(row: sa.RowMapping, run: sa.RowMapping) -> BatchResult:
         qps=row["qps"],
         top1=run["top1"],
         top5=run["top5"],
+        metric=run["metric"],
+        metric_value=run["metric_value"],
         valid=row["valid"],
     )
 

@@ -21,9 +21,10 @@ from urllib.parse import quote, urlencode
 import yaml
 
 from mlmodelscope import __version__
+from mlmodelscope.contract.metric import format_metric, primary_metric
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.report import html as report
-from mlmodelscope.report.compare import Comparison, LoadedRun, compare, flatten
+from mlmodelscope.report.compare import Comparison, LoadedRun, compare, flatten, row_metric
 from mlmodelscope.spec.status import BatchResult
 from mlmodelscope.store import RunSummary
 
@@ -179,7 +180,7 @@ def _run_row(run: RunSummary) -> str:
         f'<td class="wrap">{esc(label)}</td><td>{esc(run.model_name or "-")}</td>'
         f"<td>{esc(framework)}</td><td>{esc(device)}</td><td>{esc(run.scenario or '-')}</td>"
         f"<td>{status}</td>"
-        + report.number("top1", run.top1, _pct(run.top1))
+        + report.number("metric_value", run.metric_value, _metric(run.metric, run.metric_value))
         + report.number("batch_size", batch, "" if batch is None else str(batch))
         + report.number("p50_ms", p50, _ms(p50))
         + report.number("p99_ms", p99, _ms(p99))
@@ -197,7 +198,7 @@ RUN_COLUMNS: Final = (
     ("device / GPU", ""),
     ("scenario", ""),
     ("status", "status, and the verdict of every batch size"),
-    ("top-1", ""),
+    ("metric", "the task's primary metric, by name: top1, miou, accuracy"),
     ("batch", "the first batch size, which the latency and throughput columns are of"),
     ("p50 ms", "at the first batch size"),
     ("p99 ms", "at the first batch size"),
@@ -255,11 +256,14 @@ def compare_url(run_ids: Sequence[str]) -> str:
     return "/compare?" + urlencode([("run", run_id) for run_id in run_ids])
 
 
-def _figures(runs: Sequence[LoadedRun], comparison: Comparison, names: Sequence[str]) -> str:
+def _figures(
+    runs: Sequence[LoadedRun], comparison: Comparison, names: Sequence[str] | None = None
+) -> str:
+    """The report's plots whose titles are ``names`` (None: every one)."""
     figures = "".join(
         f"<figure><h3>{esc(name)}</h3>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
         for name, caption, svg in report.plots(runs, comparison)
-        if name in names
+        if names is None or name in names
     )
     return f'<div class="figures">{figures}</div>'
 
@@ -273,7 +277,6 @@ def compare_page(runs: Sequence[LoadedRun], comparison: Comparison) -> str:
         for info in comparison.runs
         if info.run_id
     )
-    all_plots = ("Latency CDF", "Throughput against batch size", "Accuracy against latency")
     body = (
         f'<ul class="links">{links}</ul>'
         f'<h2>Runs</h2><div class="scroll">{report.runs_table(runs, comparison.runs)}</div>'
@@ -281,7 +284,7 @@ def compare_page(runs: Sequence[LoadedRun], comparison: Comparison) -> str:
         f"and batch size of the reference run, <b>{esc(comparison.reference)}</b>; empty "
         "where it has none. Green is better, red worse.</p>"
         f'<div class="scroll">{report.results_table(comparison)}</div>'
-        f"<h2>Plots</h2>{_figures(runs, comparison, all_plots)}"
+        f"<h2>Plots</h2>{_figures(runs, comparison)}"
         f"<h2>Numerical agreement</h2>{report.agreement_section(comparison)}"
         f"<h2>HW/SW stack differences</h2>"
         f'<div class="scroll">'
@@ -368,7 +371,7 @@ HEADLINE_COLUMNS: Final = (
     "mean ms",
     "samples/s",
     "queries/s",
-    "top-1",
+    "metric",
     "top-5",
     "verdict",
 )
@@ -383,8 +386,11 @@ def _verdict(row: BatchResult) -> str:
     return f'<td class="verdict invalid wrap">INVALID: {esc(reasons)}</td>'
 
 
-def _headline(rows: Sequence[BatchResult]) -> str:
-    """One row per batch size: the document's ``results``."""
+def _headline(doc: ResultDocument) -> str:
+    """One row per batch size: the document's ``results``, each with the primary metric by
+    name (a document from before rows named it: its top-1)."""
+    rows = doc.results or []
+    metrics = [row_metric(doc, row) for row in rows]
     body = "".join(
         f'<tr data-batch="{row.batch_size}"><td>{esc(row.scenario)}</td>'
         + report.number("batch_size", row.batch_size, str(row.batch_size))
@@ -394,17 +400,40 @@ def _headline(rows: Sequence[BatchResult]) -> str:
         + report.number("mean_ms", row.latency_ms.mean, _ms(row.latency_ms.mean))
         + report.number("throughput", row.throughput, _rate(row.throughput))
         + report.number("qps", row.qps, _rate(row.qps))
-        + report.number("top1", row.top1, _pct(row.top1))
+        + report.number("metric_value", value, _metric(name, value))
         + report.number("top5", row.top5, _pct(row.top5))
         + _verdict(row)
         + "</tr>"
-        for row in rows
+        for row, (name, value) in zip(rows, metrics, strict=True)
     )
     head = "".join(f"<th>{esc(c)}</th>" for c in HEADLINE_COLUMNS)
     return (
         f'<div class="scroll"><table class="headline"><thead><tr>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"
     )
+
+
+def _metric(name: str | None, value: float | None) -> str:
+    """``miou 67.93%``; blank without a value."""
+    return "" if value is None else format_metric(name, value)
+
+
+def _task(doc: ResultDocument) -> str:
+    """The ``task`` section: its type, primary metric and every metric (per-class lists too)."""
+    if doc.task is None:
+        return ""
+    task = doc.task
+    cells = {
+        "type": task.type,
+        "primary": _metric(task.primary, primary_metric(doc).value),
+        **{k: _text(v) for k, v in task.metrics.items()},
+        "output": task.output or "",
+        "skipped": str(task.skipped) if task.skipped else "",
+    }
+    rows = "".join(
+        f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in cells.items() if v != ""
+    )
+    return f'<h2>Task</h2><table class="facts task">{rows}</table>'
 
 
 def _accuracy(doc: ResultDocument) -> str:
@@ -449,13 +478,13 @@ def run_page(run: LoadedRun, jaeger_url: str | None) -> str:
             f"<pre>{esc(doc.error.message)}</pre></div>"
         )
     if doc.results:
-        parts.append(f"<h2>Results per batch size</h2>{_headline(doc.results)}")
+        parts.append(f"<h2>Results per batch size</h2>{_headline(doc)}")
     if has_correction(doc):
         parts.append(
             f'<p><a href="{esc(run_url(run_id))}/analysis">Layer analysis (XSP leveled '
             "correction): top layers and operators, plots</a></p>"
         )
-    parts.append(f"<h2>Accuracy</h2>{_accuracy(doc)}")
+    parts.append(f"{_task(doc)}<h2>Accuracy</h2>{_accuracy(doc)}")
     if doc.measurements:
         plots = ("Latency CDF", "Throughput against batch size")
         parts.append(f"<h2>Plots</h2>{_figures([run], compare([run]), plots)}")

@@ -1,0 +1,53 @@
+"""A run's primary metric, by name: what the results store, `mlms runs`, `mlms compare`, the
+HTML report and the dashboard show and rank by, so an mIoU is never labelled top-1.
+
+Classification's primary metric is ``top1`` (the accuracy pass's top-1); another task's is the
+one its ``task`` section names (``miou`` for segmentation, ``accuracy`` for text
+classification). Two runs' primary metrics are comparable only when their names are equal.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from mlmodelscope.contract.result import ResultDocument
+
+CLASSIFICATION: Final = "classification"
+TOP1: Final = "top1"
+FRACTIONS: Final = frozenset({"top1", "accuracy", "miou", "map"})
+"""Primary metrics that are fractions (0..1), shown as percentages."""
+
+
+@dataclass(frozen=True)
+class PrimaryMetric:
+    """The task's primary metric of one run."""
+
+    task: str
+    """classification, segmentation, text-classification."""
+    name: str
+    """top1, miou, accuracy: what the value is."""
+    value: float | None
+    """None when the run has none (no accuracy pass, unlabelled data, a Failed run)."""
+
+
+def primary_metric(document: ResultDocument) -> PrimaryMetric:
+    """The document's primary metric: its ``task`` section's, else classification's top-1."""
+    if document.task is not None:
+        value = document.task.metrics.get(document.task.primary)
+        number = float(value) if isinstance(value, int | float) else None
+        if number is not None and not math.isfinite(number):
+            number = None
+        return PrimaryMetric(document.task.type, document.task.primary, number)
+    top1 = document.accuracy.top1 if document.accuracy is not None else None
+    return PrimaryMetric(CLASSIFICATION, TOP1, top1)
+
+
+def format_metric(name: str | None, value: float | None, *, with_name: bool = True) -> str:
+    """``miou 67.93%``, ``top1 98.00%`` (fractions as percentages, others to 4 digits);
+    ``-`` when there is no value."""
+    if value is None:
+        return "-"
+    shown = f"{value:.2%}" if name is None or name in FRACTIONS else f"{value:.4g}"
+    return f"{name} {shown}" if with_name and name else shown
