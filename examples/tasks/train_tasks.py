@@ -1,12 +1,15 @@
 """Build the reference models and data of examples/tasks: a text classifier with BERT's three
-inputs and its tokenizer, and a segmentation network on rendered shapes, each trained here in
-seconds on generated data and exported to ONNX and TorchScript with the same weights.
+inputs and its tokenizer, and a segmentation network and a detector on rendered shapes, each
+trained here in seconds on generated data and exported to ONNX and TorchScript with the same
+weights.
 
     python examples/tasks/train_tasks.py --out DIR
 
 writes DIR/text/{train,eval}.jsonl, DIR/text/tokenizer.json, DIR/text-classifier.onnx,
 DIR/text-classifier.torchscript.pt, DIR/shapes/{images,masks}/ (the evaluation set),
-DIR/segmenter.onnx, DIR/segmenter.torchscript.pt and, last, DIR/manifest.json. The agent's
+DIR/shapes/instances.json (the same images' boxes, COCO), DIR/segmenter.onnx,
+DIR/segmenter.torchscript.pt, DIR/detector.onnx, DIR/detector.torchscript.pt and, last,
+DIR/manifest.json. The agent's
 ``mlmodelscope.agent.tasks.reference.ensure_task_models`` runs it once per machine and caches
 the result.
 """
@@ -152,7 +155,7 @@ def build_text(out: Path) -> dict[str, Any]:
     eval_fields, eval_labels = encode(tokenizer, folder / "eval.jsonl")
     with torch.no_grad():
         accuracy = float((model(*eval_fields).argmax(1) == eval_labels).float().mean())
-    export(model, [f[:2] for f in eval_fields], names, out / "text-classifier")
+    export(model, [f[:2] for f in eval_fields], names, ["logits"], out / "text-classifier")
     return {"vocab": tokenizer.get_vocab_size(), "classes": sorted(TOPICS), "accuracy": accuracy}
 
 
@@ -180,27 +183,32 @@ class Segmenter(nn.Module):
         return out
 
 
-def shapes_tensors(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def shapes_tensors(
+    count: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, list[list[tuple[int, list[int]]]]]:
+    """Rendered shapes: images [N, 3, H, W] in [0, 1], masks [N, H, W] and each image's
+    objects (category id, pixel xywh)."""
     from mlmodelscope.agent.tasks.shapes import render
 
     rng = np.random.default_rng(seed)
-    images, masks = [], []
+    images, masks, objects = [], [], []
     for _ in range(count):
-        image, mask, _ = render(rng, SHAPE_SIZE, SHAPE_SIZE, 4)
+        image, mask, found = render(rng, SHAPE_SIZE, SHAPE_SIZE, 4)
         images.append(image)
         masks.append(mask)
+        objects.append(found)
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0
-    return x, torch.from_numpy(np.stack(masks)).long()
+    return x, torch.from_numpy(np.stack(masks)).long(), objects
 
 
 def build_segmenter(out: Path) -> dict[str, Any]:
     from mlmodelscope.agent.tasks.shapes import write_shapes
 
     write_shapes(out / "shapes", 64, seed=SEED + 1, height=SHAPE_SIZE, width=SHAPE_SIZE)
-    x, y = shapes_tensors(768, SEED + 2)
+    x, y, _ = shapes_tensors(768, SEED + 2)
     model = Segmenter()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-    for _ in range(25):
+    for _ in range(15):
         for start in range(0, len(y), 64):
             part = slice(start, start + 64)
             loss = functional.cross_entropy(model(x[part]), y[part])
@@ -208,29 +216,109 @@ def build_segmenter(out: Path) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
     model.eval()
-    export(model, [x[:2]], ["input"], out / "segmenter")
+    export(model, [x[:2]], ["input"], ["logits"], out / "segmenter")
     return {
         "classes": ["background", "square", "disc", "triangle"],
         "loss": round(float(loss.detach()), 4),
     }
 
 
+# ------------------------------------------------------------------------------- detection
+
+GRID = 6
+"""Cells per side of the detector's output grid (48 px / stride 8)."""
+
+
+class Detector(nn.Module):
+    """A one-scale grid detector (YOLO v1 in miniature): per cell an objectness, three class
+    scores and a box (centre offset in the cell, size as a fraction of the image). Its forward
+    decodes them: boxes [N, 36, 4] (normalised cxcywh), scores [N, 36] (objectness times the
+    best class probability) and classes [N, 36] (COCO category ids 1-3, as floats); the
+    evaluation applies the threshold and NMS."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1), nn.ReLU()]
+        channels = width
+        for _ in range(3):
+            layers += [nn.Conv2d(channels, channels * 3 // 2, 3, stride=2, padding=1), nn.ReLU()]
+            channels = channels * 3 // 2
+        layers += [nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Conv2d(channels, 8, 1)
+        ys, xs = torch.meshgrid(torch.arange(GRID), torch.arange(GRID), indexing="ij")
+        self.register_buffer("cells", torch.stack([xs, ys], -1).reshape(1, -1, 2).float())
+
+    def raw(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, 36, 8]: objectness logit, 3 class logits, 4 box logits, cells row by row."""
+        out: torch.Tensor = self.head(self.body(x)).flatten(2).transpose(1, 2)
+        return out
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raw = self.raw(x)
+        box = torch.sigmoid(raw[..., 4:])
+        centre = (self.cells + box[..., :2]) / GRID
+        boxes = torch.cat([centre, box[..., 2:]], -1)
+        best, index = torch.softmax(raw[..., 1:4], -1).max(-1)
+        scores = torch.sigmoid(raw[..., 0]) * best
+        return boxes, scores, (index + 1).float()
+
+
+def grid_targets(objects: list[list[tuple[int, list[int]]]]) -> torch.Tensor:
+    """[N, 36, 6]: is-object, class index, box (cell offset x, y, width, height fractions);
+    a cell with two centres keeps the larger object."""
+    target = torch.zeros(len(objects), GRID * GRID, 6)
+    cell = SHAPE_SIZE / GRID
+    for n, found in enumerate(objects):
+        for category, (x, y, w, h) in sorted(found, key=lambda o: o[1][2] * o[1][3]):
+            cx, cy = x + w / 2, y + h / 2
+            col, row = min(int(cx // cell), GRID - 1), min(int(cy // cell), GRID - 1)
+            target[n, row * GRID + col] = torch.tensor(
+                [1, category - 1, cx / cell - col, cy / cell - row, w / SHAPE_SIZE, h / SHAPE_SIZE]
+            )
+    return target
+
+
+def build_detector(out: Path) -> dict[str, Any]:
+    x, _, objects = shapes_tensors(1024, SEED + 3)
+    target = grid_targets(objects)
+    model = Detector()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
+    for _ in range(20):
+        for start in range(0, len(x), 64):
+            part = slice(start, start + 64)
+            raw, t = model.raw(x[part]), target[part]
+            positive = t[..., 0] > 0
+            loss = functional.binary_cross_entropy_with_logits(raw[..., 0], t[..., 0])
+            loss = loss + functional.cross_entropy(raw[positive][:, 1:4], t[positive][:, 1].long())
+            loss = loss + 5 * functional.l1_loss(
+                torch.sigmoid(raw[positive][:, 4:]), t[positive][:, 2:]
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    model.eval()
+    export(model, [x[:2]], ["input"], ["boxes", "scores", "classes"], out / "detector")
+    return {"grid": GRID, "loss": round(float(loss.detach()), 4)}
+
+
 # ---------------------------------------------------------------------------------- export
 
 
-def export(model: nn.Module, example: list[torch.Tensor], names: list[str], stem: Path) -> None:
+def export(
+    model: nn.Module, example: list[torch.Tensor], names: list[str], outputs: list[str], stem: Path
+) -> None:
     """ONNX (dynamic batch) and TorchScript of the same weights; ONNX Runtime must agree."""
     import warnings
 
     import onnxruntime as ort
 
-    output = "logits"
-    axes = {n: {0: "batch"} for n in [*names, output]}
+    axes = {n: {0: "batch"} for n in [*names, *outputs]}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             model, tuple(example), str(stem.with_suffix(".onnx")), input_names=names,
-            output_names=[output], dynamic_axes=axes, opset_version=17, dynamo=False,
+            output_names=outputs, dynamic_axes=axes, opset_version=17, dynamo=False,
         )  # fmt: skip
         with torch.no_grad():
             traced = torch.jit.trace(model, tuple(example), check_trace=False)
@@ -238,11 +326,12 @@ def export(model: nn.Module, example: list[torch.Tensor], names: list[str], stem
     session = ort.InferenceSession(
         str(stem.with_suffix(".onnx")), providers=["CPUExecutionProvider"]
     )
-    got = session.run(None, {n: t.numpy() for n, t in zip(names, example, strict=True)})[0]
+    got = session.run(None, {n: t.numpy() for n, t in zip(names, example, strict=True)})
     with torch.no_grad():
-        want = model(*example).numpy()
-    if float(np.abs(got - want).max()) > 1e-4:
-        raise RuntimeError(f"{stem.name}: ONNX Runtime and PyTorch differ")
+        want = model(*example)
+    for g, w in zip(got, [want] if isinstance(want, torch.Tensor) else want, strict=True):
+        if float(np.abs(g - w.numpy()).max()) > 1e-4:
+            raise RuntimeError(f"{stem.name}: ONNX Runtime and PyTorch differ")
 
 
 def main() -> int:
@@ -253,9 +342,14 @@ def main() -> int:
     out.mkdir(parents=True)
     torch.manual_seed(SEED)
     torch.set_num_threads(2)
-    start = time.monotonic()
-    manifest = {"text": build_text(out), "segmentation": build_segmenter(out)}
-    manifest["seconds"] = round(time.monotonic() - start, 1)
+    manifest: dict[str, Any] = {}
+    for name, build in (
+        ("text", build_text),
+        ("segmentation", build_segmenter),
+        ("detection", build_detector),
+    ):
+        start = time.monotonic()
+        manifest[name] = {**build(out), "seconds": round(time.monotonic() - start, 1)}
     manifest["torch"] = torch.__version__
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(json.dumps(manifest))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from mlmodelscope.agent.sources import fetch_uri, local_path
 from mlmodelscope.contract.redact import redact_uri
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import Dataset, DatasetType, DType
+
+if TYPE_CHECKING:
+    from mlmodelscope.agent.tasks.data import CocoDataset
 
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp"})
 
@@ -39,13 +42,15 @@ class Samples:
     """Names of the label indices, when the dataset knows them."""
     masks: tuple[Path, ...] | None = None
     """masks datasets: each sample's mask file, what segmentation metrics score against."""
+    coco: CocoDataset | None = None
+    """coco datasets: the images' boxes and the ground truth COCO AP is computed against."""
     skipped: int = 0
     """Samples left out because their mask was missing (``dataset.skipMissing``)."""
 
     @property
     def has_labels(self) -> bool:
-        """Whether accuracy can be computed: labels, or masks to score against."""
-        return self.y is not None or self.masks is not None
+        """Whether accuracy can be computed: labels, or masks or boxes to score against."""
+        return self.y is not None or self.masks is not None or self.coco is not None
 
     def __len__(self) -> int:
         return len(self.x)
@@ -60,6 +65,7 @@ def _limited(samples: Samples, limit: int | None) -> Samples:
         y=None if samples.y is None else samples.y[:limit],
         class_names=samples.class_names,
         masks=None if samples.masks is None else samples.masks[:limit],
+        coco=samples.coco,
         skipped=samples.skipped,
     )
 
@@ -194,6 +200,28 @@ def _masks(ds: Dataset, base_dir: Path | None) -> Samples:
     )
 
 
+def _coco(ds: Dataset, base_dir: Path | None) -> Samples:
+    from mlmodelscope.agent.tasks.data import DatasetError, load_coco
+
+    images = _folder(ds.path, "spec.dataset.path", base_dir)
+    annotations = _folder(ds.annotations, "spec.dataset.annotations", base_dir)
+    try:
+        found = load_coco(annotations, images, limit=ds.limit, skip_missing=ds.skip_missing)
+    except DatasetError as exc:
+        field = (
+            "spec.dataset.annotations"
+            if str(exc).startswith(str(annotations))
+            else ("spec.dataset.path")
+        )
+        raise SpecError(field, str(exc)) from None
+    return Samples(
+        name=f"coco:{ds.annotations}",
+        x=[image.path for image in found.images],
+        coco=found,
+        skipped=found.skipped,
+    )
+
+
 def _text(ds: Dataset, base_dir: Path | None) -> Samples:
     from mlmodelscope.agent.tasks.data import DatasetError, load_text
 
@@ -226,6 +254,8 @@ def load_dataset(ds: Dataset, *, seed: int, base_dir: Path | None = None) -> Sam
         samples = _masks(ds, base_dir)
     elif ds.type == DatasetType.TEXT:
         samples = _text(ds, base_dir)
+    elif ds.type == DatasetType.COCO:
+        samples = _coco(ds, base_dir)
     else:
         samples = _npz(ds, base_dir)
     return _limited(samples, ds.limit)

@@ -264,16 +264,38 @@ def task_accuracy(
     """The accuracy pass of a task other than classification: the ``accuracy`` section (how
     the pass ran, top-1 where the task has one) and the ``task`` section (its metrics)."""
     from mlmodelscope.agent.tasks.passes import (
+        detection_pass,
+        image_size,
         output_index,
+        output_named,
         primary,
         segmentation_pass,
         text_classification_pass,
     )
 
     task = spec.task
-    index = output_index(task, spec.model.outputs)
     batch_size = max(spec.scenario.batch_sizes)
-    if task.type == TaskType.SEGMENTATION:
+    index = output_index(task, spec.model.outputs)
+    if task.type == TaskType.DETECTION:
+        assert samples.coco is not None  # coco datasets have it; the spec pairs the two
+        if any(step.center_crop is not None for step in spec.preprocessing):
+            raise SpecError(
+                "spec.preprocessing",
+                "detection maps boxes back to the image through a resize only; a centerCrop "
+                "cuts the image and would shift them: remove it",
+            )
+        options, outputs = task.detection, spec.model.outputs
+        field = "spec.task.detection"
+        named = tuple(
+            output_named(getattr(options, key), outputs, f"{field}.{key}")
+            for key in ("boxes", "scores", "classes")
+        )
+        index = named[0]
+        done = detection_pass(
+            backend.predict, feeds, samples.coco, task, named,  # type: ignore[arg-type]
+            image_size(feeds[0]), batch_size, progress,
+        )  # fmt: skip
+    elif task.type == TaskType.SEGMENTATION:
         assert samples.masks is not None  # masks datasets have them; the spec pairs the two
         done = segmentation_pass(
             backend.predict, feeds, samples.masks, task, index, batch_size, progress

@@ -194,10 +194,12 @@ class DatasetType(StrEnum):
     NPZ = "npz"
     MASKS = "masks"
     TEXT = "text"
+    COCO = "coco"
 
 
 class TaskType(StrEnum):
     CLASSIFICATION = "classification"
+    DETECTION = "detection"
     SEGMENTATION = "segmentation"
     TEXT_CLASSIFICATION = "text-classification"
 
@@ -558,7 +560,7 @@ class Dataset(SpecModel):
     """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
     tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels),
     masks (images and PNG masks of the same name, VOC style), text (.jsonl or .csv rows of a
-    text and a label, through a tokenizer)."""
+    text and a label, through a tokenizer), coco (an image folder and a COCO instances JSON)."""
 
     shape: Annotated[list[Dimension] | None, Field(min_length=1, max_length=8)] = None
     """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
@@ -572,10 +574,14 @@ class Dataset(SpecModel):
 
     path: Annotated[str | None, Field(max_length=2048)] = None
     """imagefolder: folder with one sub-folder of images per class (sorted names = classes);
-    masks: the folder of images; text: the .jsonl or .csv file."""
+    masks and coco: the folder of images; text: the .jsonl or .csv file."""
 
     uri: Annotated[str | None, Field(max_length=2048, pattern=URI_PATTERN)] = None
     """npz: an .npz file holding 'x' (samples) and optionally 'y' (integer labels)."""
+
+    annotations: Annotated[str | None, Field(max_length=2048)] = None
+    """coco: the COCO instances JSON (images, annotations, categories); its images' file_name
+    entries are relative to path."""
 
     masks: Annotated[str | None, Field(max_length=2048)] = None
     """masks: the folder of PNG masks, one per image with the image's name, holding a class
@@ -595,8 +601,8 @@ class Dataset(SpecModel):
     """text: the field holding the label (integers, or strings numbered in sorted order)."""
 
     skip_missing: StrictBool = False
-    """masks: leave out an image whose mask is missing and count it (the result's
-    task.skipped) instead of failing the run."""
+    """masks and coco: leave out an image (or, for masks, an image whose mask) is missing and
+    count it (the result's task.skipped) instead of failing the run."""
 
     split: Literal["train", "test", "all"] = "test"
     """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
@@ -658,11 +664,44 @@ class Dataset(SpecModel):
     )
 
 
+class Detection(SpecModel):
+    """How a detector's outputs read as boxes, when its graph leaves postprocessing out."""
+
+    boxes: Annotated[str, Field(min_length=1, max_length=253)] = "boxes"
+    """The output of boxes [batch, detections, 4]."""
+
+    scores: Annotated[str, Field(min_length=1, max_length=253)] = "scores"
+    """The output of scores [batch, detections]."""
+
+    classes: Annotated[str, Field(min_length=1, max_length=253)] = "classes"
+    """The output of class ids [batch, detections] (integers, or floats holding them)."""
+
+    box_format: Literal["xyxy", "xywh", "cxcywh"] = "xyxy"
+    """How a box's four numbers read: corners, corner and size, or centre and size."""
+
+    normalized: StrictBool = False
+    """Boxes are fractions of the model input's width and height, not its pixels."""
+
+    score_threshold: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.05
+    """Detections scoring less are dropped."""
+
+    nms_iou: Annotated[StrictFloat | None, Field(gt=0, le=1)] = None
+    """Class-wise non-maximum suppression at this IoU; null when the graph already does it."""
+
+    max_detections: Annotated[StrictInt, Field(gt=0, le=1000)] = 100
+    """At most this many detections per image, best first (COCO scores at most 100)."""
+
+    category_ids: Annotated[list[StrictInt], Field(max_length=10000)] = []
+    """The COCO category id of each model class id (index = class id); empty: the class ids
+    are the category ids."""
+
+
 class Task(SpecModel):
     """What the model does, so the accuracy pass computes that task's metrics."""
 
     type: TaskType = TaskType.CLASSIFICATION
-    """classification (top-1 / top-5 from class scores, as without a task), segmentation
+    """classification (top-1 / top-5 from class scores, as without a task), detection (COCO
+    box mAP@[.5:.95], AP50, AP75 by pycocotools, against a coco dataset), segmentation
     (mIoU and pixel accuracy from per-pixel class scores [N, classes, H, W] or class ids
     [N, H, W], against a masks dataset), text-classification (accuracy and macro-F1 by
     scikit-learn, against a text dataset's labels)."""
@@ -677,6 +716,9 @@ class Task(SpecModel):
 
     ignore_index: Annotated[StrictInt, Field(ge=0, le=65535)] = 255
     """segmentation: the mask value of pixels that are not scored (VOC's 255 border)."""
+
+    detection: Detection = Detection()
+    """detection: which outputs hold the boxes, scores and classes, and how to read them."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -1069,6 +1111,16 @@ class EvaluationSpec(SpecModel):
             field="task",
             check=lambda m: (
                 (m.task.type == TaskType.SEGMENTATION) == (m.dataset.type == DatasetType.MASKS)
+            ),
+        ),
+        Rule(
+            cel="(has(self.task) && self.task.type == 'detection') == "
+            "(self.dataset.type == 'coco')",
+            message="a detection task needs a coco dataset, and a coco dataset a detection "
+            "task (task.type: detection)",
+            field="task",
+            check=lambda m: (
+                (m.task.type == TaskType.DETECTION) == (m.dataset.type == DatasetType.COCO)
             ),
         ),
         Rule(

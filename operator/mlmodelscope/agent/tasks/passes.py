@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from mlmodelscope.agent.tasks.data import DatasetError
+from mlmodelscope.agent.tasks.data import CocoDataset, DatasetError
+from mlmodelscope.agent.tasks.detection import (
+    Detections,
+    class_wise_nms,
+    coco_map,
+    coco_results,
+    to_xyxy,
+)
 from mlmodelscope.agent.tasks.record import TaskMetrics
 from mlmodelscope.agent.tasks.segmentation import confusion_matrix, segmentation_metrics
 from mlmodelscope.agent.tasks.text import classification_metrics
@@ -36,19 +43,24 @@ class TaskPass:
     pass's ``outputs_sha256``: equal digests mean bit-identical outputs)."""
 
 
+def output_named(name: str, outputs: Sequence[TensorSpec], field: str) -> int:
+    """The position of output ``name`` among ``spec.model.outputs`` (the backend's order)."""
+    names = [o.name for o in outputs]
+    if name not in names:
+        raise SpecError(
+            field,
+            f"{name!r} is not one of spec.model.outputs ({', '.join(names) or 'none'}); "
+            "declare the model's outputs by name there",
+        )
+    return names.index(name)
+
+
 def output_index(task: Task, outputs: Sequence[TensorSpec]) -> int:
     """Where the output ``task.output`` names is in what the backend returns (the order of
     ``spec.model.outputs``); the first output when the task names none."""
     if task.output is None:
         return 0
-    names = [o.name for o in outputs]
-    if task.output not in names:
-        raise SpecError(
-            "spec.task.output",
-            f"{task.output!r} is not one of spec.model.outputs ({', '.join(names) or 'none'}); "
-            "declare the model's outputs by name there",
-        )
-    return names.index(task.output)
+    return output_named(task.output, outputs, "spec.task.output")
 
 
 def _batches(count: int, size: int) -> list[slice]:
@@ -58,24 +70,26 @@ def _batches(count: int, size: int) -> list[slice]:
 def run_pass(
     predict: Predict,
     feeds: Sequence[np.ndarray],
-    index: int,
+    indices: Sequence[int],
     batch_size: int,
-    consume: Callable[[slice, np.ndarray], None],
+    consume: Callable[[slice, list[np.ndarray]], None],
     progress: Progress,
 ) -> tuple[int, float, str]:
-    """Feed every sample once; ``consume`` gets each batch's slice and chosen output."""
+    """Feed every sample once; ``consume`` gets each batch's slice and the outputs at
+    ``indices``, which the digest covers too."""
     count = len(feeds[0])
     digest = hashlib.sha256()
     start = time.perf_counter_ns()
     for part in _batches(count, batch_size):
         outputs = predict([f[part] for f in feeds])
-        if index >= len(outputs):
+        if max(indices) >= len(outputs):
             raise SpecError(
                 "spec.task.output",
-                f"the model returned {len(outputs)} outputs; output {index} does not exist",
+                f"the model returned {len(outputs)} outputs; output {max(indices)} does not exist",
             )
-        chosen = np.asarray(outputs[index])
-        digest.update(np.ascontiguousarray(chosen).tobytes())
+        chosen = [np.asarray(outputs[i]) for i in indices]
+        for array in chosen:
+            digest.update(np.ascontiguousarray(array).tobytes())
         consume(part, chosen)
         progress(part.stop, count)
     return count, (time.perf_counter_ns() - start) / 1e9, digest.hexdigest()
@@ -93,7 +107,8 @@ def text_classification_pass(
     """Accuracy and macro-F1 (scikit-learn) of the class scores (N, classes) or ids (N,)."""
     predicted = np.empty(len(labels), dtype=np.int64)
 
-    def consume(part: slice, out: np.ndarray) -> None:
+    def consume(part: slice, chosen: list[np.ndarray]) -> None:
+        (out,) = chosen
         if out.ndim == 2:
             predicted[part] = out.argmax(axis=1)
         elif out.ndim == 1 and np.issubdtype(out.dtype, np.integer):
@@ -105,7 +120,7 @@ def text_classification_pass(
                 f"[batch]; the output is {list(out.shape)} {out.dtype.name}",
             )
 
-    count, seconds, digest = run_pass(predict, feeds, index, batch_size, consume, progress)
+    count, seconds, digest = run_pass(predict, feeds, [index], batch_size, consume, progress)
     metrics = classification_metrics(predicted, labels, task.num_classes)
     return TaskPass(metrics, count, batch_size, seconds, digest)
 
@@ -164,9 +179,9 @@ def segmentation_pass(
     num_classes = task.num_classes
     confusion = np.zeros((num_classes, num_classes), dtype=np.int64)
 
-    def consume(part: slice, out: np.ndarray) -> None:
+    def consume(part: slice, chosen: list[np.ndarray]) -> None:
         nonlocal confusion
-        for offset, classes in enumerate(_class_map(out, num_classes)):
+        for offset, classes in enumerate(_class_map(chosen[0], num_classes)):
             path = masks[part.start + offset]
             mask = read_mask(path)
             predicted = _to_size(classes, *mask.shape[:2])
@@ -175,8 +190,88 @@ def segmentation_pass(
             except ValueError as exc:
                 raise DatasetError(f"{path}: {exc}") from None
 
-    count, seconds, digest = run_pass(predict, feeds, index, batch_size, consume, progress)
+    count, seconds, digest = run_pass(predict, feeds, [index], batch_size, consume, progress)
     return TaskPass(segmentation_metrics(confusion), count, batch_size, seconds, digest)
+
+
+def image_size(batch: np.ndarray) -> tuple[int, int]:
+    """(height, width) of a batch of images, channels first [N, C, H, W] (C of 1, 3 or 4)
+    or last [N, H, W, C]."""
+    if batch.ndim != 4:
+        raise SpecError(
+            "spec.model.inputs[0].shape",
+            f"detection takes a batch of images [N, C, H, W] or [N, H, W, C]; the input is "
+            f"{list(batch.shape)}",
+        )
+    if batch.shape[1] in (1, 3, 4):
+        return int(batch.shape[2]), int(batch.shape[3])
+    return int(batch.shape[1]), int(batch.shape[2])
+
+
+def detection_pass(
+    predict: Predict,
+    feeds: Sequence[np.ndarray],
+    coco: CocoDataset,
+    task: Task,
+    indices: tuple[int, int, int],
+    input_size: tuple[int, int],
+    batch_size: int,
+    progress: Progress,
+) -> TaskPass:
+    """COCO box AP (pycocotools) of the boxes, scores and classes outputs: read in the spec's
+    box format, mapped from the model input's pixels (or fractions of it) to the image's,
+    thresholded, suppressed per class when ``nmsIou`` is set, at most ``maxDetections``."""
+    options = task.detection
+    height, width = input_size
+    category_of = dict(enumerate(options.category_ids)) if options.category_ids else None
+    found: list[Detections] = []
+
+    def consume(part: slice, chosen: list[np.ndarray]) -> None:
+        boxes, scores, classes = chosen
+        if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.shape != boxes.shape[:2]:
+            raise SpecError(
+                "spec.task.detection",
+                f"detection reads boxes [batch, n, 4] and scores and classes [batch, n]; the "
+                f"outputs are {list(boxes.shape)}, {list(scores.shape)} and "
+                f"{list(classes.shape)}",
+            )
+        for offset in range(len(boxes)):
+            image = coco.images[part.start + offset]
+            if options.normalized:
+                xyxy = to_xyxy(boxes[offset], options.box_format, normalized=True,
+                               height=image.height, width=image.width)  # fmt: skip
+            else:
+                scale = np.array([image.width / width, image.height / height] * 2)
+                xyxy = to_xyxy(boxes[offset], options.box_format, normalized=False,
+                               height=height, width=width) * scale  # fmt: skip
+            labels = np.rint(classes[offset]).astype(np.int64)
+            detections = Detections(xyxy, scores[offset].astype(np.float64), labels)
+            found.append(
+                class_wise_nms(
+                    detections,
+                    iou_threshold=1.0 if options.nms_iou is None else options.nms_iou,
+                    score_threshold=options.score_threshold,
+                    max_detections=options.max_detections,
+                )
+            )
+
+    count, seconds, digest = run_pass(predict, feeds, indices, batch_size, consume, progress)
+    unknown = sorted(
+        {int(c) for d in found for c in d.labels} - set(category_of or coco.categories)
+    )
+    if unknown:
+        raise SpecError(
+            "spec.task.detection.categoryIds",
+            f"the model predicts class ids {unknown[:10]} that "
+            + (
+                "categoryIds does not map"
+                if category_of
+                else f"are no category of the COCO file ({sorted(coco.categories)}); map them "
+                "with categoryIds"
+            ),
+        )
+    results = coco_results([image.id for image in coco.images], found, category_of)
+    return TaskPass(coco_map(coco.ground_truth, results), count, batch_size, seconds, digest)
 
 
 def primary(metrics: TaskMetrics) -> tuple[str, float]:
