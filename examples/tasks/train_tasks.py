@@ -1,14 +1,14 @@
 """Build the reference models and data of examples/tasks: a text classifier with BERT's three
 inputs and its tokenizer, and a segmentation network and a detector on rendered shapes, each
-trained here in seconds on generated data and exported to ONNX and TorchScript with the same
-weights.
+trained here in seconds on generated data and exported to ONNX, TorchScript and a TensorFlow
+SavedModel with the same weights.
 
     python examples/tasks/train_tasks.py --out DIR
 
 writes DIR/text/{train,eval}.jsonl, DIR/text/tokenizer.json, DIR/text-classifier.onnx,
 DIR/text-classifier.torchscript.pt, DIR/shapes/{images,masks}/ (the evaluation set),
-DIR/shapes/instances.json (the same images' boxes, COCO), DIR/segmenter.onnx,
-DIR/segmenter.torchscript.pt, DIR/detector.onnx, DIR/detector.torchscript.pt and, last,
+DIR/shapes/instances.json (the same images' boxes, COCO), and for each of text-classifier,
+segmenter and detector a .onnx, a .torchscript.pt and a .savedmodel folder; last,
 DIR/manifest.json. The agent's
 ``mlmodelscope.agent.tasks.reference.ensure_task_models`` runs it once per machine and caches
 the result.
@@ -155,7 +155,10 @@ def build_text(out: Path) -> dict[str, Any]:
     eval_fields, eval_labels = encode(tokenizer, folder / "eval.jsonl")
     with torch.no_grad():
         accuracy = float((model(*eval_fields).argmax(1) == eval_labels).float().mean())
-    export(model, [f[:2] for f in eval_fields], names, ["logits"], out / "text-classifier")
+    export(
+        model, [f[:2] for f in eval_fields], names, ["logits"], out / "text-classifier",
+        savedmodel_text,
+    )  # fmt: skip
     return {"vocab": tokenizer.get_vocab_size(), "classes": sorted(TOPICS), "accuracy": accuracy}
 
 
@@ -216,7 +219,7 @@ def build_segmenter(out: Path) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
     model.eval()
-    export(model, [x[:2]], ["input"], ["logits"], out / "segmenter")
+    export(model, [x[:2]], ["input"], ["logits"], out / "segmenter", savedmodel_segmenter)
     return {
         "classes": ["background", "square", "disc", "triangle"],
         "loss": round(float(loss.detach()), 4),
@@ -298,17 +301,152 @@ def build_detector(out: Path) -> dict[str, Any]:
             loss.backward()
             optimizer.step()
     model.eval()
-    export(model, [x[:2]], ["input"], ["boxes", "scores", "classes"], out / "detector")
+    export(
+        model, [x[:2]], ["input"], ["boxes", "scores", "classes"], out / "detector",
+        savedmodel_detector,
+    )  # fmt: skip
     return {"grid": GRID, "loss": round(float(loss.detach()), 4)}
+
+
+# -------------------------------------------------------------------------------- tensorflow
+
+
+def _tf_module(model: nn.Module, name: str) -> tuple[Any, dict[str, Any]]:
+    """A tf.Module holding ``model``'s weights as variables: convolutions OIHW -> HWIO,
+    linear (out, in) -> (in, out), embeddings as they are."""
+    import tensorflow as tf
+
+    module = tf.Module(name=name)
+    weights: dict[str, Any] = {}
+    for key, tensor in model.state_dict().items():
+        value = tensor.detach().numpy()
+        if value.ndim == 4:
+            value = value.transpose(2, 3, 1, 0)
+        elif value.ndim == 2 and not key.endswith(("tokens.weight", "types.weight")):
+            value = value.T.copy()
+        weights[key] = tf.Variable(value, name=key.replace(".", "_"))
+    module.weights_by_name = weights
+    return module, weights
+
+
+def _conv(x: Any, w: Any, b: Any, stride: int = 1, pad: int = 0, dilation: int = 1) -> Any:
+    """PyTorch's Conv2d in NHWC: explicit symmetric padding (TF's SAME pads stride-2
+    convolutions on one side only)."""
+    import tensorflow as tf
+
+    padding = [[0, 0], [pad, pad], [pad, pad], [0, 0]]
+    return tf.nn.conv2d(x, w, stride, padding, dilations=dilation) + b
+
+
+def _save(module: Any, serve: Any, specs: list[Any], path: Path) -> None:
+    import tensorflow as tf
+
+    module.serve = tf.function(serve, input_signature=specs)
+    tf.saved_model.save(
+        module, str(path), signatures={"serving_default": module.serve.get_concrete_function()}
+    )
+
+
+def savedmodel_text(model: TextClassifier, path: Path) -> None:
+    import tensorflow as tf
+
+    module, w = _tf_module(model, "text_classifier")
+
+    def serve(input_ids: Any, attention_mask: Any, token_type_ids: Any) -> dict[str, Any]:
+        x = tf.gather(w["tokens.weight"], input_ids) + tf.gather(w["types.weight"], token_type_ids)
+        mask = tf.cast(attention_mask, tf.float32)[..., None]
+        pooled = tf.reduce_sum(x * mask, 1) / tf.maximum(tf.reduce_sum(mask, 1), 1.0)
+        hidden = tf.nn.relu(tf.matmul(pooled, w["hidden.weight"]) + w["hidden.bias"])
+        return {"logits": tf.matmul(hidden, w["head.weight"]) + w["head.bias"]}
+
+    specs = [
+        tf.TensorSpec([None, MAX_LENGTH], tf.int64, name=n)
+        for n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
+    _save(module, serve, specs, path)
+
+
+def savedmodel_segmenter(model: Segmenter, path: Path) -> None:
+    import tensorflow as tf
+
+    module, w = _tf_module(model, "segmenter")
+
+    def serve(input: Any) -> dict[str, Any]:  # the argument name is the signature's input key
+        x = tf.transpose(input, [0, 2, 3, 1])
+        skip = tf.nn.relu(_conv(x, w["stem.weight"], w["stem.bias"], pad=1))
+        y = tf.nn.relu(_conv(skip, w["down1.weight"], w["down1.bias"], 2, 1))
+        y = tf.nn.relu(_conv(y, w["down2.weight"], w["down2.bias"], 2, 1))
+        y = tf.nn.relu(_conv(y, w["context.weight"], w["context.bias"], 1, 2, 2))
+        coarse = _conv(y, w["coarse.weight"], w["coarse.bias"])
+        up = tf.image.resize(coarse, [SHAPE_SIZE, SHAPE_SIZE], method="bilinear")
+        out = up + _conv(skip, w["fine.weight"], w["fine.bias"])
+        return {"logits": tf.transpose(out, [0, 3, 1, 2])}
+
+    _save(
+        module,
+        serve,
+        [tf.TensorSpec([None, 3, SHAPE_SIZE, SHAPE_SIZE], tf.float32, name="input")],
+        path,
+    )
+
+
+def savedmodel_detector(model: Detector, path: Path) -> None:
+    import tensorflow as tf
+
+    module, w = _tf_module(model, "detector")
+    convs = [k.removesuffix(".weight") for k in w if k.startswith("body.") and k.endswith("weight")]
+    cells = tf.constant(model.cells.numpy())
+
+    def serve(input: Any) -> dict[str, Any]:
+        x = tf.transpose(input, [0, 2, 3, 1])
+        for index, name in enumerate(convs):
+            stride = 1 if index in (0, len(convs) - 1) else 2
+            x = tf.nn.relu(_conv(x, w[f"{name}.weight"], w[f"{name}.bias"], stride, 1))
+        raw = tf.reshape(_conv(x, w["head.weight"], w["head.bias"]), [-1, GRID * GRID, 8])
+        box = tf.sigmoid(raw[..., 4:])
+        boxes = tf.concat([(cells + box[..., :2]) / GRID, box[..., 2:]], -1)
+        probabilities = tf.nn.softmax(raw[..., 1:4], -1)
+        scores = tf.sigmoid(raw[..., 0]) * tf.reduce_max(probabilities, -1)
+        classes = tf.cast(tf.argmax(probabilities, -1) + 1, tf.float32)
+        return {"boxes": boxes, "scores": scores, "classes": classes}
+
+    _save(
+        module,
+        serve,
+        [tf.TensorSpec([None, 3, SHAPE_SIZE, SHAPE_SIZE], tf.float32, name="input")],
+        path,
+    )
+
+
+def check_savedmodel(
+    model: nn.Module, example: list[torch.Tensor], names: list[str], outputs: list[str], path: Path
+) -> None:
+    """The SavedModel's outputs equal PyTorch's to 1e-4 on ``example``."""
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(str(path)).signatures["serving_default"]
+    got = signature(**{n: tf.constant(t.numpy()) for n, t in zip(names, example, strict=True)})
+    with torch.no_grad():
+        want = model(*example)
+    wanted = [want] if isinstance(want, torch.Tensor) else list(want)
+    for name, tensor in zip(outputs, wanted, strict=True):
+        if float(np.abs(got[name].numpy() - tensor.numpy()).max()) > 1e-4:
+            raise RuntimeError(f"{path.name}: TensorFlow and PyTorch differ on {name}")
 
 
 # ---------------------------------------------------------------------------------- export
 
 
 def export(
-    model: nn.Module, example: list[torch.Tensor], names: list[str], outputs: list[str], stem: Path
+    model: nn.Module,
+    example: list[torch.Tensor],
+    names: list[str],
+    outputs: list[str],
+    stem: Path,
+    savedmodel: Any,
 ) -> None:
-    """ONNX (dynamic batch) and TorchScript of the same weights; ONNX Runtime must agree."""
+    """ONNX (dynamic batch), TorchScript and a SavedModel (``savedmodel`` writes it) of the
+    same weights; ONNX Runtime and TensorFlow must agree with PyTorch."""
     import warnings
 
     import onnxruntime as ort
@@ -332,6 +470,8 @@ def export(
     for g, w in zip(got, [want] if isinstance(want, torch.Tensor) else want, strict=True):
         if float(np.abs(g - w.numpy()).max()) > 1e-4:
             raise RuntimeError(f"{stem.name}: ONNX Runtime and PyTorch differ")
+    savedmodel(model, stem.with_suffix(".savedmodel"))
+    check_savedmodel(model, example, names, outputs, stem.with_suffix(".savedmodel"))
 
 
 def main() -> int:

@@ -722,7 +722,7 @@ class Task(SpecModel):
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
-            cel="self.type != 'segmentation' || has(self.numClasses)",
+            cel="!has(self.type) || self.type != 'segmentation' || has(self.numClasses)",
             message="required when type is segmentation: the number of classes",
             field="numClasses",
             check=lambda m: m.type != TaskType.SEGMENTATION or m.num_classes is not None,
@@ -1104,7 +1104,7 @@ class EvaluationSpec(SpecModel):
         _job_seconds_rule("timeout"),
         _job_seconds_rule("ttlAfterFinished"),
         Rule(
-            cel="(has(self.task) && self.task.type == 'segmentation') == "
+            cel="(has(self.task) && has(self.task.type) && self.task.type == 'segmentation') == "
             "(self.dataset.type == 'masks')",
             message="a segmentation task needs a masks dataset, and a masks dataset a "
             "segmentation task (task.type: segmentation)",
@@ -1114,7 +1114,7 @@ class EvaluationSpec(SpecModel):
             ),
         ),
         Rule(
-            cel="(has(self.task) && self.task.type == 'detection') == "
+            cel="(has(self.task) && has(self.task.type) && self.task.type == 'detection') == "
             "(self.dataset.type == 'coco')",
             message="a detection task needs a coco dataset, and a coco dataset a detection "
             "task (task.type: detection)",
@@ -1124,7 +1124,8 @@ class EvaluationSpec(SpecModel):
             ),
         ),
         Rule(
-            cel="!has(self.task) || self.task.type != 'text-classification' || "
+            cel="!has(self.task) || !has(self.task.type) || "
+            "self.task.type != 'text-classification' || "
             "self.dataset.type == 'text'",
             message="a text-classification task needs a text dataset (dataset.type: text)",
             field="task",

@@ -27,7 +27,7 @@ def task_models_key(script: Path) -> str:
     """The script, the shapes renderer it trains on, and the versions that shape the models."""
     digest = hashlib.sha256(script.read_bytes())
     digest.update(Path(shapes.__file__).read_bytes())
-    for dist in ("torch", "onnx", "tokenizers"):
+    for dist in ("torch", "onnx", "tokenizers", "tensorflow", "tensorflow-cpu"):
         version = "none"
         with contextlib.suppress(metadata.PackageNotFoundError):
             version = metadata.version(dist)
