@@ -171,6 +171,8 @@ def test_segmentation_miou_equals_torchmetrics_on_the_same_predictions(
         found[framework] = metrics["miou"]
         assert document["results"][0]["metric"] == "miou"
         assert document["accuracy"]["top1"] is None
+        assert document["task"]["postprocessing_per_sample_s"] > 0
+        assert document["task"]["metrics_s"] >= 0
         if framework == "onnxruntime":
             assert metrics["miou"] == pytest.approx(want_miou, abs=1e-6)
             assert metrics["pixel_accuracy"] == pytest.approx(want_pixels, abs=1e-6)

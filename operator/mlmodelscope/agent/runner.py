@@ -320,6 +320,8 @@ def task_accuracy(
         "primary": name,
         "metrics": done.metrics.as_dict(),
         "skipped": samples.skipped,
+        "postprocessing_per_sample_s": done.postprocessing_s / done.samples,
+        "metrics_s": done.metrics_s,
     }
     return accuracy, section
 

@@ -283,6 +283,12 @@ class TaskResult(ContractModel):
     """Every metric of the task, computed by the library its field trusts (docs/tasks.md)."""
     skipped: Annotated[int, Field(ge=0)] = 0
     """Samples left out of the metrics (a missing mask with ``dataset.skipMissing``)."""
+    postprocessing_per_sample_s: Annotated[float, Field(ge=0)] | None = None
+    """Per sample, the time spent turning the outputs into what the metric reads (class maps,
+    boxes mapped to the image, thresholds, NMS), in the accuracy pass: never inside a timed
+    query, whose region is the model and spec.postprocessing only."""
+    metrics_s: Annotated[float, Field(ge=0)] | None = None
+    """The time the metric itself took over the whole set (COCOeval, IoU, scikit-learn)."""
 
 
 class TracingLevelResult(ContractModel):

@@ -41,6 +41,11 @@ class TaskPass:
     outputs_sha256: str
     """SHA-256 of the task's output for every sample in dataset order (as the classification
     pass's ``outputs_sha256``: equal digests mean bit-identical outputs)."""
+    postprocessing_s: float = 0.0
+    """Time spent turning the outputs into what the metric reads (class maps, boxes, NMS),
+    over every sample: outside every timed query."""
+    metrics_s: float = 0.0
+    """Time the metric itself took (COCOeval, the confusion matrix's IoU, scikit-learn)."""
 
 
 def output_named(name: str, outputs: Sequence[TensorSpec], field: str) -> int:
@@ -67,6 +72,14 @@ def _batches(count: int, size: int) -> list[slice]:
     return [slice(s, min(s + size, count)) for s in range(0, count, size)]
 
 
+@dataclass(frozen=True)
+class PassRun:
+    samples: int
+    seconds: float
+    outputs_sha256: str
+    postprocessing_s: float
+
+
 def run_pass(
     predict: Predict,
     feeds: Sequence[np.ndarray],
@@ -74,11 +87,12 @@ def run_pass(
     batch_size: int,
     consume: Callable[[slice, list[np.ndarray]], None],
     progress: Progress,
-) -> tuple[int, float, str]:
+) -> PassRun:
     """Feed every sample once; ``consume`` gets each batch's slice and the outputs at
-    ``indices``, which the digest covers too."""
+    ``indices``, which the digest covers too. ``consume``'s own time is kept apart."""
     count = len(feeds[0])
     digest = hashlib.sha256()
+    consuming = 0
     start = time.perf_counter_ns()
     for part in _batches(count, batch_size):
         outputs = predict([f[part] for f in feeds])
@@ -90,9 +104,23 @@ def run_pass(
         chosen = [np.asarray(outputs[i]) for i in indices]
         for array in chosen:
             digest.update(np.ascontiguousarray(array).tobytes())
+        began = time.perf_counter_ns()
         consume(part, chosen)
+        consuming += time.perf_counter_ns() - began
         progress(part.stop, count)
-    return count, (time.perf_counter_ns() - start) / 1e9, digest.hexdigest()
+    seconds = (time.perf_counter_ns() - start) / 1e9
+    return PassRun(count, seconds, digest.hexdigest(), consuming / 1e9)
+
+
+def _finished(metrics: Callable[[], TaskMetrics], run: PassRun, batch_size: int) -> TaskPass:
+    """The pass's record, with the metric's own computing time measured."""
+    began = time.perf_counter_ns()
+    computed = metrics()
+    took = (time.perf_counter_ns() - began) / 1e9
+    return TaskPass(
+        computed, run.samples, batch_size, run.seconds, run.outputs_sha256,
+        run.postprocessing_s, took,
+    )  # fmt: skip
 
 
 def text_classification_pass(
@@ -120,9 +148,10 @@ def text_classification_pass(
                 f"[batch]; the output is {list(out.shape)} {out.dtype.name}",
             )
 
-    count, seconds, digest = run_pass(predict, feeds, [index], batch_size, consume, progress)
-    metrics = classification_metrics(predicted, labels, task.num_classes)
-    return TaskPass(metrics, count, batch_size, seconds, digest)
+    run = run_pass(predict, feeds, [index], batch_size, consume, progress)
+    return _finished(
+        lambda: classification_metrics(predicted, labels, task.num_classes), run, batch_size
+    )
 
 
 def _class_map(out: np.ndarray, num_classes: int) -> np.ndarray:
@@ -190,8 +219,8 @@ def segmentation_pass(
             except ValueError as exc:
                 raise DatasetError(f"{path}: {exc}") from None
 
-    count, seconds, digest = run_pass(predict, feeds, [index], batch_size, consume, progress)
-    return TaskPass(segmentation_metrics(confusion), count, batch_size, seconds, digest)
+    run = run_pass(predict, feeds, [index], batch_size, consume, progress)
+    return _finished(lambda: segmentation_metrics(confusion), run, batch_size)
 
 
 def image_size(batch: np.ndarray) -> tuple[int, int]:
@@ -255,7 +284,7 @@ def detection_pass(
                 )
             )
 
-    count, seconds, digest = run_pass(predict, feeds, indices, batch_size, consume, progress)
+    run = run_pass(predict, feeds, indices, batch_size, consume, progress)
     unknown = sorted(
         {int(c) for d in found for c in d.labels} - set(category_of or coco.categories)
     )
@@ -271,7 +300,7 @@ def detection_pass(
             ),
         )
     results = coco_results([image.id for image in coco.images], found, category_of)
-    return TaskPass(coco_map(coco.ground_truth, results), count, batch_size, seconds, digest)
+    return _finished(lambda: coco_map(coco.ground_truth, results), run, batch_size)
 
 
 def primary(metrics: TaskMetrics) -> tuple[str, float]:
