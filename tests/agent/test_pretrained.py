@@ -128,18 +128,25 @@ def test_text_images_are_deterministic(tmp_path: Path) -> None:
         assert a == b
 
 
-def test_ppocr_detector_through_the_agent_and_its_hmean(tmp_path: Path) -> None:
+def test_ppocr_detector_as_a_text_detection_task_scores_as_called_directly(tmp_path: Path) -> None:
     _require("onnxruntime", "scipy", textdet.DISTRIBUTION)
     folder = textdet.ensure_text_images()
     document = textdet.textdet_evaluation(folder, "ppocr-det", scenario=QUICK)
     outcome = _run(tmp_path, document)
     doc = outcome.document
     assert doc["status"] == "Succeeded"
-    assert doc["accuracy"] is None  # no task scores text boxes yet: latency only
     assert doc["dataset"]["samples"] == textdet.COUNT
     assert doc["results"][0]["latency_ms"]["p50"] > 0
+    task = doc["task"]
+    assert task["type"] == "text-detection" and task["primary"] == "hmean"
+    assert doc["results"][0]["metric"] == "hmean"
     [loaded] = load_evaluations(tmp_path / "ppocr-det.yaml")
-    found = textdet.detect(folder, loaded.evaluation.spec)
+    found = textdet.detect(folder, loaded.evaluation.spec)  # ONNX Runtime called directly
     score = found.score
     assert score.truths >= 8 * textdet.COUNT
     assert score.hmean >= 0.9, score
+    metrics = task["metrics"]
+    assert (metrics["matched"], metrics["detections"], metrics["truths"]) == (
+        score.matched, score.detections, score.truths,
+    )  # fmt: skip
+    assert metrics["hmean"] == pytest.approx(score.hmean, abs=1e-9)

@@ -410,5 +410,5 @@ def test_a_task_and_its_dataset_come_in_pairs(models: Path, tmp_path: Path) -> N
     doc["spec"]["task"] = {"type": "classification"}
     path = tmp_path / "pair.yaml"
     path.write_text(yaml.safe_dump(doc))
-    with pytest.raises(Exception, match="a coco dataset a detection task"):
+    with pytest.raises(Exception, match="a coco dataset one of them"):
         load_evaluations(path)

@@ -9,6 +9,7 @@ import numpy as np
 from rich.table import Table
 
 from mlmodelscope.agent.runner import RunOutcome
+from mlmodelscope.contract.metric import FRACTIONS
 
 
 def _ms(value: float | None) -> str:
@@ -68,10 +69,6 @@ def results_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
                 verdict,
             )
     return table, notes
-
-
-FRACTIONS = frozenset({"top1", "accuracy", "miou"})
-"""Primary metrics that are fractions, shown as percentages."""
 
 
 def _metric(row: dict[str, Any]) -> str:

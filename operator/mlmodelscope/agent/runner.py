@@ -271,6 +271,7 @@ def task_accuracy(
         primary,
         segmentation_pass,
         text_classification_pass,
+        text_detection_pass,
     )
 
     task = spec.task
@@ -295,6 +296,11 @@ def task_accuracy(
             backend.predict, feeds, samples.coco, task, named,  # type: ignore[arg-type]
             image_size(feeds[0]), batch_size, progress,
         )  # fmt: skip
+    elif task.type == TaskType.TEXT_DETECTION:
+        assert samples.coco is not None
+        done = text_detection_pass(
+            backend.predict, feeds, samples.coco, task, index, batch_size, progress
+        )
     elif task.type == TaskType.SEGMENTATION:
         assert samples.masks is not None  # masks datasets have them; the spec pairs the two
         done = segmentation_pass(

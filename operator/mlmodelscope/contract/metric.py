@@ -16,7 +16,7 @@ from mlmodelscope.contract.result import ResultDocument
 
 CLASSIFICATION: Final = "classification"
 TOP1: Final = "top1"
-FRACTIONS: Final = frozenset({"top1", "accuracy", "miou", "map"})
+FRACTIONS: Final = frozenset({"top1", "accuracy", "miou", "map", "hmean"})
 """Primary metrics that are fractions (0..1), shown as percentages."""
 
 

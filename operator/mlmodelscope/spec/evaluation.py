@@ -201,6 +201,7 @@ class TaskType(StrEnum):
     CLASSIFICATION = "classification"
     DETECTION = "detection"
     SEGMENTATION = "segmentation"
+    TEXT_DETECTION = "text-detection"
     TEXT_CLASSIFICATION = "text-classification"
 
 
@@ -696,12 +697,31 @@ class Detection(SpecModel):
     are the category ids."""
 
 
+class TextDetection(SpecModel):
+    """DB (Differentiable Binarization) postprocessing of a text detector's probability map
+    [batch, 1, H, W], as PaddleOCR and rapidocr apply it, and the IoU a box must reach."""
+
+    thresh: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.3
+    """Pixels above this probability are text."""
+
+    box_thresh: Annotated[StrictFloat, Field(ge=0, le=1)] = 0.5
+    """A region's mean probability must reach this to be a box."""
+
+    unclip_ratio: Annotated[StrictFloat, Field(gt=0, le=10)] = 1.6
+    """Each region grows on every side by area x unclipRatio / perimeter."""
+
+    iou_threshold: Annotated[StrictFloat, Field(gt=0, le=1)] = 0.5
+    """A detected box matches a true one at this IoU or more (one to one, best first)."""
+
+
 class Task(SpecModel):
     """What the model does, so the accuracy pass computes that task's metrics."""
 
     type: TaskType = TaskType.CLASSIFICATION
     """classification (top-1 / top-5 from class scores, as without a task), detection (COCO
-    box mAP@[.5:.95], AP50, AP75 by pycocotools, against a coco dataset), segmentation
+    box mAP@[.5:.95], AP50, AP75 by pycocotools, against a coco dataset), text-detection
+    (precision, recall and h-mean of DB boxes from a probability map, against a coco
+    dataset's word boxes), segmentation
     (mIoU and pixel accuracy from per-pixel class scores [N, classes, H, W] or class ids
     [N, H, W], against a masks dataset), text-classification (accuracy and macro-F1 by
     scikit-learn, against a text dataset's labels)."""
@@ -719,6 +739,9 @@ class Task(SpecModel):
 
     detection: Detection = Detection()
     """detection: which outputs hold the boxes, scores and classes, and how to read them."""
+
+    text_detection: TextDetection = TextDetection()
+    """text-detection: how the probability map becomes boxes, and the IoU they must reach."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
         Rule(
@@ -1114,13 +1137,14 @@ class EvaluationSpec(SpecModel):
             ),
         ),
         Rule(
-            cel="(has(self.task) && has(self.task.type) && self.task.type == 'detection') == "
-            "(self.dataset.type == 'coco')",
-            message="a detection task needs a coco dataset, and a coco dataset a detection "
-            "task (task.type: detection)",
+            cel="(has(self.task) && has(self.task.type) && "
+            "self.task.type in ['detection', 'text-detection']) == (self.dataset.type == 'coco')",
+            message="a detection or text-detection task needs a coco dataset, and a coco "
+            "dataset one of them (task.type: detection or text-detection)",
             field="task",
             check=lambda m: (
-                (m.task.type == TaskType.DETECTION) == (m.dataset.type == DatasetType.COCO)
+                (m.task.type in (TaskType.DETECTION, TaskType.TEXT_DETECTION))
+                == (m.dataset.type == DatasetType.COCO)
             ),
         ),
         Rule(

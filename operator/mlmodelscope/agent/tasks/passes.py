@@ -303,6 +303,50 @@ def detection_pass(
     return _finished(lambda: coco_map(coco.ground_truth, results), run, batch_size)
 
 
+def text_detection_pass(
+    predict: Predict,
+    feeds: Sequence[np.ndarray],
+    coco: CocoDataset,
+    task: Task,
+    index: int,
+    batch_size: int,
+    progress: Progress,
+) -> TaskPass:
+    """Precision, recall and h-mean of the DB boxes of each probability map [batch, 1, H, W]
+    (scaled to the image's size) against the coco dataset's boxes, matched one to one."""
+    from mlmodelscope.agent.tasks import textdet
+
+    options = task.text_detection
+    found: dict[str, list[textdet.Box]] = {}
+
+    def consume(part: slice, chosen: list[np.ndarray]) -> None:
+        (maps,) = chosen
+        if maps.ndim != 4 or maps.shape[1] != 1:
+            raise SpecError(
+                "spec.task.output",
+                f"text-detection reads a probability map [batch, 1, H, W]; the output is "
+                f"{list(maps.shape)}",
+            )
+        for offset in range(len(maps)):
+            image = coco.images[part.start + offset]
+            found[str(image.id)], _ = textdet.db_boxes(
+                maps[offset, 0], (image.height, image.width), thresh=options.thresh,
+                box_thresh=options.box_thresh, unclip_ratio=options.unclip_ratio,
+            )  # fmt: skip
+
+    run = run_pass(predict, feeds, [index], batch_size, consume, progress)
+    truths = {
+        str(image.id): [(x, y, x + w, y + h) for x, y, w, h in image.boxes] for image in coco.images
+    }
+    return _finished(
+        lambda: textdet.TextDetectionMetrics.of(
+            textdet.hmean(found, truths, options.iou_threshold)
+        ),
+        run,
+        batch_size,
+    )
+
+
 def primary(metrics: TaskMetrics) -> tuple[str, float]:
     """The metric a leaderboard sorts by, and its value."""
     value: Any = getattr(metrics, metrics.primary)

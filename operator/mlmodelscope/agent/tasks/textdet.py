@@ -2,11 +2,11 @@
 Binarization) that the PyPI package ``rapidocr-onnxruntime`` (Apache-2.0) ships as ONNX, on
 rendered text images whose word boxes are known.
 
-The agent has no text-detection task yet, so the evaluation has two parts: the agent runs the
-model for latency (``task: classification``, ``scenario.accuracy: false``; see
-:func:`textdet_evaluation`), and :func:`detect` runs the same spec's preprocessing and the
-same ONNX file in ONNX Runtime, turns each probability map into boxes (:func:`db_boxes`) and
-scores them against the rendered boxes (:func:`hmean`).
+The agent evaluates it as ``task.type: text-detection`` (:func:`textdet_evaluation`): its
+preprocessing as spec steps, the probability map turned into boxes by :func:`db_boxes` and
+scored by :func:`hmean` against the rendered word boxes, which :func:`write_text_images` also
+writes as a COCO file. :func:`detect` does the same outside the agent, on ONNX Runtime
+directly, as the reference the tests compare with.
 
 ``write_text_images`` renders words in Pillow's built-in font at positions drawn from a seeded
 NumPy generator: the same arguments give the same images and boxes with the same Pillow.
@@ -26,12 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from mlmodelscope.agent import digits
 from mlmodelscope.agent.sources import default_cache_dir
+from mlmodelscope.agent.tasks.record import TaskMetrics
 
 DISTRIBUTION = "rapidocr-onnxruntime"
 DETECTOR_FILE = "ch_PP-OCRv4_det_infer.onnx"
@@ -57,6 +58,7 @@ IOU_THRESHOLD = 0.5
 IMAGES_DIR = "images"
 CLASS_DIR = "text"
 BOXES_FILE = "boxes.json"
+COCO_FILE = "instances.json"
 COUNT = 8
 SEED = 0
 WORDS = (
@@ -102,8 +104,8 @@ def preprocessing() -> list[dict[str, Any]]:
 
 def textdet_evaluation(folder: Path, name: str, /, **sections: Any) -> dict[str, Any]:
     """A ModelEvaluation that runs the detector in ONNX Runtime through the agent on the
-    rendered images in ``folder`` (from :func:`ensure_text_images`): latency only, since no
-    task type scores text boxes yet."""
+    rendered images in ``folder`` (from :func:`ensure_text_images`), as a text-detection
+    task against their COCO word boxes."""
     from mlmodelscope.spec.document import API_VERSION_FULL, KIND
 
     spec: dict[str, Any] = {
@@ -116,8 +118,13 @@ def textdet_evaluation(folder: Path, name: str, /, **sections: Any) -> dict[str,
         },
         "preprocessing": preprocessing(),
         "framework": {"name": "onnxruntime"},
-        "dataset": {"type": "imagefolder", "path": str(folder / IMAGES_DIR)},
-        "scenario": {"batchSizes": [1], "accuracy": False},
+        "dataset": {
+            "type": "coco",
+            "path": str(folder / IMAGES_DIR / CLASS_DIR),
+            "annotations": str(folder / COCO_FILE),
+        },
+        "task": {"type": "text-detection", "output": OUTPUT_NAME},
+        "scenario": {"batchSizes": [1]},
     }
     for key, value in sections.items():
         spec[key] = {**spec.get(key, {}), **value} if isinstance(value, dict) else value
@@ -167,7 +174,28 @@ def write_text_images(folder: Path, count: int = COUNT, seed: int = SEED) -> dic
         canvas.save(images / name)
         truth[name] = boxes
     (folder / BOXES_FILE).write_text(json.dumps(truth, indent=1))
+    (folder / COCO_FILE).write_text(json.dumps(coco_document(truth), indent=1))
     return truth
+
+
+def coco_document(truth: dict[str, list[Box]]) -> dict[str, Any]:
+    """The word boxes as a COCO instances file (one category, text), images by file name
+    in the images folder, so a spec reads them as ``dataset.type: coco``."""
+    document: dict[str, Any] = {
+        "images": [],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "text"}],
+    }
+    for number, (name, boxes) in enumerate(sorted(truth.items()), start=1):
+        document["images"].append(
+            {"id": number, "file_name": name, "width": RENDER_SIZE, "height": RENDER_SIZE}
+        )
+        for x0, y0, x1, y1 in boxes:
+            document["annotations"].append(
+                {"id": len(document["annotations"]) + 1, "image_id": number, "category_id": 1,
+                 "bbox": [x0, y0, x1 - x0, y1 - y0], "iscrowd": 0}
+            )  # fmt: skip
+    return document
 
 
 def read_boxes(folder: Path) -> dict[str, list[Box]]:
@@ -275,6 +303,27 @@ class DetectionScore:
     def hmean(self) -> float:
         p, r = self.precision, self.recall
         return 2 * p * r / (p + r) if p + r else 0.0
+
+
+@dataclass(frozen=True)
+class TextDetectionMetrics(TaskMetrics):
+    """What the text-detection task records: h-mean (its primary), precision and recall."""
+
+    hmean: float
+    precision: float
+    recall: float
+    matched: int
+    detections: int
+    truths: int
+    iou_threshold: float
+    primary: ClassVar[str] = "hmean"
+
+    @classmethod
+    def of(cls, score: DetectionScore) -> TextDetectionMetrics:
+        return cls(
+            score.hmean, score.precision, score.recall, score.matched, score.detections,
+            score.truths, score.iou_threshold,
+        )  # fmt: skip
 
 
 def iou(a: Box, b: Box) -> float:
