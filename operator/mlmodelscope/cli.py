@@ -882,9 +882,26 @@ def serve(
         str | None,
         typer.Option("--jaeger-url", help="Jaeger UI to link traces to, e.g. http://jaeger:16686."),
     ] = None,
+    catalog: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--catalog",
+            help="A file or folder of Model manifests that launches may name (repeatable), "
+            "e.g. examples/catalog/.",
+        ),
+    ] = None,
+    launch_workers: Annotated[
+        int,
+        typer.Option(
+            "--launch-workers",
+            min=0,
+            max=64,
+            help="Launches run at once, each in its own `mlms run` process; 0: queue only.",
+        ),
+    ] = 1,
 ) -> None:
     """Serve the results store over HTTP: the JSON API (/api/v1, OpenAPI at /openapi.json)
-    and the web dashboard (/)."""
+    and the web dashboard (/), and run the evaluations launched there."""
     try:
         import uvicorn
 
@@ -909,6 +926,9 @@ def serve(
         )
     if jaeger_url is not None and not jaeger_url.startswith(("http://", "https://")):
         problems.append(f"--jaeger-url {jaeger_url}: not an http(s) URL")
+    problems += [
+        f"--catalog {path}: no such file or folder" for path in catalog or [] if not path.exists()
+    ]
     for problem in problems:
         fail(problem)
     if problems:
@@ -919,7 +939,12 @@ def serve(
         fail(str(exc))
         raise typer.Exit(1) from None
     settings = ServeSettings(
-        store_url=opened.url, read_token=read_token, write_token=write_token, jaeger_url=jaeger_url
+        store_url=opened.url,
+        read_token=read_token,
+        write_token=write_token,
+        jaeger_url=jaeger_url,
+        catalog=tuple(str(path.resolve()) for path in catalog or []),
+        launch_workers=launch_workers,
     )
     reads = "bearer token" if read_token else "open (loopback only)"
     writes = "bearer token" if write_token else "disabled"

@@ -142,3 +142,20 @@ def live_server(filled_store: Store, tmp_path: Path) -> Iterator[LiveServer]:
             process.kill()
             process.wait()
         log.close()
+
+
+@pytest.fixture
+def pvc_root(digits_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """$MLMS_PVC_ROOT with the claim the catalog's digits-cnn reads
+    (``pvc://mlmodelscope-examples/digits.onnx``) holding the digits build, as
+    examples/catalog/README.md says to set it up; the launches' `mlms run` inherits it."""
+    root = tmp_path / "pvc"
+    root.mkdir()
+    (root / "mlmodelscope-examples").symlink_to(digits_models, target_is_directory=True)
+    monkeypatch.setenv("MLMS_PVC_ROOT", str(root))
+    return root
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'runs.db'}"

@@ -210,3 +210,22 @@ def test_serve_without_its_extra_says_what_to_install(
     assert result.exit_code == 2
     assert "install mlmodelscope[serve]" in result.output.replace("'", "")
     assert started == []
+
+
+def test_serve_takes_a_catalog_and_launch_workers(
+    started: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog = Path(__file__).parents[2] / "examples" / "catalog"
+    monkeypatch.chdir(catalog.parent)
+    result = CliRunner().invoke(
+        app, ["serve", "--catalog", "catalog", "--launch-workers", "3", "--port", "9999"]
+    )
+    assert result.exit_code == 0, result.output
+    [call] = started
+    assert call["settings"].catalog == (str(catalog.resolve()),)  # absolute: workers' cwd differs
+    assert call["settings"].launch_workers == 3
+    missing = CliRunner().invoke(app, ["serve", "--catalog", str(tmp_path / "nope")])
+    assert missing.exit_code == 2
+    assert f"--catalog {tmp_path / 'nope'}: no such file or folder" in missing.output
+    negative = CliRunner().invoke(app, ["serve", "--launch-workers", "-1"])
+    assert negative.exit_code == 2

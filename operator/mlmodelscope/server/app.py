@@ -1,7 +1,8 @@
 """The ASGI app of `mlms serve`: the JSON API under ``/api/v1`` and the dashboard under ``/``.
 
-One :class:`~mlmodelscope.store.Store` is opened per app and kept in ``app.state.store``;
-routes reach it (and the settings) through :mod:`.state`.
+One :class:`~mlmodelscope.store.Store` is opened per app and kept in ``app.state.store``, and
+the launch workers (:mod:`.launch_queue`) run while the app does; routes reach them (and the
+settings) through :mod:`.state`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from mlmodelscope import __version__
-from mlmodelscope.server import api, dashboard
+from mlmodelscope.server import api, dashboard, launch_api
+from mlmodelscope.server.launch_queue import LaunchWorkers
 from mlmodelscope.server.state import ServeSettings
 from mlmodelscope.store import Store, open_store
 
@@ -27,21 +29,26 @@ def create_app(settings: ServeSettings, store: Store | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = store is None
         app.state.store = store if store is not None else open_store(settings.store_url)
+        workers = LaunchWorkers(app.state.store, settings.catalog, settings.launch_workers)
+        app.state.launches = workers
         try:
+            workers.start()
             yield
         finally:
+            workers.stop()
             if owned:
                 app.state.store.close()
 
     app = FastAPI(
         title="mlmodelscope results",
         version=__version__,
-        description="Evaluation runs recorded by mlmodelscope: list, compare, export.",
+        description="Evaluation runs recorded by mlmodelscope: list, compare, export; launch.",
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.include_router(api.probes)
     app.include_router(api.router)
+    app.include_router(launch_api.router)
     app.include_router(dashboard.router)
     api.install_openapi(app)
     return app

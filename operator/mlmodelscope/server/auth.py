@@ -4,7 +4,8 @@ Two tokens, both optional, both from :class:`~mlmodelscope.server.state.ServeSet
 
 - the **read token** guards every read (API and dashboard); without one, reads are open (the CLI
   allows that only on a loopback address);
-- the **write token** guards ``POST /api/v1/runs`` and also allows reads; without one, writes
+- the **write token** guards ``POST /api/v1/runs``, launching and cancelling launches, and
+  also allows reads; without one, writes
   are refused (403) with a message saying how to enable them.
 
 Tokens are compared with :func:`hmac.compare_digest`. A missing or unknown token is 401 with
@@ -28,7 +29,7 @@ counts for reads only (so the run page's link to its JSON works in that browser)
 the Authorization header alone, so no page elsewhere can make a browser write."""
 ENABLE_WRITES: Final = (
     "writes are disabled on this server: start `mlms serve` with --write-token-file FILE "
-    "or $MLMS_SERVE_WRITE_TOKEN to enable POST /api/v1/runs"
+    "or $MLMS_SERVE_WRITE_TOKEN to enable POST /api/v1/runs and launches"
 )
 
 bearer = HTTPBearer(

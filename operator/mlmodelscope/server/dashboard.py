@@ -6,6 +6,11 @@
 - ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger;
 - ``/runs/{run_id}/analysis``: `mlms analyze` of one run traced at framework level (tables,
   and PNG plots embedded when matplotlib is installed); 404 for a run without a correction.
+- ``/launch``, ``/launches``, ``/launches/{launch_id}``: the Launch form and the launches,
+  whose states update without reloading (:mod:`.pages.launch`, the one page script).
+
+Every page carries a Content-Security-Policy: scripts, fetches and forms from this app only,
+no inline script, no frames.
 
 Reads need the server's read token (:mod:`mlmodelscope.server.auth`) when it has one. A
 browser cannot send an ``Authorization`` header with a link, so the dashboard also takes the
@@ -28,8 +33,10 @@ from fastapi.security import HTTPAuthorizationCredentials
 from mlmodelscope.report.compare import CompareError, LoadedRun, compare, parse_result
 from mlmodelscope.report.html import esc
 from mlmodelscope.server import auth
-from mlmodelscope.server.pages import render
+from mlmodelscope.server.launch_queue import LaunchQueue
+from mlmodelscope.server.pages import launch, render
 from mlmodelscope.server.state import settings_of, store_of
+from mlmodelscope.spec.resources import FileModels
 
 COOKIE: Final = auth.COOKIE
 """The browser's copy of the read (or write) token."""
@@ -38,6 +45,13 @@ MAX_LIMIT: Final = 1000
 OPTIONS_FROM: Final = 1000
 """The filter menus offer the values of this many newest runs."""
 MAX_COMPARED: Final = 50
+CSP: Final = (
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
+    "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
+"""The pages' Content-Security-Policy: inline styles (every page has one), scripts only from
+this app (``/static/launch.js``), fetches only to its API."""
+LAUNCHES_SHOWN: Final = 200
 
 
 class HtmlErrors(APIRoute):
@@ -55,12 +69,14 @@ class HtmlErrors(APIRoute):
                     body = login_page(request, str(exc.detail))
                 else:
                     body = render.error_page(f"Error {exc.status_code}", str(exc.detail))
-                return HTMLResponse(body, exc.status_code, headers=exc.headers)
+                headers = {**(exc.headers or {}), "Content-Security-Policy": CSP}
+                return HTMLResponse(body, exc.status_code, headers=headers)
             except RequestValidationError as exc:
                 problems = "; ".join(
                     f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in exc.errors()
                 )
-                return HTMLResponse(render.error_page("Bad request", problems), 400)
+                body = render.error_page("Bad request", problems)
+                return HTMLResponse(body, 400, headers={"Content-Security-Policy": CSP})
 
         return as_html
 
@@ -96,7 +112,7 @@ def keep_token(request: Request, response: Response, token: str) -> None:
 
 
 def html(request: Request, body: str, status_code: int = 200) -> HTMLResponse:
-    response = HTMLResponse(body, status_code)
+    response = HTMLResponse(body, status_code, headers={"Content-Security-Policy": CSP})
     token = getattr(request.state, "token_to_keep", None)
     if token:
         keep_token(request, response, token)
@@ -231,3 +247,35 @@ def analysis_page(request: Request, run_id: str) -> HTMLResponse:
     except AnalysisExtraMissingError as exc:
         figures = f'<p class="note">{esc(exc)}</p>'
     return html(request, render.analysis_page(loaded, analysis, figures))
+
+
+@router.get("/launch", response_class=HTMLResponse, dependencies=READ)
+def launch_form(request: Request) -> HTMLResponse:
+    catalog = FileModels.read(settings_of(request).catalog)
+    models = [catalog.models[name] for name in sorted(catalog.models)]
+    problems = [str(error) for error in catalog.errors]
+    return html(request, launch.launch_form_page(models, problems))
+
+
+@router.get("/launches", response_class=HTMLResponse, dependencies=READ)
+def launches_page(request: Request) -> HTMLResponse:
+    _, rows = LaunchQueue(store_of(request)).page(limit=LAUNCHES_SHOWN)
+    return html(request, launch.launches_page(rows))
+
+
+@router.get("/launches/{launch_id}", response_class=HTMLResponse, dependencies=READ)
+def launch_page(request: Request, launch_id: str) -> HTMLResponse:
+    found = LaunchQueue(store_of(request)).get(launch_id)
+    if found is None:
+        raise HTTPException(404, f"No launch {launch_id!r}.")
+    return html(request, launch.launch_page(found))
+
+
+@router.get(launch.SCRIPT_PATH)
+def launch_script() -> Response:
+    """The Launch pages' script; static, so it needs no token."""
+    return Response(
+        launch.SCRIPT,
+        media_type="text/javascript; charset=utf-8",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )

@@ -1,6 +1,7 @@
-"""The store's tables (SQLAlchemy Core): ``runs``, one row per run, and ``run_results``, one row
-per batch size. The migrations in ``migrations/versions`` create exactly these (a test compares
-them); change both together, in a new revision."""
+"""The store's tables (SQLAlchemy Core): ``runs``, one row per run, ``run_results``, one row
+per batch size, and ``launches``, the evaluations `mlms serve` was asked to run. The migrations
+in ``migrations/versions`` create exactly these (a test compares them); change both together,
+in a new revision."""
 
 from __future__ import annotations
 
@@ -83,3 +84,25 @@ run_results: Final = sa.Table(
     sa.Column("qps", sa.Float, nullable=True),
     sa.Column("valid", sa.Boolean, nullable=True),
 )
+
+launches: Final = sa.Table(
+    "launches",
+    metadata,
+    sa.Column("launch_id", RunId, primary_key=True),
+    sa.Column("evaluation", sa.String(253), nullable=False),
+    sa.Column("model_name", sa.String(253), nullable=True),
+    sa.Column("framework", sa.String(64), nullable=True),
+    # queued, running, succeeded, failed, cancelled, interrupted (server/launch_queue.py)
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),  # the ModelEvaluation YAML it runs
+    sa.Column("run_id", RunId, nullable=True),
+    sa.Column("message", sa.Text, nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Index("ix_launches_state_created_at", "state", "created_at"),
+    sa.Index("ix_launches_created_at", "created_at"),
+)
+"""The launch queue of `mlms serve` (revision 0004): one row per ModelEvaluation launched from
+the API or the dashboard, its state, and the run it recorded (no foreign key: a run is
+recorded, and may be deleted, on its own)."""

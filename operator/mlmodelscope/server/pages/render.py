@@ -77,6 +77,14 @@ table.listing{font-size:.86em}
 .figures svg.chart{width:100%;max-width:760px;height:auto}
 .columns{display:flex;flex-wrap:wrap;gap:0 32px}.columns>section{flex:1 1 440px;min-width:0}
 ul.links{padding-left:1.2em}table.headline td.verdict{min-width:18em}
+form.launch fieldset{border:1px solid #dde3ea;background:#f7f9fb;margin:.6em 0;
+display:flex;flex-wrap:wrap;gap:8px 14px;align-items:flex-end}
+form.launch label{display:flex;flex-direction:column;font-size:.8em;color:#555;gap:2px}
+form.launch label.check{flex-direction:row;align-items:center;gap:4px;font-size:.95em}
+.error-text,.field-error{color:#c62828;font-size:.85em;display:block}
+.state-succeeded{color:#1a7f37}.state-failed{color:#c62828}.state-running{color:#b26a00}
+.state-cancelled,.state-interrupted{color:#777}pre.message{white-space:pre-wrap;margin:0}
+[hidden]{display:none!important}
 """
 )
 
@@ -92,7 +100,8 @@ def page(title: str, body: str) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · mlmodelscope</title><style>{STYLE}</style></head><body>"
         '<header><a class="brand" href="/">mlmodelscope results</a>'
-        '<a href="/">runs</a><a href="/openapi.json">API (OpenAPI)</a></header>'
+        '<a href="/">runs</a><a href="/launch">launch</a><a href="/launches">launches</a>'
+        '<a href="/openapi.json">API (OpenAPI)</a></header>'
         f"<main><h1>{esc(title)}</h1>{body}</main>"
         f"<footer>mlmodelscope {esc(__version__)}</footer></body></html>\n"
     )

@@ -1,0 +1,179 @@
+"""The launch API (``/api/v1/launches``): turn a Launch form into ModelEvaluations, preview
+them, queue them for the server's workers, watch and cancel them.
+
+Launching and cancelling need the write token; listing and reading need what every read does.
+An invalid form is 422 in FastAPI's shape, one entry per problem, ``loc`` naming the form's
+field (``["body", "batch_sizes"]``) and ``msg`` the spec path and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from pydantic import BaseModel
+
+from mlmodelscope.server.api import PROBLEMS, Problem
+from mlmodelscope.server.auth import require_read, require_write
+from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchState, NewLaunch
+from mlmodelscope.server.launches import InvalidLaunchError, LaunchForm, as_yaml, build_documents
+from mlmodelscope.server.state import launches_of, settings_of, store_of
+from mlmodelscope.spec.resources import FileModels
+
+MAX_PAGE: Final = 1000
+MAX_OFFSET: Final = 1_000_000_000
+NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
+    404: {"model": Problem, "description": "No such launch."}
+}
+
+router = APIRouter(
+    prefix="/api/v1", tags=["launches"], dependencies=[Depends(require_read)], responses=PROBLEMS
+)
+
+
+class LaunchItem(BaseModel):
+    """One launch: a ModelEvaluation queued to run on this server."""
+
+    launch_id: str
+    evaluation: str
+    model: str | None
+    framework: str | None
+    state: LaunchState
+    """queued, running, succeeded, failed, cancelled, interrupted."""
+    run_id: str | None
+    """The run it recorded (``/api/v1/runs/{run_id}``), once it has."""
+    message: str | None
+    """Why it failed, was cancelled or interrupted."""
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    spec: str
+    """The ModelEvaluation YAML it runs."""
+    location: str
+
+    @classmethod
+    def of(cls, row: LaunchRow) -> LaunchItem:
+        return cls(
+            launch_id=row.launch_id,
+            evaluation=row.evaluation,
+            model=row.model_name,
+            framework=row.framework,
+            state=row.state,
+            run_id=row.run_id,
+            message=row.message,
+            created_at=row.created_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            spec=row.spec,
+            location=f"{router.prefix}/launches/{row.launch_id}",
+        )
+
+
+class LaunchAnswer(BaseModel):
+    """The evaluations a form makes: previewed (``dry_run``) or queued."""
+
+    dry_run: bool
+    evaluations: list[str]
+    """Their names, in the order of the form's frameworks."""
+    yaml: str
+    """The ModelEvaluation documents, as `mlms run --models CATALOG` reads them."""
+    launches: list[LaunchItem]
+    """One per evaluation; empty for a dry run."""
+
+
+class LaunchPage(BaseModel):
+    """Launches newest first: ``items`` are ``limit`` of the ``total`` from ``offset``."""
+
+    total: int
+    limit: int
+    offset: int
+    items: list[LaunchItem]
+
+
+def _launch_key(request: Request, launch_id: str) -> LaunchRow:
+    found = LaunchQueue(store_of(request)).get(launch_id)
+    if found is None:
+        raise HTTPException(404, detail=f"no launch {launch_id}")
+    return found
+
+
+LaunchId = Annotated[str, Path(description="Launch UUID.", max_length=64)]
+
+
+@router.post(
+    "/launches",
+    summary="Launch evaluations of a catalog Model (write token); dry_run previews them",
+    status_code=202,
+    dependencies=[Depends(require_write)],
+    responses={
+        200: {"model": LaunchAnswer, "description": "Dry run: the documents, nothing queued."},
+        202: {"model": LaunchAnswer, "description": "Queued, one launch per evaluation."},
+        400: {"model": Problem, "description": "The body is not JSON."},
+    },
+)
+def launch(
+    request: Request,
+    response: Response,
+    form: LaunchForm,
+    dry_run: Annotated[
+        bool, Query(description="Validate and return the documents; queue nothing.")
+    ] = False,
+) -> LaunchAnswer:
+    catalog = FileModels.read(settings_of(request).catalog)
+    try:
+        built = build_documents(form, catalog)
+    except InvalidLaunchError as exc:
+        detail = [
+            {"loc": list(p.loc), "msg": p.message, "type": "value_error"} for p in exc.problems
+        ]
+        raise HTTPException(422, detail=detail) from None
+    text = as_yaml(b.document for b in built)
+    names = [b.name for b in built]
+    if dry_run:
+        response.status_code = 200
+        return LaunchAnswer(dry_run=True, evaluations=names, yaml=text, launches=[])
+    queued = LaunchQueue(store_of(request)).enqueue(
+        [NewLaunch(b.name, b.model, b.framework, as_yaml([b.document])) for b in built]
+    )
+    launches_of(request).wake()
+    items = [LaunchItem.of(row) for row in queued]
+    return LaunchAnswer(dry_run=False, evaluations=names, yaml=text, launches=items)
+
+
+@router.get("/launches", summary="List launches, newest first")
+def list_launches(
+    request: Request,
+    state: Annotated[LaunchState | None, Query(description="Only launches in this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Launches per page.")] = 100,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Launches to skip.")] = 0,
+) -> LaunchPage:
+    total, rows = LaunchQueue(store_of(request)).page(state=state, limit=limit, offset=offset)
+    return LaunchPage(
+        total=total, limit=limit, offset=offset, items=[LaunchItem.of(r) for r in rows]
+    )
+
+
+@router.get("/launches/{launch_id}", summary="One launch: its state and run", responses=NOT_FOUND)
+def get_launch(request: Request, launch_id: LaunchId) -> LaunchItem:
+    return LaunchItem.of(_launch_key(request, launch_id))
+
+
+@router.post(
+    "/launches/{launch_id}/cancel",
+    summary="Cancel a queued or running launch (write token)",
+    dependencies=[Depends(require_write)],
+    responses={
+        **NOT_FOUND,
+        409: {"model": Problem, "description": "The launch has already ended."},
+    },
+)
+def cancel_launch(request: Request, launch_id: LaunchId) -> LaunchItem:
+    """A queued launch never starts; a running one's process is stopped (SIGTERM, then
+    SIGKILL) by its worker, which looks every 0.5 s."""
+    found = _launch_key(request, launch_id)
+    queue = LaunchQueue(store_of(request))
+    if not queue.cancel(found.launch_id):
+        ended = queue.get(found.launch_id) or found
+        raise HTTPException(409, detail=f"launch {launch_id} has already ended: {ended.state}")
+    return LaunchItem.of(queue.get(found.launch_id) or found)

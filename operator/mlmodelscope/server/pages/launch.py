@@ -1,0 +1,357 @@
+"""The dashboard's Launch pages as HTML strings, and the one script they load.
+
+- the Launch form (``/launch``): a catalog Model, frameworks, scenario, batch sizes, dataset,
+  and the write token; Preview shows the ModelEvaluation YAML, Launch queues it;
+- the launches (``/launches``) and one launch (``/launches/{id}``): their state, kept current
+  by polling ``GET /api/v1/launches/{id}`` without reloading, and the run once recorded.
+
+The script is served from this app (``/static/launch.js``), never inline, so the pages' CSP
+allows scripts from ``'self'`` only. It sends the write token the user types in an
+``Authorization`` header (never a cookie: the dashboard's cookie only reads), and it writes
+every value from the server with ``textContent``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Final
+from urllib.parse import quote
+
+from mlmodelscope.server.launch_queue import FINAL, LaunchRow
+from mlmodelscope.server.launches import FRAMEWORKS, SCENARIOS
+from mlmodelscope.server.pages.render import esc, page, run_url
+from mlmodelscope.spec.manifest import ModelManifest
+
+SCRIPT_PATH: Final = "/static/launch.js"
+DATASET_TYPES: Final = ("digits", "synthetic", "imagefolder", "npz", "masks", "text", "coco")
+
+
+def launch_url(launch_id: str) -> str:
+    return f"/launches/{quote(launch_id, safe='')}"
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _errors_for(field: str) -> str:
+    return f'<span class="field-errors error-text" data-errors-for="{esc(field)}"></span>'
+
+
+def _script() -> str:
+    return f'<script src="{SCRIPT_PATH}" defer></script>'
+
+
+NOSCRIPT: Final = (
+    '<noscript><p class="error">This page needs JavaScript: it sends the write token in an '
+    "Authorization header, which a plain form cannot. The API does the same: "
+    "POST /api/v1/launches.</p></noscript>"
+)
+
+
+def launch_form_page(models: Sequence[ModelManifest], catalog_problems: Sequence[str]) -> str:
+    """The Launch form over the catalog's Models."""
+    if not models:
+        note = (
+            "No Models to launch: start mlms serve with --catalog FILE_OR_FOLDER "
+            "(e.g. --catalog examples/catalog/)."
+        )
+        return page("Launch", f'<p class="note">{esc(note)}</p>')
+    options = "".join(
+        f'<option value="{esc(m.metadata.name)}" data-dataset="{esc(m.spec.dataset or "")}">'
+        f"{esc(m.metadata.name)}"
+        + (f" ({esc(m.spec.task)}, {esc(m.spec.dataset)})" if m.spec.task else "")
+        + "</option>"
+        for m in models
+    )
+    frameworks = "".join(
+        f'<label class="check"><input type="checkbox" name="frameworks" value="{f}"'
+        f"{' checked' if f == 'onnxruntime' else ''}>{f}</label>"
+        for f in FRAMEWORKS
+    )
+    scenarios = "".join(f'<option value="{s}">{s}</option>' for s in SCENARIOS)
+    datasets = '<option value="">the Model\'s (digits only)</option>' + "".join(
+        f'<option value="{d}">{d}</option>' for d in DATASET_TYPES
+    )
+    splits = "".join(f'<option value="{s}">{s}</option>' for s in ("test", "train", "all"))
+    problems = "".join(
+        f'<p class="note">Not in the catalog: {esc(problem)}</p>' for problem in catalog_problems
+    )
+    form = f"""
+<form id="launch-form" class="launch" autocomplete="off">
+<fieldset><legend>Model</legend>
+<label>model<select name="model">{options}</select></label>{_errors_for("model")}
+<label>name prefix<input name="name" placeholder="the model's name"></label>{_errors_for("name")}
+</fieldset>
+<fieldset><legend>Frameworks</legend>{frameworks}{_errors_for("frameworks")}</fieldset>
+<fieldset><legend>Scenario</legend>
+<label>scenario<select name="scenario">{scenarios}</select></label>{_errors_for("scenario")}
+<label>batch sizes<input name="batch_sizes" value="1" placeholder="1, 8, 32"></label>
+{_errors_for("batch_sizes")}
+<label>min queries<input name="minQueryCount" inputmode="numeric" placeholder="100"></label>
+<label>min duration<input name="minDuration" placeholder="1s"></label>
+<label>warm-up<input name="warmup" inputmode="numeric" placeholder="10"></label>
+{_errors_for("scenario_settings")}
+</fieldset>
+<fieldset><legend>Dataset</legend>
+<label>type<select name="dataset_type">{datasets}</select></label>
+<label>split<select name="dataset_split">{splits}</select></label>
+<label>path<input name="dataset_path" placeholder="imagefolder, masks, text, coco"></label>
+<label>limit<input name="dataset_limit" inputmode="numeric" placeholder="all"></label>
+{_errors_for("dataset")}
+</fieldset>
+<fieldset><legend>Write token</legend>
+<label>token<input type="password" name="token" autocomplete="off" required></label>
+<span class="hint">the server's write token, sent in the Authorization header only</span>
+</fieldset>
+<div class="actions"><button type="button" id="preview">Preview</button>
+<button type="submit" id="launch">Launch</button></div>
+<p id="launch-error" class="error" hidden></p>
+</form>
+<h2>Preview</h2><pre class="spec" id="preview-yaml">(Preview shows the ModelEvaluations here.)</pre>
+"""
+    intro = (
+        "<p>Runs the Model in each framework ticked, one ModelEvaluation each, on this server "
+        "(one `mlms run` process per evaluation). Every field is checked as `mlms validate` "
+        'checks it. <a href="/launches">All launches</a></p>'
+    )
+    return page("Launch", intro + problems + NOSCRIPT + form + _script())
+
+
+def _launch_row(row: LaunchRow) -> str:
+    run = (
+        f'<a href="{esc(run_url(row.run_id))}"><code>{esc(row.run_id[:8])}</code></a>'
+        if row.run_id
+        else ""
+    )
+    final = "true" if row.state in FINAL else "false"
+    return (
+        f'<tr data-launch-id="{esc(row.launch_id)}" data-final="{final}">'
+        f'<td><a href="{esc(launch_url(row.launch_id))}"><code>{esc(row.launch_id[:8])}</code>'
+        f'</a></td><td class="wrap">{esc(row.evaluation)}</td><td>{esc(row.model_name or "")}'
+        f"</td><td>{esc(row.framework or '')}</td>"
+        f'<td class="state state-{esc(row.state)}">{esc(row.state)}</td>'
+        f'<td class="run">{run}</td><td>{esc(_when(row.created_at))}</td></tr>'
+    )
+
+
+def launches_page(rows: Sequence[LaunchRow]) -> str:
+    """Launches newest first; their states update while the page is open."""
+    link = '<p><a href="/launch">Launch an evaluation</a></p>'
+    if not rows:
+        return page("Launches", link + '<p class="note">No launches yet.</p>')
+    head = "".join(
+        f"<th>{esc(c)}</th>"
+        for c in ("launch", "evaluation", "model", "framework", "state", "run", "created (UTC)")
+    )
+    table = (
+        f'<div class="scroll"><table class="listing" id="launches"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{''.join(_launch_row(r) for r in rows)}</tbody></table></div>"
+    )
+    return page("Launches", link + table + _script())
+
+
+def launch_page(row: LaunchRow) -> str:
+    """One launch: its state (updated without reloading), the run once recorded, its YAML,
+    and a Cancel form while it has not ended."""
+    final = "true" if row.state in FINAL else "false"
+    run = (
+        f'<a href="{esc(run_url(row.run_id))}">run {esc(row.run_id)}</a>'
+        if row.run_id
+        else "not recorded yet"
+    )
+    facts = (
+        f'<table class="facts launch" data-launch-id="{esc(row.launch_id)}" data-final="{final}">'
+        f"<tr><th>state</th>"
+        f'<td class="state state-{esc(row.state)}">{esc(row.state)}</td></tr>'
+        f'<tr><th>run</th><td class="run">{run}</td></tr>'
+        f"<tr><th>evaluation</th><td>{esc(row.evaluation)}</td></tr>"
+        f"<tr><th>model</th><td>{esc(row.model_name or '')}</td></tr>"
+        f"<tr><th>framework</th><td>{esc(row.framework or '')}</td></tr>"
+        f"<tr><th>created</th><td>{esc(_when(row.created_at))}</td></tr>"
+        f'<tr><th>started</th><td class="started">{esc(_when(row.started_at))}</td></tr>'
+        f'<tr><th>finished</th><td class="finished">{esc(_when(row.finished_at))}</td></tr>'
+        f'<tr><th>message</th><td><pre class="message">{esc(row.message or "")}</pre></td></tr>'
+        "</table>"
+    )
+    cancel = (
+        ""
+        if row.state in FINAL
+        else (
+            f'<form id="cancel-form" class="filters" data-launch-id="{esc(row.launch_id)}">'
+            '<label>write token<input type="password" name="token" autocomplete="off" '
+            'required></label><button type="submit">Cancel launch</button>'
+            '<span id="cancel-error" class="error-text"></span></form>'
+        )
+    )
+    body = (
+        '<p><a href="/launches">All launches</a> · <a href="/launch">Launch another</a></p>'
+        + facts
+        + cancel
+        + f'<h2>Spec</h2><pre class="spec">{esc(row.spec)}</pre>'
+    )
+    return page(f"Launch {row.evaluation}", body + _script())
+
+
+SCRIPT: Final = """\
+"use strict";
+(() => {
+  const API = "/api/v1/launches";
+  const FINAL = new Set(["succeeded", "failed", "cancelled", "interrupted"]);
+  const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
+
+  function runLink(runId) {
+    const link = document.createElement("a");
+    link.href = "/runs/" + encodeURIComponent(runId);
+    link.textContent = "run " + runId;
+    return link;
+  }
+
+  function show(element, launch) {
+    const state = element.querySelector(".state");
+    if (state) {
+      state.textContent = launch.state;
+      state.className = "state state-" + launch.state;
+    }
+    const run = element.querySelector(".run");
+    if (run && launch.run_id && !run.querySelector("a")) {
+      run.replaceChildren(runLink(launch.run_id));
+    }
+    for (const [name, value] of [["started", launch.started_at],
+                                 ["finished", launch.finished_at],
+                                 ["message", launch.message]]) {
+      const cell = element.querySelector("." + name);
+      if (cell && value) cell.textContent = name === "message" ? value
+        : value.replace("T", " ").slice(0, 19);
+    }
+    element.dataset.final = FINAL.has(launch.state) ? "true" : "false";
+    if (FINAL.has(launch.state)) {
+      const cancel = document.getElementById("cancel-form");
+      if (cancel) cancel.hidden = true;
+    }
+  }
+
+  async function watch(element) {
+    const url = API + "/" + encodeURIComponent(element.dataset.launchId);
+    let wait = 500;
+    while (element.dataset.final !== "true") {
+      try {
+        const answer = await fetch(url, {headers: {Accept: "application/json"},
+                                         credentials: "same-origin"});
+        if (answer.ok) show(element, await answer.json());
+      } catch (error) {
+        wait = Math.min(wait * 2, 5000);
+      }
+      await sleep(wait);
+      wait = Math.min(wait + 250, 2000);
+    }
+  }
+
+  document.querySelectorAll("[data-launch-id]:not(form)").forEach(watch);
+
+  function headers(form) {
+    return {"Content-Type": "application/json", Accept: "application/json",
+            Authorization: "Bearer " + form.elements.token.value.trim()};
+  }
+
+  function formBody(form) {
+    const value = (name) => form.elements[name].value.trim();
+    const body = {
+      model: value("model"),
+      frameworks: [...form.querySelectorAll("input[name=frameworks]:checked")]
+        .map((box) => box.value),
+      scenario: value("scenario"),
+      batch_sizes: value("batch_sizes").split(/[\\s,]+/).filter(Boolean)
+        .map((size) => /^\\d+$/.test(size) ? Number(size) : size),
+      scenario_settings: {},
+    };
+    if (value("name")) body.name = value("name");
+    for (const name of ["minQueryCount", "warmup"]) {
+      if (value(name)) body.scenario_settings[name] = /^\\d+$/.test(value(name))
+        ? Number(value(name)) : value(name);
+    }
+    if (value("minDuration")) body.scenario_settings.minDuration = value("minDuration");
+    if (value("dataset_type")) {
+      body.dataset = {type: value("dataset_type"), split: value("dataset_split")};
+      if (value("dataset_path")) body.dataset.path = value("dataset_path");
+      if (value("dataset_limit")) body.dataset.limit = /^\\d+$/.test(value("dataset_limit"))
+        ? Number(value("dataset_limit")) : value("dataset_limit");
+    }
+    return body;
+  }
+
+  function showErrors(form, answer, detail) {
+    const general = document.getElementById("launch-error");
+    form.querySelectorAll("[data-errors-for]").forEach((span) => span.replaceChildren());
+    general.hidden = true;
+    const rest = [];
+    if (Array.isArray(detail)) {
+      for (const problem of detail) {
+        const field = problem.loc && problem.loc[0] === "body" ? String(problem.loc[1]) : "";
+        const span = form.querySelector("[data-errors-for='" + CSS.escape(field) + "']");
+        const text = problem.loc.slice(1).join(".") + ": " + problem.msg;
+        if (span) {
+          const line = document.createElement("span");
+          line.className = "field-error";
+          line.textContent = text;
+          span.append(line);
+        } else {
+          rest.push(text);
+        }
+      }
+    } else {
+      rest.push("HTTP " + answer.status + ": " + (detail || answer.statusText));
+    }
+    if (rest.length) {
+      general.textContent = rest.join("\\n");
+      general.hidden = false;
+    }
+  }
+
+  async function send(form, dryRun) {
+    const answer = await fetch(API + (dryRun ? "?dry_run=true" : ""),
+      {method: "POST", headers: headers(form), body: JSON.stringify(formBody(form))});
+    let data = null;
+    try { data = await answer.json(); } catch (error) { data = null; }
+    if (!answer.ok) {
+      showErrors(form, answer, data && data.detail);
+      return;
+    }
+    showErrors(form, answer, []);
+    document.getElementById("preview-yaml").textContent = data.yaml;
+    if (!dryRun) {
+      const launches = data.launches;
+      window.location.assign(launches.length === 1
+        ? "/launches/" + encodeURIComponent(launches[0].launch_id) : "/launches");
+    }
+  }
+
+  const form = document.getElementById("launch-form");
+  if (form) {
+    form.addEventListener("submit", (event) => { event.preventDefault(); send(form, false); });
+    document.getElementById("preview").addEventListener("click", () => {
+      if (form.reportValidity()) send(form, true);
+    });
+  }
+
+  const cancel = document.getElementById("cancel-form");
+  if (cancel) {
+    cancel.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const url = API + "/" + encodeURIComponent(cancel.dataset.launchId) + "/cancel";
+      const answer = await fetch(url, {method: "POST", headers: headers(cancel)});
+      const data = await answer.json().catch(() => ({}));
+      const error = document.getElementById("cancel-error");
+      if (answer.ok) {
+        error.textContent = "";
+        const facts = document.querySelector("table.launch");
+        if (facts) show(facts, data);
+      } else {
+        error.textContent = "HTTP " + answer.status + ": " + (data.detail || answer.statusText);
+      }
+    });
+  }
+})();
+"""
+"""The Launch pages' script (``/static/launch.js``)."""

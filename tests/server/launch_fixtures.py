@@ -1,0 +1,81 @@
+"""Helpers of the launch tests: the example catalog with its digits CNN where `mlms run` looks
+for ``pvc://mlmodelscope-examples/...`` ($MLMS_PVC_ROOT), an app with launch workers over a
+SQLite store, and waiting on a launch's state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from fastapi.testclient import TestClient
+from serve_fixtures import READ_TOKEN, WRITE_TOKEN, bearer
+
+from mlmodelscope.devtools.telemetry_servers import wait_until
+from mlmodelscope.server.app import ServeSettings, create_app
+from mlmodelscope.server.launch_queue import FINAL, LaunchWorkers
+
+CATALOG: Final = Path(__file__).parents[2] / "examples" / "catalog"
+WRITE: Final = bearer(WRITE_TOKEN)
+QUICK: Final = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms"}
+"""Scenario settings that keep a digits run to about two seconds."""
+DIGITS: Final[dict[str, Any]] = {
+    "model": "digits-cnn",
+    "frameworks": ["onnxruntime"],
+    "scenario": "SingleStream",
+    "batch_sizes": [1, 8],
+    "scenario_settings": QUICK,
+}
+"""A launch of the catalog's digits CNN in ONNX Runtime."""
+FAILS_FAST: Final = """\
+apiVersion: mlmodelscope.io/v1alpha1
+kind: ModelEvaluation
+metadata: {name: no-such-model-onnxruntime}
+spec:
+  modelRef: {name: no-such-model}
+  framework: {name: onnxruntime}
+  dataset: {type: digits}
+"""
+"""A queued document `mlms run` refuses at once (exit status 2): a worker's cheapest launch."""
+
+
+@contextmanager
+def launch_client(store_url: str, workers: int = 1, **settings: Any) -> Iterator[TestClient]:
+    """The app over ``store_url`` with the example catalog, a read and a write token, and
+    ``workers`` launch workers, running (lifespan entered) while the block runs."""
+    given: dict[str, Any] = {
+        "read_token": READ_TOKEN,
+        "write_token": WRITE_TOKEN,
+        "catalog": (str(CATALOG),),
+    }
+    given.update(settings)
+    app = create_app(ServeSettings(store_url=store_url, launch_workers=workers, **given))
+    with TestClient(app, headers=bearer(READ_TOKEN)) as client:
+        yield client
+
+
+def workers_of(client: TestClient) -> LaunchWorkers:
+    workers: LaunchWorkers = client.app.state.launches  # type: ignore[attr-defined]
+    return workers
+
+
+def wait_for_state(
+    client: TestClient,
+    launch_id: str,
+    done: Callable[[str], bool] = FINAL.__contains__,
+    timeout_s: float = 120,
+) -> list[str]:
+    """Poll the launch until ``done(state)``; returns every state seen, in order."""
+    seen: list[str] = []
+
+    def reached() -> bool:
+        answer = client.get(f"/api/v1/launches/{launch_id}")
+        answer.raise_for_status()
+        state = answer.json()["state"]
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        return done(state)
+
+    wait_until(reached, timeout_s, f"launch {launch_id}", interval_s=0.05)
+    return seen
