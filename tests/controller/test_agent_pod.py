@@ -113,7 +113,9 @@ def test_agent_runs_the_spec_configmap_and_publishes_both_ways(
     assert from_cm.stack["framework"] == "onnxruntime"
     assert from_cm.summary.top1 == pytest.approx(top1, rel=1e-5)
     stored = json.loads(body["data"]["result.json"])
-    assert all("raw" not in m for m in stored["measurements"])
+    for m in stored["measurements"]:  # a sample of the query latencies, for mlms gate
+        assert set(m["raw"]) == {"latencies_ns", "sample_of"}
+        assert 0 < len(m["raw"]["latencies_ns"]) <= min(m["raw"]["sample_of"], 2000)
 
 
 def test_invalid_spec_file_exits_with_the_spec_error_code(
@@ -251,7 +253,12 @@ def test_a_document_off_contract_still_reaches_the_operator_as_failed() -> None:
 
 def test_strip_document_drops_detail_in_order() -> None:
     doc = big_document(rows=4, samples=20_000)
-    small = strip_document(doc, 1_000_000)
+    sampled = strip_document(doc, 1_000_000)
+    for m, full in zip(sampled["measurements"], doc["measurements"], strict=True):
+        kept, every = m["raw"]["latencies_ns"], full["raw"]["latencies_ns"]
+        assert m["raw"]["sample_of"] == len(every) and len(kept) == min(len(every), 2000)
+        assert kept[0] == every[0] and kept[-1] == every[-1] and set(kept) <= set(every)
+    small = strip_document(doc, len(json.dumps(sampled, separators=(",", ":"))) - 1)
     assert all("raw" not in m for m in small["measurements"])
     assert "windows" in small["measurements"][0]
     tiny = strip_document(doc, 8_000)

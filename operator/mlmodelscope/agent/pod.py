@@ -72,12 +72,33 @@ def _encoded_size(document: Any) -> int:
     return len(json.dumps(document, separators=(",", ":"), allow_nan=False).encode())
 
 
+RAW_SAMPLE: Final = 2000
+"""Per measurement, the published document keeps at most this many per-query latencies,
+evenly spaced in issue order: what `mlms compare` and `mlms gate` resample (they thin to the
+same number), so a cluster run's latency can still be tested."""
+
+
+def _sampled(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` reduced to an evenly spaced sample of its query latencies."""
+    latencies = list(raw.get("latencies_ns") or [])
+    if len(latencies) > RAW_SAMPLE:
+        step = (len(latencies) - 1) / (RAW_SAMPLE - 1)
+        latencies = [latencies[round(i * step)] for i in range(RAW_SAMPLE)]
+    return {"latencies_ns": latencies, "sample_of": len(raw.get("latencies_ns") or [])}
+
+
 def strip_document(document: Mapping[str, Any], limit: int) -> dict[str, Any]:
-    """The result document made to fit ``limit`` bytes of JSON: raw latency arrays go first,
-    then per-repetition and per-window detail, then the measurements, then everything but
+    """The result document made to fit ``limit`` bytes of JSON: raw latency arrays go first
+    (to a sample of at most :data:`RAW_SAMPLE` query latencies, then altogether), then
+    per-repetition and per-window detail, then the measurements, then everything but
     :data:`ESSENTIAL_KEYS` (the headline ``results`` rows always stay)."""
     doc: dict[str, Any] = json.loads(json.dumps(document))
     measurements: list[dict[str, Any]] = doc.get("measurements") or []
+    for m in measurements:
+        if m.get("raw"):
+            m["raw"] = _sampled(m["raw"])
+    if _encoded_size(doc) <= limit:
+        return doc
     for m in measurements:
         m.pop("raw", None)
     if _encoded_size(doc) <= limit:

@@ -467,6 +467,9 @@ class RawLatencies(ContractModel):
     predict_ns: list[int] = []
     postprocess_ns: list[int] = []
     queue_ns: list[int] | None = None
+    sample_of: int | None = None
+    """Set in a published (cluster) document: ``latencies_ns`` is an evenly spaced sample of
+    this many queries' latencies, and the other arrays are left out."""
 
 
 class LoadGenLogs(ContractModel):

@@ -148,6 +148,15 @@ def scipy_missing() -> bool:
     return importlib.util.find_spec("scipy") is None
 
 
+def _sampled_from(*measurements: Measurement | None) -> list[int]:
+    """The query counts a published document's latency samples were taken from."""
+    return [
+        m.raw.sample_of
+        for m in measurements
+        if m is not None and m.raw is not None and m.raw.sample_of is not None
+    ]
+
+
 def _thinning_note(*sizes: int) -> str:
     if max(sizes) <= MAX_LATENCIES:
         return ""
@@ -252,7 +261,7 @@ def latency_verdicts(
         else:
             why = f"candidate: {cand}" if isinstance(cand, str) else NEEDS_SCIPY
         return [verdict(m, Outcome.NOT_TESTABLE, "-", why=why) for m in values]
-    note = _thinning_note(base.size, cand.size)
+    note = _thinning_note(base.size, cand.size, *_sampled_from(baseline, candidate))
     base, cand = thinned(base), thinned(cand)
     found: list[MetricVerdict] = []
     p50: LatencyComparison = latency_ratio(base, cand)
