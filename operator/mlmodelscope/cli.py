@@ -1056,9 +1056,22 @@ def dlbricks(
         str, typer.Option("--graph", help="optimized (ORT's own graph) or raw (as exported).")
     ] = "optimized",
     out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to reuse brick timings from and record new ones in: a "
+            "SQLAlchemy URL or a SQLite file (default: the store `mlms run` records in).",
+        ),
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Measure every brick; store nothing.")
+    ] = False,
 ) -> None:
     """DLBricks: benchmark each unique layer once, sum a latency estimate per model, and
-    compare it with the model measured end to end under the same protocol."""
+    compare it with the model measured end to end under the same protocol. Bricks already
+    measured on this system and stack are reused from the results store."""
     import json
 
     from mlmodelscope.analysis.dlbricks import BenchConfig, estimate
@@ -1072,7 +1085,28 @@ def dlbricks(
     except ValueError as exc:
         fail(str(exc))
         raise typer.Exit(2) from None
-    report = estimate(models, config)
+    opened = None
+    if not no_store:
+        try:
+            from mlmodelscope.store import StoreError, open_store
+        except ImportError as exc:
+            errors.print(
+                f"[yellow]![/yellow] {escape(str(exc))}: bricks not reused; install "
+                "mlmodelscope[store], or pass --no-store",
+                soft_wrap=True,
+                highlight=False,
+            )
+        else:
+            try:
+                opened = open_store(store)
+            except StoreError as exc:
+                fail(f"{exc} (or pass --no-store)")
+                raise typer.Exit(1) from None
+    try:
+        report = estimate(models, config, store=opened)
+    finally:
+        if opened is not None:
+            opened.close()
     for m in report.models:
         console.print(
             f"{m.model}: estimate {m.estimate_ms:.3f} ms, measured {m.measured_ms:.3f} ms, "
@@ -1080,10 +1114,14 @@ def dlbricks(
             highlight=False,
         )
     console.print(
-        f"{report.unique_bricks} unique bricks benchmarked in {report.brick_bench_s:.2f} s; "
-        f"models end to end {report.end_to_end_bench_s:.2f} s",
+        f"{report.unique_bricks} unique bricks: {report.bricks_measured} measured in "
+        f"{report.brick_bench_s:.2f} s, {report.bricks_reused} reused from the store "
+        f"(saved {report.reuse_saved_s:.2f} s); models end to end "
+        f"{report.end_to_end_bench_s:.2f} s",
         highlight=False,
     )
+    if opened is not None:
+        console.print(f"  brick timings in {opened.url}", highlight=False, soft_wrap=True)
     if out is not None:
         out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
 

@@ -11,18 +11,21 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
+from mlmodelscope.analysis import dlbricks
 from mlmodelscope.analysis.benanza import bound, critical_path_ms, effective_device
 from mlmodelscope.analysis.devices import GPUS, Device, device
 from mlmodelscope.analysis.dlbricks import BenchConfig, estimate, split
 from mlmodelscope.analysis.graph import layer_costs
 from mlmodelscope.cli import app
+from mlmodelscope.store import open_store
 
 FAST = BenchConfig(runs=3, warmup=1)
 
 
-def branchy(path: Path) -> Path:
+def branchy(path: Path, tail: str = "Relu") -> Path:
     """x -> Conv -> Relu -> Conv -> Relu (the two convs equal), plus a 1x1 Conv shortcut from
-    x, added: a repeated layer, a fusable chain and two independent branches."""
+    x, added: a repeated layer, a fusable chain and two independent branches. ``tail`` is the
+    last node's op (another op: a model sharing every brick but one)."""
     rng = np.random.default_rng(0)
     w = [numpy_helper.from_array(rng.random(s, dtype=np.float32), n) for n, s in
          (("w1", [8, 8, 3, 3]), ("w2", [8, 8, 3, 3]), ("ws", [8, 8, 1, 1]))]  # fmt: skip
@@ -32,7 +35,7 @@ def branchy(path: Path) -> Path:
         helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1] * 4),
         helper.make_node("Conv", ["x", "ws"], ["s"], name="shortcut"),
         helper.make_node("Add", ["c2", "s"], ["a"], name="add"),
-        helper.make_node("Relu", ["a"], ["y"], name="relu2"),
+        helper.make_node(tail, ["a"], ["y"], name="relu2"),
     ]
     graph = helper.make_graph(
         nodes,
@@ -80,6 +83,44 @@ def test_estimate_composes_and_shares_bricks_across_models(model: Path, tmp_path
     assert json.dumps(report.to_dict())
 
 
+def test_store_reuses_bricks_measured_on_the_same_stack(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    benchmarked: list[str] = []
+    benchmark_brick = dlbricks.benchmark_brick
+
+    def counted(brick: dlbricks.Brick, config: BenchConfig) -> dlbricks.Timing:
+        benchmarked.append(brick.op_type)
+        return benchmark_brick(brick, config)
+
+    monkeypatch.setattr(dlbricks, "benchmark_brick", counted)
+    sigmoid = branchy(tmp_path / "sigmoid.onnx", tail="Sigmoid")  # 4 bricks shared, 1 new
+    config = BenchConfig(runs=3, warmup=1, graph="raw")
+    with open_store(str(tmp_path / "runs.db")) as store:
+        first = estimate([model], config, store=store)
+        assert (first.bricks_measured, first.bricks_reused, first.reuse_saved_s) == (4, 0, 0.0)
+        assert len(benchmarked) == 4
+
+        benchmarked.clear()
+        second = estimate([sigmoid], config, store=store)
+        assert benchmarked == ["Sigmoid"]  # only the brick never measured on this stack
+        assert (second.bricks_measured, second.bricks_reused) == (1, 4)
+        assert second.models[0].bricks_reused == 4 and second.models[0].bricks_measured == 1
+        # saved: the stored bricks' own measuring wall times, i.e. all of the first estimate's
+        assert second.reuse_saved_s == pytest.approx(first.brick_bench_s)
+        assert second.brick_bench_s < second.unshared_brick_bench_s
+        assert second.models[0].per_layer_ms["conv1"] == first.models[0].per_layer_ms["conv1"]
+        assert second.stack_key == first.stack_key and len(first.stack_key) == 64
+
+        benchmarked.clear()
+        other = estimate(
+            [sigmoid], BenchConfig(threads=2, runs=3, warmup=1, graph="raw"), store=store
+        )
+        assert other.stack_key != first.stack_key and other.stack["intra_op_threads"] == 2
+        assert (other.bricks_measured, other.bricks_reused, other.reuse_saved_s) == (5, 0, 0.0)
+        assert len(benchmarked) == 5  # another stack: nothing reused
+
+
 def test_bound_is_the_roofline_per_layer_and_the_dag_path(tmp_path: Path) -> None:
     dev = Device("toy", peak_flops=1e9, bandwidth=1e9, source="test")
     model = branchy(tmp_path / "m.onnx")
@@ -120,12 +161,50 @@ def test_device_table_cites_datasheets_and_rejects_unknown_names() -> None:
     assert cpu.peak_flops > 0 and cpu.bandwidth > 0 and "loadavg" in cpu.conditions
 
 
-def test_cli_dlbricks_and_bound(model: Path, tmp_path: Path) -> None:
+def test_cli_dlbricks_and_bound(
+    model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLMS_DATA_DIR", str(tmp_path / "data"))  # a fresh default store
     out = tmp_path / "d.json"
-    result = CliRunner().invoke(app, ["dlbricks", str(model), "--runs", "2", "--out", str(out)])
+    args = ["dlbricks", str(model), "--runs", "2", "--graph", "raw", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "branchy: estimate" in result.output and json.loads(out.read_text())["models"]
+    assert (
+        "4 measured" in result.output and "0 reused from the store (saved 0.00 s)" in result.output
+    )
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert "0 measured" in again.output and "4 reused from the store" in again.output
+    assert json.loads(out.read_text())["reuse_saved_s"] > 0
     gpu = CliRunner().invoke(app, ["bound", str(model), "--device", "Tesla-T4"])
     assert gpu.exit_code == 0 and "lower bound" in gpu.output and "measured" not in gpu.output
     bad = CliRunner().invoke(app, ["bound", str(tmp_path / "none.onnx")])
     assert bad.exit_code == 2 and "model: no ONNX file" in bad.output
+
+
+@pytest.mark.frameworks
+def test_zoo_resnet50_reuses_what_resnet18_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlmodelscope.zoo import ensure_zoo_model
+
+    calls: list[str] = []
+    benchmark_brick = dlbricks.benchmark_brick
+
+    def counted(brick: dlbricks.Brick, config: BenchConfig) -> dlbricks.Timing:
+        calls.append(brick.signature)
+        return benchmark_brick(brick, config)
+
+    monkeypatch.setattr(dlbricks, "benchmark_brick", counted)
+    r18, r50 = (
+        ensure_zoo_model(n, small=True, cache_dir=tmp_path).path for n in ("resnet18", "resnet50")
+    )
+    with open_store(str(tmp_path / "runs.db")) as store:
+        first = estimate([r18], FAST, names=["resnet18"], store=store)
+        calls.clear()
+        second = estimate([r50], FAST, names=["resnet50"], store=store)
+    assert first.bricks_reused == 0 and first.bricks_measured == first.unique_bricks
+    assert 0 < second.bricks_reused < second.unique_bricks  # the stem, shared blocks
+    assert len(calls) == second.bricks_measured == second.unique_bricks - second.bricks_reused
+    assert 0 < second.reuse_saved_s <= first.brick_bench_s

@@ -156,7 +156,7 @@ def test_upgrade_from_0001_keeps_every_run_and_backfills(
     assert batch_rows == 3 * len(old_runs[0]["results"])
     assert indexes(engine_at_0001) == INDEXES_0001
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0004"
+    assert revision(engine_at_0001) == "0005"
     check_at_head(store_url, old_runs, batch_rows)
 
 
@@ -176,7 +176,7 @@ def test_downgrade_to_0001_and_up_again(
         assert count(store.engine, "run_results") == 2 * len(old_runs[0]["results"])
         record_in_0001_shape(store.engine, old_runs[3:])  # the old release writes again
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0004"
+    assert revision(engine_at_0001) == "0005"
     check_at_head(store_url, old_runs, 3 * len(old_runs[0]["results"]))
 
 
@@ -193,3 +193,21 @@ def test_a_new_run_fills_trace_id_and_labels(
     assert by_id[doc["run_id"]].trace_id == "0af7651916cd43dd8448eb211c80319c"
     assert by_id[doc["run_id"]].labels == SWEEP
     assert by_id[documents["failed"]["run_id"]].labels is None
+
+
+def test_0005_brick_timings_keep_the_first_timing_per_stack(store_url: str) -> None:
+    from mlmodelscope.analysis.brickstore import MeasuredBrick
+
+    def brick(key: str, p50: float) -> MeasuredBrick:
+        return MeasuredBrick(key, f"Relu(float32[{key}])", "Relu", p50, p50, p50, 3, 1, 0.25)
+
+    stack = {"cpu": "test", "intra_op_threads": 1}
+    with open_store(store_url) as store:
+        store.record_brick_timings("s" * 64, stack, [brick("a" * 64, 1.0), brick("b" * 64, 2.0)])
+        store.record_brick_timings("s" * 64, stack, [brick("a" * 64, 9.0)])  # kept: 1.0
+        found = store.brick_timings("s" * 64, ["a" * 64, "b" * 64, "c" * 64])
+        assert store.brick_timings("t" * 64, ["a" * 64]) == {}  # another stack
+    assert set(found) == {"a" * 64, "b" * 64}
+    assert found["a" * 64].p50_ms == 1.0 and found["a" * 64].measure_s == 0.25
+    assert found["b" * 64].signature == f"Relu(float32[{'b' * 64}])"
+    assert found["a" * 64].measured_at.tzinfo is not None

@@ -18,10 +18,15 @@ recorded values; float inputs are random.
 Every brick carries ONNX Runtime's per-``run`` overhead, which the whole model pays once: it
 is measured (a one-Identity model) and reported, and ``estimate_corrected_ms`` subtracts it
 per layer.
+
+Given a ``BrickStore`` (``mlms dlbricks --store``), bricks already measured on the same system
+and software stack are reused instead of measured (``analysis/brickstore.py`` says what the
+keys hold), and the bricks measured now are stored for the next estimate.
 """
 
 from __future__ import annotations
 
+import platform
 import statistics
 import tempfile
 import time
@@ -32,6 +37,14 @@ from typing import Any
 
 import numpy as np
 
+from mlmodelscope.analysis.brickstore import (
+    BrickStore,
+    MeasuredBrick,
+    brick_key,
+    cpu_model,
+    stack_key,
+    usable_cpus,
+)
 from mlmodelscope.analysis.graph import LayerCost, layer_costs, load_model, with_batch_size
 
 GRAPHS = ("optimized", "raw")
@@ -93,6 +106,10 @@ class ModelEstimate:
     """Wall time to benchmark this model's bricks alone (no sharing with other models)."""
     end_to_end_bench_s: float
     per_layer_ms: dict[str, float]
+    bricks_measured: int = 0
+    """Bricks benchmarked for this model in this estimate."""
+    bricks_reused: int = 0
+    """Bricks taken from the store (measured by an earlier estimate on the same stack)."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,15 @@ class Report:
     """Wall time to benchmark every model end to end with the same protocol."""
     unshared_brick_bench_s: float
     """What the bricks would cost if each model's were benchmarked separately."""
+    stack: dict[str, Any] = field(default_factory=dict)
+    """The system and software stack the bricks' timings hold for."""
+    stack_key: str = ""
+    bricks_measured: int = 0
+    """Unique bricks benchmarked in this estimate (``brick_bench_s`` is their wall time)."""
+    bricks_reused: int = 0
+    """Unique bricks taken from the store instead of benchmarked."""
+    reuse_saved_s: float = 0.0
+    """The reused bricks' stored measuring wall times: the benchmarking reuse saved."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,6 +153,28 @@ def session_options(threads: int, optimize: bool) -> Any:
         else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     )
     return options
+
+
+def system_stack(config: BenchConfig) -> dict[str, Any]:
+    """The system and software stack a brick timing under ``config`` holds for: what
+    :func:`session_options` and :func:`benchmark_brick` set, and the machine they ran on."""
+    import onnxruntime as ort
+
+    return {
+        "cpu": cpu_model(),
+        "architecture": platform.machine(),
+        "cpus": usable_cpus(),
+        "framework": "onnxruntime",
+        "framework_version": ort.__version__,
+        "provider": "CPUExecutionProvider",
+        "intra_op_threads": config.threads,
+        "inter_op_threads": 1,
+        "execution_mode": "sequential",
+        "graph": config.graph,
+        "brick_optimization": "disable_all" if config.graph == "optimized" else "enable_all",
+        "warmup": config.warmup,
+        "runs": config.runs,
+    }
 
 
 def optimized_graph(model: Any, threads: int = 1) -> Any:
@@ -296,13 +344,18 @@ def estimate(
     models: Sequence[str | Path],
     config: BenchConfig | None = None,
     names: Iterable[str] | None = None,
+    store: BrickStore | None = None,
 ) -> Report:
     """Split, benchmark each unique brick once, compose each model's estimate, and measure
-    each model end to end under the same protocol."""
+    each model end to end under the same protocol. With ``store``, bricks it holds for this
+    system and stack are reused, and the bricks benchmarked here are recorded in it."""
     config = config or BenchConfig()
     labels = list(names) if names is not None else [Path(m).stem for m in models]
+    stack = system_stack(config)
+    key = stack_key(stack)
     overhead = run_overhead_ms(config)
     shared: dict[str, Timing] = {}
+    reused: set[str] = set()
     results = []
     brick_wall = 0.0
     unshared = 0.0
@@ -310,12 +363,20 @@ def estimate(
     for label, path in zip(labels, models, strict=True):
         layers, bricks = split(path, config)
         total_layers += len(layers)
-        own_wall = 0.0
-        for signature, brick in bricks.items():
-            if signature not in shared:
-                shared[signature] = benchmark_brick(brick, config)
-                brick_wall += shared[signature].wall_s
-            own_wall += shared[signature].wall_s
+        new = [s for s in bricks if s not in shared]
+        stored = _stored_timings(store, key, new)
+        shared.update(stored)
+        reused.update(stored)
+        measured_now = []
+        for signature in new:
+            if signature in stored:
+                continue
+            shared[signature] = benchmark_brick(bricks[signature], config)
+            brick_wall += shared[signature].wall_s
+            measured_now.append(_measured(bricks[signature], shared[signature]))
+        if store is not None and measured_now:
+            store.record_brick_timings(key, stack, measured_now)
+        own_wall = sum(shared[signature].wall_s for signature in bricks)
         unshared += own_wall
         per_layer = {layer.name: shared[layer.signature].p50_ms for layer in layers}
         est = sum(per_layer.values())
@@ -334,6 +395,8 @@ def estimate(
                 brick_bench_s=own_wall,
                 end_to_end_bench_s=measured.wall_s,
                 per_layer_ms=per_layer,
+                bricks_measured=len(measured_now),
+                bricks_reused=len(stored),
             )
         )
     return Report(
@@ -345,4 +408,39 @@ def estimate(
         brick_bench_s=brick_wall,
         end_to_end_bench_s=sum(r.end_to_end_bench_s for r in results),
         unshared_brick_bench_s=unshared,
+        stack=stack,
+        stack_key=key,
+        bricks_measured=len(shared) - len(reused),
+        bricks_reused=len(reused),
+        reuse_saved_s=sum(shared[signature].wall_s for signature in reused),
+    )
+
+
+def _stored_timings(
+    store: BrickStore | None, stack: str, signatures: Sequence[str]
+) -> dict[str, Timing]:
+    """The timings ``store`` holds for ``signatures`` on ``stack``, by signature; ``wall_s``
+    is the stored measuring time."""
+    if store is None or not signatures:
+        return {}
+    by_key = {brick_key(signature): signature for signature in signatures}
+    found = store.brick_timings(stack, list(by_key))
+    return {
+        by_key[k]: Timing(t.p50_ms, t.mean_ms, t.min_ms, t.runs, t.warmup, t.measure_s)
+        for k, t in found.items()
+        if k in by_key
+    }
+
+
+def _measured(brick: Brick, timing: Timing) -> MeasuredBrick:
+    return MeasuredBrick(
+        brick_key=brick_key(brick.signature),
+        signature=brick.signature,
+        op_type=brick.op_type,
+        p50_ms=timing.p50_ms,
+        mean_ms=timing.mean_ms,
+        min_ms=timing.min_ms,
+        runs=timing.runs,
+        warmup=timing.warmup,
+        measure_s=timing.wall_s,
     )

@@ -1,5 +1,6 @@
 """The store's tables (SQLAlchemy Core): ``runs``, one row per run, ``run_results``, one row
-per batch size, and ``launches``, the evaluations `mlms serve` was asked to run. The migrations
+per batch size, ``launches``, the evaluations `mlms serve` was asked to run, and
+``brick_timings``, DLBricks brick benchmarks reused across estimates. The migrations
 in ``migrations/versions`` create exactly these (a test compares them); change both together,
 in a new revision."""
 
@@ -106,3 +107,22 @@ launches: Final = sa.Table(
 """The launch queue of `mlms serve` (revision 0004): one row per ModelEvaluation launched from
 the API or the dashboard, its state, and the run it recorded (no foreign key: a run is
 recorded, and may be deleted, on its own)."""
+
+brick_timings: Final = sa.Table(
+    "brick_timings",
+    metadata,
+    sa.Column("stack_key", sa.String(64), primary_key=True),  # sha256 of ``stack``
+    sa.Column("brick_key", sa.String(64), primary_key=True),  # sha256 of ``signature``
+    sa.Column("op_type", sa.String(128), nullable=False),
+    sa.Column("signature", sa.Text, nullable=False),
+    sa.Column("stack", Document, nullable=False),
+    sa.Column("p50_ms", sa.Float, nullable=False),
+    sa.Column("mean_ms", sa.Float, nullable=False),
+    sa.Column("min_ms", sa.Float, nullable=False),
+    sa.Column("runs", sa.Integer, nullable=False),
+    sa.Column("warmup", sa.Integer, nullable=False),
+    sa.Column("measure_s", sa.Float, nullable=False),
+    sa.Column("measured_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""DLBricks brick benchmarks (revision 0005): one row per brick measured on one system and
+software stack; ``measure_s`` is the wall time measuring it took, which reusing it saves."""

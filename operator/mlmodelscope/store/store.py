@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +25,8 @@ from mlmodelscope.contract.redact import redact_tree
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.spec.status import BatchResult, LatencySummary
 from mlmodelscope.spec.sweep import LABEL_SWEEP
-from mlmodelscope.store.schema import run_results, runs
+from mlmodelscope.store.bricks import BrickRecord, StoredBrick, brick_rows, select_bricks
+from mlmodelscope.store.schema import brick_timings, run_results, runs
 
 MIGRATIONS: Final = Path(__file__).parent / "migrations"
 DB_FILE: Final = "runs.db"
@@ -243,6 +244,29 @@ class Store:
         query = where.apply(sa.select(*SUMMARY_COLUMNS)).order_by(*NEWEST_FIRST).limit(limit)
         with self.engine.connect() as conn:
             return summaries_of(conn, conn.execute(query).mappings().all())
+
+    def brick_timings(self, stack_key: str, brick_keys: Collection[str]) -> dict[str, StoredBrick]:
+        """The DLBricks timings stored for ``brick_keys`` on the stack ``stack_key``, by brick
+        key; bricks never measured on that stack are absent."""
+        with self.engine.connect() as conn:
+            return select_bricks(conn, stack_key, brick_keys)
+
+    def record_brick_timings(
+        self, stack_key: str, stack: Mapping[str, Any], bricks: Iterable[BrickRecord]
+    ) -> None:
+        """Store bricks measured on ``stack`` (whose hash is ``stack_key``); a brick already
+        stored for that stack keeps its first timing. Raises :class:`StoreError`."""
+        rows = brick_rows(stack_key, stack, bricks)
+        if not rows:
+            return
+        insert = self._insert(brick_timings).on_conflict_do_nothing(
+            index_elements=["stack_key", "brick_key"]
+        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(insert, rows)
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"recording brick timings in {self.url} failed: {exc}") from exc
 
     def _insert(self, table: sa.Table) -> Any:
         """The dialect's INSERT, which has ``on_conflict_do_nothing``."""
