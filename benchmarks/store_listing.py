@@ -145,8 +145,8 @@ def fill(url: str, base: dict[str, Any], count: int, seed: int) -> dict[str, flo
     parsed = ResultDocument.model_validate(base)
     assert parsed.run_id is not None
     template = _run_row(parsed, parsed.run_id, base)
-    for key in ("trace_id", "labels"):  # not in revision 0001
-        del template[key]
+    for key in ("trace_id", "labels", "metric", "metric_value"):  # not in revision 0001
+        template.pop(key, None)
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
     batches: list[dict[str, Any]] = []

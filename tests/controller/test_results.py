@@ -44,7 +44,8 @@ def test_a_summary_becomes_status_fields_without_reshaping() -> None:
 def test_configmap_round_trip_and_generation_check() -> None:
     patch = configmap_patch(document(generation=3))
     stored = json.loads(patch["data"][RESULT_KEY])
-    assert "raw" not in stored["measurements"][0]
+    raw = stored["measurements"][0]["raw"]  # a sample of the query latencies, at most 2,000
+    assert set(raw) == {"latencies_ns", "sample_of"} and len(raw["latencies_ns"]) <= 2000
     ResultDocument.model_validate(stored)
     configmap = {"data": patch["data"]}
     outcome = results.outcome_from_configmap(configmap, 3)
