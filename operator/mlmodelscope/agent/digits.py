@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -238,17 +238,24 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m mlmodelscope.agent.digits [--link DIR]`: build (or reuse) the cached models
     and optionally point DIR at them, which is where the examples' relative URIs look."""
     import argparse
-    import time
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--link", type=Path, help="make this path a symlink to the models")
     args = parser.parse_args(argv)
+    return build_and_link("digits models", ensure_digits_models, args.link)
+
+
+def build_and_link(what: str, ensure: Callable[[], Path], link: Path | None) -> int:
+    """Build (or reuse) a cached folder with ``ensure``, say where and how long it took, and
+    point ``link`` at it when given: the ``--link`` commands of the example builds."""
+    import time
+
     start = time.monotonic()
-    folder = ensure_digits_models()
-    print(f"digits models: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
-    if args.link is not None:
-        link_folder(args.link, folder)
-        print(f"linked {args.link} -> {folder}")  # noqa: T201
+    folder = ensure()
+    print(f"{what}: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
+    if link is not None:
+        link_folder(link, folder)
+        print(f"linked {link} -> {folder}")  # noqa: T201
     return 0
 
 

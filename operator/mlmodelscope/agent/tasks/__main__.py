@@ -5,10 +5,9 @@ relative URIs look)."""
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
-from mlmodelscope.agent.digits import link_folder
+from mlmodelscope.agent.digits import build_and_link
 from mlmodelscope.agent.tasks.reference import ensure_task_models
 
 
@@ -16,13 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--link", type=Path, help="make this path a symlink to the models")
     args = parser.parse_args(argv)
-    start = time.monotonic()
-    folder = ensure_task_models()
-    print(f"task models: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
-    if args.link is not None:
-        link_folder(args.link, folder)
-        print(f"linked {args.link} -> {folder}")  # noqa: T201
-    return 0
+    return build_and_link("task models", ensure_task_models, args.link)
 
 
 if __name__ == "__main__":

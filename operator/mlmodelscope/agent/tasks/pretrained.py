@@ -237,13 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(args.out)
         build(args.out)
         return 0
-    start = time.monotonic()
-    folder = ensure_pretrained()
-    print(f"pretrained models: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
-    if args.link is not None:
-        digits.link_folder(args.link, folder)
-        print(f"linked {args.link} -> {folder}")  # noqa: T201
-    return 0
+    return digits.build_and_link("pretrained models", ensure_pretrained, args.link)
 
 
 if __name__ == "__main__":

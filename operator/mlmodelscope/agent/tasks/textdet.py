@@ -21,7 +21,6 @@ import hashlib
 import json
 import shutil
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -413,13 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         manifest = {"images": len(truth), "boxes": sum(len(b) for b in truth.values())}
         (args.out / digits.MANIFEST).write_text(json.dumps(manifest))
         return 0
-    start = time.monotonic()
-    folder = ensure_text_images()
-    print(f"text images: {folder} ({time.monotonic() - start:.1f} s)")  # noqa: T201
-    if args.link is not None:
-        digits.link_folder(args.link, folder)
-        print(f"linked {args.link} -> {folder}")  # noqa: T201
-    return 0
+    return digits.build_and_link("text images", ensure_text_images, args.link)
 
 
 if __name__ == "__main__":
