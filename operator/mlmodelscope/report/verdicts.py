@@ -38,7 +38,7 @@ from mlmodelscope.report.significance import (
 
 MAX_LATENCIES: Final = 2000
 """Latencies per run the bootstraps resample: more are thinned to this many, evenly spaced in
-issue order. BCa's jackknife costs n² (20,000 latencies take a minute), and a thinned sample
+issue order. BCa's jackknife costs n² in time, and a thinned sample
 only widens the interval, so it never makes a difference look more certain."""
 ALPHA: Final = 1 - DEFAULT_LEVEL
 

@@ -36,8 +36,8 @@ def task_models_key(script: Path) -> str:
 
 
 def ensure_task_models(cache_dir: Path | None = None) -> Path:
-    """The folder of the reference task models and data, built on first use (about a minute
-    on two cores) under ``<cache>/models/tasks/<key>``."""
+    """The folder of the reference task models and data, built on first use under
+    ``<cache>/models/tasks/<key>`` (docs/tasks.md says how long that takes)."""
     script = find_script()
     base = (cache_dir if cache_dir is not None else default_cache_dir()) / "models" / "tasks"
     final = base / task_models_key(script)
