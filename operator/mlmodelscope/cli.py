@@ -250,7 +250,7 @@ def run(
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mlmodelscope.agent.report import agreement, results_table
+    from mlmodelscope.agent.report import agreement, results_table, spread_lines
     from mlmodelscope.agent.runner import EvaluationError, RunOutcome, evaluate
     from mlmodelscope.spec import SpecValidationError
     from mlmodelscope.spec.resources import load_runnable
@@ -300,7 +300,7 @@ def run(
     if outcomes:
         table, notes = results_table(outcomes)
         console.print(table)
-        for note in notes:
+        for note in [*notes, *spread_lines(outcomes)]:
             console.print(note, highlight=False)
         check = agreement(outcomes)
         if check:

@@ -114,6 +114,29 @@ def test_three_frameworks_agree(tmp_path: Path, digits_models: Path) -> None:
     assert "max |diff|" in result.output
 
 
+def test_repetitions_record_each_repetition_and_an_interval(
+    tmp_path: Path, digits_models: Path
+) -> None:
+    doc = document(digits_models, "onnxruntime", scenario={"batchSizes": [1], "repetitions": 3})
+    result = CliRunner().invoke(app, ["run", str(write(tmp_path, doc)), "-o", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    found = json.loads((tmp_path / "eval.json").read_text())
+    validate_result(found)
+    [m] = found["measurements"]
+    spread = m["spread"]
+    assert spread["repetitions"] == len(spread["figures"]) == len(m["repetitions"]) == 3
+    assert [f["queries"] for f in spread["figures"]] == [r["queries"] for r in m["repetitions"]]
+    assert (spread["method"], spread["confidence_level"]) == ("percentile", 0.95)
+    for name in ("p50_s", "p99_s", "throughput_samples_per_s"):
+        figure = spread[name]
+        assert figure["low"] <= figure["estimate"] <= figure["high"], name
+    assert m["warmup"]["queries"] == 3  # once, before the first repetition
+    assert "interval over 3 repetitions" in result.output
+    assert found["results"][0]["latency_ms"]["p50"] == pytest.approx(
+        m["latency"]["percentiles_s"]["p50"] * 1e3
+    )  # the headline row is still the median repetition's
+
+
 def failed_run(tmp_path: Path, doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Run through the CLI; return what it printed and the Failed document it left."""
     spec = write(tmp_path, doc)

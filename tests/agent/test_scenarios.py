@@ -536,6 +536,29 @@ def test_even_repetitions_pick_the_conservative_middle() -> None:
     assert m.repetition == 1  # the higher p50 of the two
 
 
+def test_repetitions_get_a_spread_of_their_own_figures() -> None:
+    clock = VirtualClock()
+    sc = scenario(warmup=0, repetitions=3, minQueryCount=5, minDuration="20ms", seed=4)
+    m = run(sc, PerWindowSUT([3 * MS, 3 * MS, MS, MS, 2 * MS, 2 * MS], clock), clock=clock)
+    assert m.spread is not None
+    figures = [r.figures() for r in m.repetitions]
+    assert m.spread.figures == tuple(figures)
+    assert [f.p50_s for f in figures] == [r.latency.percentile(50) for r in m.repetitions]
+    assert [f.queries for f in figures] == [r.queries for r in m.repetitions]
+    assert m.spread.bootstrap.seed == 4
+    p50 = m.spread.p50_s
+    assert p50.estimate == pytest.approx(np.mean([f.p50_s for f in figures]))
+    assert p50.low is not None and p50.high is not None
+    assert min(f.p50_s for f in figures) <= p50.low <= p50.estimate <= p50.high
+    assert m.to_dict()["spread"]["repetitions"] == 3
+
+
+def test_one_repetition_has_no_spread() -> None:
+    m = run(scenario(warmup=0), NullBackend())
+    assert m.spread is None
+    assert "spread" not in m.to_dict()
+
+
 # ---------------------------------------------------------------------------------- harness
 
 

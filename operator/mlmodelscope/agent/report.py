@@ -71,6 +71,42 @@ def results_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
     return table, notes
 
 
+def spread_lines(outcomes: Sequence[RunOutcome]) -> list[str]:
+    """One line per measurement with repetitions: each headline figure's mean over them and
+    its interval, e.g. 'p50 1.234 ms [1.200–1.270]'."""
+    lines = []
+    for outcome in outcomes:
+        name = outcome.document["evaluation"]["name"]
+        for m in outcome.document.get("measurements", []):
+            spread = m.get("spread")
+            if spread:
+                lines.append(f"{name} batch {m['batch_size']}: {_spread_text(spread)}")
+    return lines
+
+
+def _spread_text(spread: dict[str, Any]) -> str:
+    figures = ", ".join(
+        (
+            _interval("p50", spread["p50_s"], 1e3, "ms", ".3f"),
+            _interval("p99", spread["p99_s"], 1e3, "ms", ".3f"),
+            _interval("", spread["throughput_samples_per_s"], 1.0, "samples/s", ".0f"),
+        )
+    )
+    count = spread["repetitions"]
+    if spread["note"]:
+        return f"{figures}; mean of {count} repetitions, {spread['note']}"
+    level, method = spread["confidence_level"], spread["method"]
+    return f"{figures}; mean and {level:.0%} interval over {count} repetitions (bootstrap {method})"
+
+
+def _interval(label: str, figure: dict[str, Any], scale: float, unit: str, fmt: str) -> str:
+    """'p50 1.234 ms [1.200–1.270]', or without brackets when there is no interval."""
+    text = " ".join(part for part in (label, f"{figure['estimate'] * scale:{fmt}}", unit) if part)
+    if figure["low"] is None or figure["high"] is None:
+        return text
+    return f"{text} [{figure['low'] * scale:{fmt}}–{figure['high'] * scale:{fmt}}]"
+
+
 def _metric(row: dict[str, Any]) -> str:
     """The task's primary metric with its name, e.g. 'top1 98.00%' or 'miou 67.93%'."""
     name, value = row.get("metric"), row.get("metric_value")

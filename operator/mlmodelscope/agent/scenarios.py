@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mlmodelscope.agent.backends.base import Backend, NullBackend
+from mlmodelscope.agent.spread import Bootstrap, RepetitionFigures, Spread, spread_of
 from mlmodelscope.agent.stats import (
     PERCENTILE_METHOD,
     LatencyStats,
@@ -361,6 +362,22 @@ class Measurement:
     timed query is issued right after; warm-up and the Server search came before)."""
     first_query_latency_ns: int | None = None
     """``run_scenario``'s result: the latency of that first timed query."""
+    spread: Spread | None = None
+    """``run_scenario``'s result with two repetitions or more: each headline figure's mean over
+    them and its bootstrap interval."""
+
+    def figures(self) -> RepetitionFigures:
+        """This repetition's headline figures; p50 and p99 from the full latency array, so
+        they exist whichever percentiles the scenario reports."""
+        ordered = np.sort(self.latencies_ns)
+        return RepetitionFigures(
+            repetition=self.repetition,
+            queries=self.queries,
+            samples=self.samples,
+            p50_s=percentile_of_sorted(ordered, 50.0) / 1e9,
+            p99_s=percentile_of_sorted(ordered, 99.0) / 1e9,
+            throughput_samples_per_s=self.throughput_samples_per_s,
+        )
 
     def to_dict(self, include_raw: bool = False) -> dict[str, Any]:
         """JSON-ready; raw arrays (int nanoseconds) only with ``include_raw``."""
@@ -390,6 +407,8 @@ class Measurement:
         }
         if self.repetitions:
             doc["repetitions"] = [r.to_dict(include_raw=False) for r in self.repetitions]
+        if self.spread is not None:
+            doc["spread"] = self.spread.to_dict()
         if include_raw:
             doc["raw"] = {
                 "latencies_ns": self.latencies_ns.tolist(),
@@ -925,7 +944,7 @@ def run_scenario(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Measurement:
     """Measure ``sut`` under ``scenario`` at the ring's batch size; returns the median repetition
-    with every repetition in ``repetitions``.
+    with every repetition in ``repetitions`` and, for two or more, their ``spread``.
 
     Order: one warm-up, then (Server 'auto') the peak-QPS search, then ``scenario.repetitions``
     repetitions, each repeating windows until stable. ``time_limit_s`` bounds the measurement
@@ -970,6 +989,7 @@ def run_scenario(
     return replace(
         summary,
         repetitions=tuple(reps),
+        spread=spread_of([r.figures() for r in reps], Bootstrap(seed=scenario.seed)),
         first_window_start_ns=None if first is None else first.start_ns,
         first_query_latency_ns=None
         if first is None or not first.queries

@@ -512,6 +512,51 @@ class LoadGenInfo(ContractModel):
     """mlperf_log_summary.txt as LoadGen wrote it (in a cluster the files stay in the pod)."""
 
 
+class RepetitionFigures(ContractModel):
+    """One repetition's headline figures: what the spread's intervals are computed over."""
+
+    repetition: Annotated[int, Field(ge=0)]
+    queries: Annotated[int, Field(ge=0)]
+    samples: Annotated[int, Field(ge=0)]
+    p50_s: Seconds
+    """From the repetition's full latency distribution."""
+    p99_s: Seconds
+    throughput_samples_per_s: Seconds
+
+
+class FigureInterval(ContractModel):
+    """One figure over the repetitions: its point estimate and confidence interval."""
+
+    estimate: float
+    """The mean of the repetitions' figures."""
+    low: float | None = None
+    """Null when no interval could be drawn (``note`` says why)."""
+    high: float | None = None
+
+
+class Spread(ContractModel):
+    """Each headline figure over a measurement's repetitions (two or more; one repetition has
+    no spread, never a made-up interval): the mean over them and a bootstrap confidence
+    interval of that mean, drawn by ``scipy.stats.bootstrap``. The repetitions ran in one
+    process after one warm-up, so the interval does not cover start-up variation."""
+
+    repetitions: Annotated[int, Field(ge=2)]
+    statistic: Literal["mean"]
+    method: Literal["percentile", "BCa"]
+    """scipy.stats.bootstrap's interval method."""
+    confidence_level: Annotated[float, Field(gt=0, lt=1)]
+    resamples: Annotated[int, Field(ge=1)]
+    seed: Annotated[int, Field(ge=0)]
+    """The resampling seed (the scenario's seed), so the interval can be recomputed."""
+    p50_s: FigureInterval
+    p99_s: FigureInterval
+    throughput_samples_per_s: FigureInterval
+    figures: list[RepetitionFigures]
+    """Every repetition's figures, in the order they ran."""
+    note: str | None = None
+    """Why the intervals are absent, when they are (scipy is not installed)."""
+
+
 class Measurement(ContractModel):
     """One batch size's scenario run."""
 
@@ -539,6 +584,9 @@ class Measurement(ContractModel):
     verdict: Verdict
     repetition: Annotated[int, Field(ge=0)] | None = None
     repetitions: list[dict[str, Any]] | None = None
+    spread: Spread | None = None
+    """With two repetitions or more: each headline figure's interval over them. The
+    top-level figures stay those of the median repetition."""
     harness_overhead: LatencyStats
     """The harness's own cost per query (the same loop with a null backend; driver loadgen:
     a LoadGen test of the same scenario driving the null backend)."""

@@ -818,7 +818,9 @@ class Scenario(SpecModel):
     """Latency percentiles to report (from the full distribution)."""
 
     repetitions: Annotated[StrictInt, Field(ge=1, le=100)] = 1
-    """Independent repetitions of each measurement; all are kept, the median one summarized."""
+    """Repetitions of each batch size's timed phase, in one process after one warm-up; all
+    are kept, the median one summarized, and with 2 or more each headline figure gets a
+    bootstrap interval over them (measurements[].spread)."""
 
     seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
     """Seed for sample order, synthetic data and Server arrivals."""
