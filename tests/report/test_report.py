@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 from mlmodelscope.cli import app
 from mlmodelscope.contract.result import Measurement
-from mlmodelscope.report.compare import compare, load_result
+from mlmodelscope.report.compare import SIGNIFICANCE_RUNS, compare, load_result
 from mlmodelscope.report.html import Axis, cdf_points, render_html
+from mlmodelscope.report.verdicts import Outcome
 
 COLUMNS = {
     "p50_ms": lambda r: r["latency_ms"]["p50"],
@@ -32,7 +33,8 @@ COLUMNS = {
 
 
 class Page(HTMLParser):
-    """Every tag and attribute, and the results table's cells by (run, batch) and column."""
+    """Every tag and attribute, the results table's cells by (run, batch) and column, the
+    significance table's rows by (run, metric, batch or None) and its methods legend."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -41,6 +43,13 @@ class Page(HTMLParser):
         self.row: tuple[str, int] | None = None
         self.table: str | None = None
         self.text: list[str] = []
+        self.verdicts: dict[tuple[str, str, int | None], dict[str, Any]] = {}
+        """Each cell's text by its class (``outcome``, ``evidence``, ``method``), the
+        evidence's ``data-*`` numbers under ``numbers`` and the method's footnote under
+        ``note``."""
+        self.legend: dict[str, str] = {}
+        self._verdict: dict[str, Any] | None = None
+        self._text: tuple[dict[str, Any], str] | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
@@ -54,15 +63,37 @@ class Page(HTMLParser):
             self.cells[self.row][str(attributes["data-column"])] = float(
                 str(attributes["data-value"])
             )
+        elif tag == "tr" and self.table == "verdicts" and attributes.get("data-run"):
+            batch = attributes.get("data-batch")
+            key = (str(attributes["data-run"]), str(attributes["data-metric"]), batch)
+            self._verdict = {"numbers": {}, "note": None}
+            self.verdicts[key[0], key[1], None if batch is None else int(batch)] = self._verdict
+        elif tag == "td" and self._verdict is not None:
+            kind = str(attributes.get("class") or "").split(" ")[0] or "label"
+            self._verdict[kind] = ""
+            self._text = (self._verdict, kind)
+            self._verdict["numbers"].update(
+                {k[5:]: float(str(v)) for k, v in attributes.items() if k.startswith("data-")}
+            )
+        elif tag == "a" and self._verdict is not None:
+            self._verdict["note"] = str(attributes["href"]).removeprefix("#")
+        elif tag == "li" and str(attributes.get("id")).startswith("method-"):
+            self.legend[str(attributes["id"])] = ""
+            self._text = (self.legend, str(attributes["id"]))
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "tr":
             self.row = None
+            self._verdict = None
         elif tag == "table":
             self.table = None
+        elif tag in ("td", "li"):
+            self._text = None
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
+        if self._text is not None:
+            self._text[0][self._text[1]] += data
 
 
 def report(results: Path, *sources: str, env: dict[str, str] | None = None) -> tuple[str, Page]:
@@ -105,6 +136,59 @@ def test_table_numbers_equal_the_documents(results: Path) -> None:
     assert "p50_rel" not in page.cells["ort", 1]  # the reference itself
     assert "p50_rel" not in page.cells["ort-wrong", 4]  # no batch 4 in the reference
     assert page.cells["ort-wrong", 1]["metric_rel"] < 0
+
+
+def test_significance_shows_compares_verdicts_with_a_legend(results: Path) -> None:
+    """The report's Significance section is `mlms compare`'s verdicts, row for row: the
+    outcome (or why not testable), the interval or p-value with its exact numbers, and a
+    footnote to the method in the legend."""
+    html, page = report(results, *files(results, *NAMES))
+    expected = compare([load_result(results / f"{n}.json") for n in NAMES], significance=True)
+    assert expected.verdicts
+    assert "<h2>Significance</h2>" in html
+    assert set(page.verdicts) == {(v.run, str(v.metric), v.batch_size) for v in expected.verdicts}
+    assert ("ort-wrong", "latency p50", 1) in page.verdicts
+    assert ("ort-wrong", "latency p50", 4) not in page.verdicts  # the reference has no batch 4
+    for verdict in expected.verdicts:
+        row = page.verdicts[verdict.run, str(verdict.metric), verdict.batch_size]
+        if verdict.outcome is Outcome.NOT_TESTABLE:
+            assert row["outcome"] == verdict.evidence  # not testable: <why>
+            assert (row["evidence"], row["method"], row["note"]) == ("-", "-", None)
+            continue
+        assert row["outcome"] == str(verdict.outcome)
+        assert row["evidence"] == verdict.evidence
+        numbers = {
+            "ratio": verdict.ratio,
+            "low": verdict.low,
+            "high": verdict.high,
+            "level": verdict.level,
+            "p-value": verdict.p_value,
+        }
+        assert row["numbers"] == {k: v for k, v in numbers.items() if v is not None}
+        assert page.legend[row["note"]] == verdict.method
+        assert row["method"] == f"[{row['note'].removeprefix('method-')}]"
+    methods = list(page.legend.values())
+    assert len(methods) == len(set(methods)) == len({v.method for v in expected.verdicts} - {"-"})
+    assert any(m.startswith("McNemar exact test") for m in methods)
+    assert any(m.startswith("bootstrap BCa") for m in methods)
+
+    many = render_html([load_result(results / "ort.json")] * (SIGNIFICANCE_RUNS + 1))
+    assert f"Not judged: more than {SIGNIFICANCE_RUNS} runs; compare fewer at a time." in many
+    assert '<table class="verdicts">' not in many
+    alone = render_html([load_result(results / "ort.json")])
+    assert "Nothing to judge" in alone
+
+
+def test_the_docs_name_every_significance_attribute(results: Path) -> None:
+    """docs/results.md's Significance item names every ``data-*`` attribute of the table."""
+    html = render_html([load_result(results / f"{n}.json") for n in ("ort", "torch")])
+    table = html[html.index('<table class="verdicts">') :]
+    used = set(re.findall(r" (data-[a-z-]+)=", table[: table.index("</table>")]))
+    assert used >= {"data-run", "data-metric", "data-outcome", "data-ratio", "data-p-value"}
+    text = (Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
+    section = text[text.index("- **Significance**") :]
+    documented = set(re.findall(r"`(data-[a-z-]+)`", section[: section.index("\n- **")]))
+    assert used <= documented, used - documented
 
 
 def test_self_contained(results: Path) -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 
@@ -66,3 +68,25 @@ def record(store_url: str, documents: list[dict[str, Any]]) -> None:
     with open_store(store_url) as store:
         for document in documents:
             assert store.record(document)
+
+
+def timed(document: dict[str, Any], name: str, factor: float, seed: int = 0) -> dict[str, Any]:
+    """``document`` as another run named ``name`` (its own run id), whose every measurement
+    kept 800 fixed raw latencies (lognormal around 50 µs, seeded) times ``factor``, and whose
+    results' p50, p99, mean and throughput are computed from them: runs that differ by exactly
+    ``factor``, without a busy machine's noise."""
+    made = copy.deepcopy(document)
+    made["run_id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"mlmodelscope-tests/{name}"))
+    made["evaluation"]["name"] = name
+    latencies = np.round(factor * np.random.default_rng(seed).lognormal(np.log(50_000), 0.1, 800))
+    for measurement in made["measurements"]:
+        measurement["raw"]["latencies_ns"] = latencies.astype(int).tolist()
+    ms = latencies / 1e6
+    for row in made["results"]:
+        row["latency_ms"].update(
+            p50=float(np.percentile(ms, 50)),
+            p99=float(np.percentile(ms, 99)),
+            mean=float(ms.mean()),
+        )
+        row["throughput"] = row["batch_size"] / float(ms.mean() / 1e3)
+    return made

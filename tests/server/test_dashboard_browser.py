@@ -6,6 +6,7 @@ $MLMS_SCREENSHOT_DIR (else the test's tmp_path) for a person to look at."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from browser import chromium, screenshot_dir, serve
 from dashboard_fixtures import FRAMEWORKS, evaluation_name, real_documents, record
 
+from mlmodelscope.report.verdicts import Outcome
 from mlmodelscope.server.app import ServeSettings, create_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
@@ -78,6 +80,7 @@ def test_list_filter_compare_and_open_a_run_in_chromium(
             _expect_numbers(page, run)
         expect(page.locator("table.stack")).to_contain_text("stack.backend.framework")
         expect(page.locator("table.spec")).to_contain_text("spec.framework.name")
+        _expect_verdicts(page)
         shoot(page, "3-compare")
 
         torch = documents[evaluation_name("pytorch")]
@@ -116,3 +119,34 @@ def _expect_numbers(page: Any, run: dict[str, Any]) -> None:
             cell = row.locator(f'td[data-column="{column}"]')
             expect(cell).to_have_text(text)
             assert float(cell.get_attribute("data-value") or "nan") == value
+
+
+def _expect_verdicts(page: Any) -> None:
+    """The significance table judges each run but the reference (the runs table's first):
+    per batch size p50, p99 and throughput, and top-1 once, each row's verdict and interval
+    or p-value visible, its method footnote pointing at a visible legend item."""
+    from playwright.sync_api import expect
+
+    compared = page.locator("table.runs tbody tr")
+    candidates = [compared.nth(i).get_attribute("data-run") for i in range(compared.count())][1:]
+    assert len(candidates) == 2
+    table = page.locator("table.verdicts")
+    expect(table).to_be_visible()
+    expect(table.locator("tbody tr")).to_have_count(7 * len(candidates))
+    outcomes = re.compile("^(" + "|".join(re.escape(o) for o in Outcome) + ")")
+    for name in candidates:
+        for metric, batch in (("latency p50", 1), ("throughput", 8), ("top-1 accuracy", None)):
+            where = "" if batch is None else f'[data-batch="{batch}"]'
+            row = table.locator(f'tr[data-run="{name}"][data-metric="{metric}"]{where}')
+            expect(row.locator("td.outcome")).to_be_visible()
+            expect(row.locator("td.outcome")).to_have_text(outcomes)
+            evidence = row.locator("td.evidence")
+            expect(evidence).to_be_visible()
+            expect(evidence).to_have_text(
+                re.compile(r"^(p = [\d.e-]+|ratio [\d.]+ \[[\d.]+, [\d.]+\] at 95%|-)$")
+            )
+            footnote = row.locator("td.method a")
+            if footnote.count():
+                target = footnote.get_attribute("href") or ""
+                expect(page.locator(f"ol.methods li{target}")).to_be_visible()
+    expect(page.locator("ol.methods li").first).to_be_visible()

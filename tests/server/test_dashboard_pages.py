@@ -5,18 +5,23 @@ expected number is read from the documents."""
 from __future__ import annotations
 
 import re
+import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from dashboard_fixtures import FAILED, FRAMEWORKS, evaluation_name, real_documents, record
+from dashboard_fixtures import FAILED, FRAMEWORKS, evaluation_name, real_documents, record, timed
 from fastapi.testclient import TestClient
 
+from mlmodelscope.report.verdicts import NEEDS_SCIPY, Outcome
 from mlmodelscope.server.app import ServeSettings, create_app
 from mlmodelscope.server.dashboard import COOKIE
+from mlmodelscope.server.pages.render import compare_url
 
 pytestmark = pytest.mark.frameworks
 
@@ -142,6 +147,146 @@ def test_compare_page_shows_each_run_with_the_documents_numbers(
     row = '<tr data-run="digits-pytorch" data-scenario="SingleStream" data-batch="1">'
     expected = torch["latency_ms"]["p50"] / ort["latency_ms"]["p50"] - 1
     assert cell(page, row, "p50_rel") == pytest.approx(expected)
+    # each other run judged against the reference: 3 latency metrics per batch size, top-1
+    verdicts = Verdicts(page)
+    assert {run for run, _, _ in verdicts.rows} == {"digits-pytorch", "digits-tensorflow"}
+    assert len(verdicts.rows) == 2 * 7 and verdicts.legend
+
+
+@dataclass
+class VerdictRow:
+    """One row of the significance table: each cell's text by its class, the interval cell's
+    ``data-*`` numbers, and the legend item its method footnote points at."""
+
+    cells: dict[str, str] = field(default_factory=dict)
+    numbers: dict[str, float] = field(default_factory=dict)
+    note: str | None = None
+
+
+class Verdicts(HTMLParser):
+    """The significance table's rows by (run, metric, batch size or None), and the methods
+    legend by item id."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rows: dict[tuple[str, str, int | None], VerdictRow] = {}
+        self.legend: dict[str, str] = {}
+        self._row: VerdictRow | None = None
+        self._cell: str | None = None
+        self._item: str | None = None
+        self.feed(page)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k: v or "" for k, v in attrs}
+        if tag == "tr" and "data-outcome" in found:
+            batch = int(found["data-batch"]) if "data-batch" in found else None
+            self._row = VerdictRow()
+            self.rows[found["data-run"], found["data-metric"], batch] = self._row
+        elif tag == "td" and self._row is not None:
+            self._cell = found.get("class", "").split(" ")[0] or f"td{len(self._row.cells)}"
+            self._row.cells[self._cell] = ""
+            self._row.numbers.update(
+                {k[5:]: float(v) for k, v in found.items() if k.startswith("data-")}
+            )
+        elif tag == "a" and self._cell == "method" and self._row is not None:
+            self._row.note = found["href"].removeprefix("#")
+        elif tag == "li" and found.get("id", "").startswith("method-"):
+            self._item = found["id"]
+            self.legend[self._item] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._cell = None
+        elif tag == "tr":
+            self._row = None
+        elif tag == "li":
+            self._item = None
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and self._cell is not None:
+            self._row.cells[self._cell] += data
+        elif self._item is not None:
+            self.legend[self._item] += data
+
+    def method(self, row: VerdictRow) -> str:
+        """The legend's text of the row's method."""
+        assert row.note is not None
+        return self.legend[row.note]
+
+
+INTERVAL = re.compile(r"ratio \d+\.\d{3} \[\d+\.\d{3}, \d+\.\d{3}\] at 95%")
+
+
+def test_compare_page_judges_each_difference(
+    tmp_path: Path, documents: dict[str, dict[str, Any]]
+) -> None:
+    """Runs whose latencies differ by exactly 1.5x are slower (and, the other way round,
+    faster) with an interval around 1.5 and a method in the legend; another draw of the same
+    latencies is no significant difference; a run without raw latencies is not testable."""
+    ort = documents[evaluation_name("onnxruntime")]
+    base, slower, again = (
+        timed(ort, "base", 1.0),
+        timed(ort, "slower", 1.5, 1),
+        timed(ort, "again", 1.0, 2),
+    )
+    bare = timed(ort, "bare", 1.0, 3)
+    for measurement in bare["measurements"]:
+        del measurement["raw"]
+    url = f"sqlite:///{tmp_path / 'timed.db'}"
+    record(url, [base, slower, again, bare])
+    with TestClient(create_app(ServeSettings(store_url=url))) as c:
+        page = c.get(compare_url([d["run_id"] for d in (base, slower, again, bare)]))
+        backwards = c.get(compare_url([slower["run_id"], base["run_id"]])).text
+    assert page.status_code == 200
+    assert "<h2>Significance</h2>" in page.text and "<b>base</b>" in page.text
+    found = Verdicts(page.text)
+    latency = ("latency p50", "latency p99", "throughput")
+    for batch in (1, 8):
+        for metric in latency:
+            row = found.rows["slower", metric, batch]
+            assert row.cells["outcome"] == "slower", (metric, batch)
+            assert INTERVAL.fullmatch(row.cells["evidence"]), row.cells["evidence"]
+            assert row.numbers["level"] == 0.95
+            expected = 1.5 if metric != "throughput" else 1 / 1.5
+            assert row.numbers["low"] < row.numbers["ratio"] < row.numbers["high"]
+            assert row.numbers["ratio"] == pytest.approx(expected, rel=0.05)
+            assert found.method(row).startswith("bootstrap")
+            assert found.rows["again", metric, batch].cells["outcome"] == str(Outcome.SAME)
+            untestable = found.rows["bare", metric, batch]
+            assert untestable.cells["outcome"] == (
+                "not testable: candidate: no raw latencies (run with --raw)"
+            )
+            assert untestable.note is None and untestable.cells["evidence"] == "-"
+    top1 = found.rows["slower", "top-1 accuracy", None]
+    assert top1.cells["outcome"] == "no significant difference"
+    assert top1.cells["evidence"] == "p = 1" and top1.numbers["p-value"] == 1.0
+    assert found.method(top1).startswith("McNemar exact test")
+    assert len(found.rows) == 3 * 7
+    assert all(run != "base" for run, _, _ in found.rows)  # the reference is not judged
+    # every method once in the legend, in order of first use
+    assert list(found.legend) == [f"method-{n}" for n in range(1, len(found.legend) + 1)]
+    assert len(set(found.legend.values())) == len(found.legend) >= 4
+
+    faster = Verdicts(backwards)
+    for batch in (1, 8):
+        for metric in latency:
+            row = faster.rows["base", metric, batch]
+            assert row.cells["outcome"] == "faster" and INTERVAL.fullmatch(row.cells["evidence"])
+    assert 'class="outcome better"' in backwards and 'class="outcome worse"' not in backwards
+
+
+def test_compare_page_without_scipy_says_not_testable(
+    client: TestClient, documents: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scipy unimportable (as where it is not installed): every verdict names it."""
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    ids = [run_id(documents, evaluation_name(f)) for f in ("onnxruntime", "pytorch")]
+    found = Verdicts(client.get(compare_url(ids)).text)
+    assert len(found.rows) == 7
+    for row in found.rows.values():
+        assert row.cells["outcome"] == f"not testable: {NEEDS_SCIPY}"
+    assert found.legend == {}
 
 
 def test_compare_needs_two_runs_and_names_an_unknown_one(
@@ -233,11 +378,14 @@ def test_every_page_escapes_a_hostile_evaluation_name(
             c.get("/?evaluation=" + HOSTILE.replace("&", "%26")).text,
             c.get(f"/runs/{hostile['run_id']}").text,
             c.get(f"/compare?run={hostile['run_id']}&run={other['run_id']}").text,
+            c.get(f"/compare?run={other['run_id']}&run={hostile['run_id']}").text,  # judged
         ]
         unknown = c.get("/runs/" + quote('<b id="x">&', safe="")).text
     for page in pages:
         assert "<script>" not in page
         assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in page
+    judged = Verdicts(pages[-1]).rows
+    assert judged and {run for run, _, _ in judged} == {HOSTILE}
     assert "<b id" not in unknown and "&lt;b id=&quot;x&quot;&gt;&amp;" in unknown
 
 

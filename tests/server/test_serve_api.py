@@ -9,12 +9,14 @@ import json
 import uuid
 from typing import Any
 
+import jsonschema
 import pytest
 import sqlalchemy as sa
+from dashboard_fixtures import timed
 from fastapi.testclient import TestClient
 from serve_fixtures import ClientFactory, bearer
 
-from mlmodelscope.report.compare import compare, parse_result
+from mlmodelscope.report.compare import SIGNIFICANCE_RUNS, compare, parse_result
 from mlmodelscope.server.app import ServeSettings, create_app
 from mlmodelscope.store import Store
 
@@ -165,7 +167,9 @@ def test_compare_is_mlms_compare_of_the_stored_documents(
     ids = [docs[name]["run_id"] for name in names]
     response = client.get("/api/v1/compare", params={"run": ids})
     assert response.status_code == 200, response.text
-    expected = compare([parse_result(docs[n], f"store:{docs[n]['run_id']}") for n in names])
+    loaded = [parse_result(docs[n], f"store:{docs[n]['run_id']}") for n in names]
+    expected = compare(loaded, significance=True)
+    assert expected.verdicts  # the same verdicts: every bootstrap is seeded
     assert response.json() == json.loads(json.dumps(expected.to_json_dict()))
     assert response.json()["reference"] == "srv-ort-a"
     assert [row["run"] for row in response.json()["rows"]][:2] == ["srv-ort-a", "srv-ort-a"]
@@ -176,6 +180,53 @@ def test_compare_is_mlms_compare_of_the_stored_documents(
     missing = client.get("/api/v1/compare", params={"run": [ids[0], unknown]})
     assert missing.status_code == 404 and unknown in missing.json()["detail"]
     assert client.get("/api/v1/compare").status_code == 422
+
+
+def test_compare_judges_significance_as_its_openapi_document_says(
+    make_client: ClientFactory, docs: Docs, filled_store: Store
+) -> None:
+    """``verdicts``: per candidate run, metric, scenario and batch size the outcome, its
+    interval or p-value and the method; for a run recorded with 1.5x the latencies of
+    another, slower. The answer is valid against /openapi.json's ``Comparison``; more runs
+    than are judged give ``null``."""
+    base = timed(docs["srv-ort-a"], "api-base", 1.0)
+    slower = timed(docs["srv-ort-a"], "api-slower", 1.5, seed=1)
+    for document in (base, slower):
+        assert filled_store.record(document)
+    client = make_client()
+    response = client.get("/api/v1/compare", params={"run": [base["run_id"], slower["run_id"]]})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    openapi = client.get("/openapi.json").json()
+    schema = {"$ref": "#/components/schemas/Comparison", "components": openapi["components"]}
+    jsonschema.validate(body, schema)
+    assert {v["run"] for v in body["verdicts"]} == {"api-slower"}
+    found = {(v["metric"], v["batch_size"]): v for v in body["verdicts"]}
+    assert len(found) == len(body["verdicts"]) == 7
+    for batch in (1, 8):
+        row = rows(base)[batch]
+        for metric, ratio, headline in (
+            ("latency p50", 1.5, row["latency_ms"]["p50"]),
+            ("latency p99", 1.5, row["latency_ms"]["p99"]),
+            ("throughput", 1 / 1.5, row["throughput"]),
+        ):
+            verdict = found[metric, batch]
+            assert verdict["outcome"] == "slower" and verdict["scenario"] == "SingleStream"
+            assert verdict["baseline"] == headline
+            assert verdict["low"] < verdict["ratio"] < verdict["high"]
+            assert verdict["ratio"] == pytest.approx(ratio, rel=0.05)
+            assert verdict["level"] == 0.95 and verdict["method"].startswith("bootstrap")
+    top1 = found["top-1 accuracy", None]
+    assert (top1["outcome"], top1["p_value"], top1["why"]) == (
+        "no significant difference",
+        1.0,
+        None,
+    )
+    assert top1["method"].startswith("McNemar exact test")
+
+    many = client.get("/api/v1/compare", params={"run": [base["run_id"]] * (SIGNIFICANCE_RUNS + 1)})
+    assert many.status_code == 200 and many.json()["verdicts"] is None
+    jsonschema.validate(many.json(), schema)
 
 
 def test_leaderboard_keeps_the_best_succeeded_run_per_model_and_hardware(

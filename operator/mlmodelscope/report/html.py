@@ -1,10 +1,11 @@
 """`mlms report`: a comparison as one self-contained HTML file.
 
 The same runs and the same :class:`~mlmodelscope.report.compare.Comparison` as `mlms compare`
-(numerical agreement included), written as a page that needs nothing but itself: no external
-CSS, script, font or image, so it opens offline and can be attached to a ticket. The plots are
-inline SVG drawn here (latency CDF per run, throughput against batch size, the task's primary
-metric, by name, against p50 latency).
+(numerical agreement and, for at most :data:`~mlmodelscope.report.compare.SIGNIFICANCE_RUNS`
+runs, the significance verdicts included), written as a page that needs nothing but itself: no
+external CSS, script, font or image, so it opens offline and can be attached to a ticket. The
+plots are inline SVG drawn here (latency CDF per run, throughput against batch size, the task's
+primary metric, by name, against p50 latency).
 
 Every string that comes from a document is escaped. Every number in a table carries its exact
 value in a ``data-value`` attribute (``repr`` of the float), next to the rounded text a reader
@@ -24,6 +25,7 @@ from mlmodelscope.analysis.plots import COLOURS
 from mlmodelscope.contract.metric import FRACTIONS, format_metric
 from mlmodelscope.contract.result import Measurement, ResultDocument
 from mlmodelscope.report.compare import (
+    SIGNIFICANCE_RUNS,
     Comparison,
     Difference,
     LoadedRun,
@@ -31,6 +33,8 @@ from mlmodelscope.report.compare import (
     RunInfo,
     compare,
 )
+from mlmodelscope.report.significance import DEFAULT_MIN_EFFECT
+from mlmodelscope.report.verdicts import ALPHA, MetricVerdict, Outcome
 
 PALETTE = COLOURS
 """One colour per run, in run order (Tableau 10), repeating after ten runs."""
@@ -645,6 +649,99 @@ def agreement_section(comparison: Comparison) -> str:
     )
 
 
+OUTCOME_CLASS = {
+    Outcome.FASTER: "better",
+    Outcome.BETTER: "better",
+    Outcome.SLOWER: "worse",
+    Outcome.WORSE: "worse",
+    Outcome.SAME: "same",
+    Outcome.NOT_TESTABLE: "untestable",
+}
+"""The verdict cell's class: its colour, as the Δ columns' (green better, red worse)."""
+VERDICT_COLUMNS = ("run", "metric", "where", "verdict", "interval or p-value", "method")
+
+
+def methods_of(verdicts: Sequence[MetricVerdict]) -> list[str]:
+    """The methods the verdicts name, each once, in order of first use: the legend, whose
+    1-based positions the method column cites (a not testable verdict names none)."""
+    return list(dict.fromkeys(v.method for v in verdicts if v.outcome is not Outcome.NOT_TESTABLE))
+
+
+def _data(name: str, value: float | None) -> str:
+    return "" if value is None else f' data-{name}="{value!r}"'
+
+
+def verdicts_table(verdicts: Sequence[MetricVerdict]) -> str:
+    """One row per run, metric, scenario and batch size, as `mlms compare` prints them: the
+    verdict (``not testable: <why>`` when there is none), the interval or p-value with its
+    exact numbers in ``data-*`` attributes, and the method as a footnote of the legend under
+    the table (``ol.methods``, items ``#method-<n>``)."""
+    methods = methods_of(verdicts)
+    rows = []
+    for v in verdicts:
+        testable = v.outcome is not Outcome.NOT_TESTABLE
+        where = (
+            ""
+            if v.scenario is None
+            else f' data-scenario="{esc(v.scenario)}" data-batch="{v.batch_size}"'
+        )
+        if testable:
+            note = methods.index(v.method) + 1
+            evidence = (
+                f'<td class="evidence"{_data("ratio", v.ratio)}{_data("low", v.low)}'
+                f"{_data('high', v.high)}{_data('level', v.level)}"
+                f"{_data('p-value', v.p_value)}>{esc(v.evidence)}</td>"
+            )
+            method = (
+                f'<td class="method"><a href="#method-{note}" title="{esc(v.method)}">'
+                f"[{note}]</a></td>"
+            )
+        else:
+            evidence = '<td class="evidence none">-</td>'
+            method = '<td class="method none">-</td>'
+        rows.append(
+            f'<tr data-run="{esc(v.run)}" data-metric="{esc(v.metric)}"{where} '
+            f'data-outcome="{esc(v.outcome)}"><td>{esc(v.run)}</td><td>{esc(v.metric)}</td>'
+            f"<td>{esc(v.where)}</td>"
+            f'<td class="outcome {OUTCOME_CLASS[v.outcome]}">'
+            f"{esc(v.outcome if testable else v.evidence)}</td>{evidence}{method}</tr>"
+        )
+    head = "".join(f"<th>{esc(c)}</th>" for c in VERDICT_COLUMNS)
+    legend = "".join(f'<li id="method-{n}">{esc(text)}</li>' for n, text in enumerate(methods, 1))
+    return (
+        f'<table class="verdicts"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+        + (f'<p class="legend">Methods:</p><ol class="methods">{legend}</ol>' if legend else "")
+    )
+
+
+def verdicts_section(comparison: Comparison) -> str:
+    """The "Significance" section: what the verdicts are, then :func:`verdicts_table`; or why
+    there are none (not judged: more than :data:`SIGNIFICANCE_RUNS` runs)."""
+    if comparison.verdicts is None:
+        why = (
+            f"more than {SIGNIFICANCE_RUNS} runs; compare fewer at a time"
+            if len(comparison.runs) > SIGNIFICANCE_RUNS
+            else "not asked for"
+        )
+        return f'<p class="verdicts none">Not judged: {esc(why)}.</p>'
+    if not comparison.verdicts:
+        return (
+            '<p class="verdicts none">Nothing to judge: no other run has a row of the '
+            "reference's scenario and batch size, or a top-1 accuracy.</p>"
+        )
+    return (
+        f"<p>Each run against the reference, <b>{esc(comparison.reference)}</b>: per scenario "
+        "and batch size the p50 and p99 latency and the throughput, and once the top-1 "
+        "accuracy. ratio: run / reference with its confidence interval; p: McNemar's p-value. "
+        "Faster or slower only when the whole interval lies beyond "
+        f"±{DEFAULT_MIN_EFFECT:.0%} of 1; better or worse only when p &lt; {ALPHA:.2g} for "
+        "every labelling the documents allow; <i>not testable</i> says why the documents "
+        "cannot tell.</p>"
+        f"{verdicts_table(comparison.verdicts)}"
+    )
+
+
 def leveled_section(runs: Sequence[LoadedRun]) -> str:
     """The "Leveled correction (XSP)" section, for runs traced at framework level: each
     run's residual per batch size and its top layers and operators by corrected time (the
@@ -690,12 +787,17 @@ figure{margin:1em 0}figcaption{font-size:.85em;color:#555;max-width:760px}
 svg.chart{font-size:11px;background:#fff}svg .frame{fill:none;stroke:#999}
 svg .grid{stroke:#eee}svg .tick{fill:#555}svg .label{fill:#222;font-size:12px}
 svg .note{fill:#777}ul.samples{margin:0;padding-left:1.2em}
+td.outcome.untestable{color:#b26a00;max-width:32em}ol.methods{font-size:.85em;max-width:1000px}
+p.legend{font-size:.85em;margin:.4em 0 0}
 """
 
 
 def render_html(runs: Sequence[LoadedRun], comparison: Comparison | None = None) -> str:
-    """The report of ``runs`` (the first is the reference) as one HTML page."""
-    comparison = comparison if comparison is not None else compare(runs)
+    """The report of ``runs`` (the first is the reference) as one HTML page; without a
+    ``comparison``, ``compare`` of the runs, judging significance for at most
+    :data:`SIGNIFICANCE_RUNS` of them."""
+    if comparison is None:
+        comparison = compare(runs, significance=len(runs) <= SIGNIFICANCE_RUNS)
     title = "mlmodelscope report: " + ", ".join(run.label for run in comparison.runs)
     figures = "".join(
         f"<figure><h3>{esc(name)}</h3>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
@@ -711,6 +813,7 @@ def render_html(runs: Sequence[LoadedRun], comparison: Comparison | None = None)
         f"<h2>Comparison</h2><p>Δ: value / reference - 1, against the row of the same "
         f"scenario and batch size of the reference run, <b>{esc(comparison.reference)}</b>; "
         f"empty where it has none.</p>{results_table(comparison)}"
+        f"<h2>Significance</h2>{verdicts_section(comparison)}"
         f"<h2>Numerical agreement</h2>{agreement_section(comparison)}"
         f"<h2>Plots</h2>{figures}"
         f"{leveled_section(runs)}"

@@ -26,7 +26,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
 from mlmodelscope.contract.result import ResultDocument
-from mlmodelscope.report.compare import CompareError, Comparison, compare, parse_result
+from mlmodelscope.report.compare import (
+    SIGNIFICANCE_RUNS,
+    CompareError,
+    Comparison,
+    compare,
+    parse_result,
+)
 from mlmodelscope.server.auth import require_read, require_write
 from mlmodelscope.server.state import store_of
 from mlmodelscope.store import NotRecordableError, RunSummary, StoreError, queries
@@ -381,6 +387,13 @@ def _non_finite(value: Any, path: list[str | int]) -> Iterator[list[str | int]]:
 @router.get(
     "/compare",
     summary="Compare runs side by side (the first is the reference)",
+    description=(
+        "`mlms compare --json` of the runs: headline numbers with their differences from the "
+        "reference, the significance verdicts (`verdicts`: per run, metric, scenario and "
+        "batch size the outcome, the ratio's interval or McNemar's p-value, and the method; "
+        f"null for more than {SIGNIFICANCE_RUNS} runs), numerical agreement, stack and spec "
+        "differences."
+    ),
     responses=NOT_FOUND,
 )
 def compare_runs(
@@ -405,7 +418,7 @@ def compare_runs(
             loaded.append(parse_result(document, f"store:{run_id}"))
         except CompareError as exc:
             raise _validation_error([(["query", "run"], str(exc))]) from None
-    return compare(loaded)
+    return compare(loaded, significance=len(loaded) <= SIGNIFICANCE_RUNS)
 
 
 @router.get("/leaderboard", summary="The best run per model and hardware")

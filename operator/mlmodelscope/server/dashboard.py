@@ -1,8 +1,9 @@
 """The web dashboard: server-rendered HTML pages over the same store as the API.
 
 - ``/``: the runs, newest first, filtered by a GET form; tick runs and compare them;
-- ``/compare?run=ID&run=ID...``: `mlms report`'s comparison (tables, SVG plots, stack and
-  spec differences); 400 for fewer than two runs, 404 naming an unknown one;
+- ``/compare?run=ID&run=ID...``: `mlms report`'s comparison (tables, significance verdicts
+  for at most ``SIGNIFICANCE_RUNS`` runs, SVG plots, stack and spec differences); 400 for
+  fewer than two runs, 404 naming an unknown one;
 - ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger;
 - ``/runs/{run_id}/analysis``: `mlms analyze` of one run traced at framework level (tables,
   and PNG plots embedded when matplotlib is installed); 404 for a run without a correction.
@@ -30,7 +31,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials
 
-from mlmodelscope.report.compare import CompareError, LoadedRun, compare, parse_result
+from mlmodelscope.report.compare import (
+    SIGNIFICANCE_RUNS,
+    CompareError,
+    LoadedRun,
+    compare,
+    parse_result,
+)
 from mlmodelscope.report.html import esc
 from mlmodelscope.server import auth
 from mlmodelscope.server.launch_queue import LaunchQueue
@@ -204,7 +211,8 @@ def compare_page(
     if len(run_ids) > MAX_COMPARED:
         raise HTTPException(400, f"At most {MAX_COMPARED} runs at once; got {len(run_ids)}.")
     runs = [_load(request, run_id) for run_id in run_ids]
-    return html(request, render.compare_page(runs, compare(runs)))
+    comparison = compare(runs, significance=len(runs) <= SIGNIFICANCE_RUNS)
+    return html(request, render.compare_page(runs, comparison))
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse, dependencies=READ)

@@ -2,8 +2,9 @@
 
 Server-rendered, no script: filters and the choice of runs to compare are plain GET forms, so
 every page works with JavaScript off, and every URL can be bookmarked. The comparison is
-`mlms report`'s, with its tables and inline SVG plots (:mod:`mlmodelscope.report.html`); the
-CSS is inline too, so the pages need nothing from outside the app.
+`mlms report`'s, with its tables (significance verdicts included) and inline SVG plots
+(:mod:`mlmodelscope.report.html`); the CSS is inline too, so the pages need nothing from
+outside the app.
 
 Every string that comes from a document, the store or the request is escaped
 (:func:`~mlmodelscope.report.html.esc`); numbers in tables carry their exact value in
@@ -279,7 +280,7 @@ def _figures(
 
 def compare_page(runs: Sequence[LoadedRun], comparison: Comparison) -> str:
     """`mlms report`'s comparison of ``runs`` (the first is the reference), with links to
-    each run's page."""
+    each run's page; the significance verdicts are ``comparison``'s (none: not judged)."""
     links = "".join(
         f'<li><a href="{esc(run_url(info.run_id))}">{esc(info.label)}</a> '
         f'<span class="hint">{esc(info.framework)} · {esc(info.status)}</span></li>'
@@ -293,6 +294,7 @@ def compare_page(runs: Sequence[LoadedRun], comparison: Comparison) -> str:
         f"and batch size of the reference run, <b>{esc(comparison.reference)}</b>; empty "
         "where it has none. Green is better, red worse.</p>"
         f'<div class="scroll">{report.results_table(comparison)}</div>'
+        f'<h2>Significance</h2><div class="scroll">{report.verdicts_section(comparison)}</div>'
         f"<h2>Plots</h2>{_figures(runs, comparison)}"
         f"<h2>Numerical agreement</h2>{report.agreement_section(comparison)}"
         f"<h2>HW/SW stack differences</h2>"
