@@ -25,7 +25,14 @@ resource (its ``apiserver_request_total``: every client's, this script's own LIS
 the other controllers also write Jobs, pods and Events), its LIST requests for Jobs and
 ModelEvaluations, and Jobs per run generation (must be exactly one). With the admission ledger,
 LISTs come from the resync (two per tick and namespace), not from each decision, so they do
-not grow with N.
+not grow with N. The operator's own requests, by verb and resource, come from its client's
+counter (``mlmodelscope_operator_api_requests_total``), per run (evaluations + edits - deletes).
+
+6. The floor, on the same API server after the load: a bare client with 8 threads creates what
+   the operator creates for each evaluation (spec and results ConfigMaps, ServiceAccount, Role,
+   RoleBinding and Job, built by the operator's own builders; the Jobs suspended, so no pod
+   follows) in a namespace nobody watches. The operator's time from the first create until
+   every first-generation Job existed is reported against it.
 
     .venv/bin/python benchmarks/operator_load.py --evaluations 1000 --out operator-load.json
 """
@@ -52,7 +59,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path, job_path
+from mlmodelscope.contract.kube import (
+    Kube,
+    KubeError,
+    configmap_path,
+    evaluation_path,
+    job_path,
+)
 from mlmodelscope.controller import names
 from mlmodelscope.devcluster import nodes
 
@@ -190,6 +203,12 @@ class LoadReport:
     reasons: dict[str, int]
     duplicate_jobs: list[str] = field(default_factory=list)
     """Run generations with more than one Job (must be empty)."""
+    first_to_all_jobs_s: float = math.nan
+    """From the first create until the last Job of a first generation was created (1 s)."""
+    operator_requests_per_run: dict[str, float] = field(default_factory=dict)
+    """The operator's own requests per run, by "verb resource" (its client's counter)."""
+    floor_s: float = math.nan
+    """A bare client creating the same objects for as many evaluations (step 6)."""
 
     def table(self) -> str:
         rows = self.rows()
@@ -213,6 +232,9 @@ class LoadReport:
                 "create to Job p50 / p99 (s, whole seconds)",
                 f"{self.job_latency_p50_s:.0f} / {self.job_latency_p99_s:.0f}",
             ),
+            ("every Job created, after the first create (s)", f"{self.first_to_all_jobs_s:.0f}"),
+            ("floor: a bare client creates the same objects (s)", f"{self.floor_s:.1f}"),
+            ("operator / floor", f"{self.first_to_all_jobs_s / self.floor_s:.1f}×"),
             ("drain (s)", f"{self.drain_s:.1f}"),
             ("runs per second", f"{runs / self.drain_s:.2f}"),
             ("probes", str(len(probes))),
@@ -232,6 +254,11 @@ class LoadReport:
                     ", ".join(f"{verb} {n:.1f}" for verb, n in verbs.items()),
                 )
                 for resource, verbs in self.requests_by_verb.items()
+            ),
+            (
+                "operator's own requests per run",
+                f"{sum(self.operator_requests_per_run.values()):.1f}: "
+                + ", ".join(f"{k} {n:.2f}" for k, n in self.operator_requests_per_run.items()),
             ),
             ("final phases", ", ".join(f"{k} {v}" for k, v in sorted(self.phases.items()))),
             ("generations with >1 Job", str(len(self.duplicate_jobs))),
@@ -262,6 +289,66 @@ def request_counts(metrics_text: str, subresources: bool = False) -> Counter[tup
             verb = f"{verb} {labels['subresource']}"
         counts[(labels.get("resource", ""), verb)] += value
     return counts
+
+
+def operator_requests(metrics_text: str) -> Counter[str]:
+    """The operator's own requests so far by "verb resource", from its client's counter."""
+    counts: Counter[str] = Counter()
+    for line in metrics_text.splitlines():
+        if not line.startswith("mlmodelscope_operator_api_requests_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        counts[f"{labels['verb']} {labels['resource']}"] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def floor_objects(name: str, namespace: str) -> list[tuple[str, dict[str, Any]]]:
+    """(collection path, body) of what the operator creates for evaluation ``name``, built by
+    its own builders; the Job suspended and nothing owned (no evaluation exists)."""
+    from mlmodelscope.controller import agent_access, builders
+    from mlmodelscope.controller.settings import OperatorSettings
+    from mlmodelscope.spec import parse_evaluation
+
+    document = manifest(name)
+    document["metadata"].update(namespace=namespace, uid=f"floor-{name}", generation=1)
+    evaluation = parse_evaluation(document)
+    bodies = [
+        (configmap_path(namespace), builders.build_spec_configmap(evaluation)),
+        (configmap_path(namespace), builders.build_results_configmap(evaluation)),
+        *(
+            (agent_access.api_path(namespace, plural, group), build(evaluation))
+            for build, plural, group in agent_access.OBJECTS
+        ),
+    ]
+    job = builders.build_job(evaluation, OperatorSettings())
+    job["spec"]["suspend"] = True
+    bodies.append((job_path(namespace), job))
+    for _, body in bodies:
+        body["metadata"].pop("ownerReferences", None)
+    return bodies
+
+
+def floor(kube: Kube, namespace: str, evaluations: int) -> float:
+    """Seconds a bare client with 8 threads takes to create the operator's objects for
+    ``evaluations`` evaluations (step 6 of the module)."""
+    prepared = [floor_objects(f"floor-{i:05d}", namespace) for i in range(evaluations)]
+
+    def create_all(objects: list[tuple[str, dict[str, Any]]]) -> None:
+        for path, body in objects:
+            kube.create(path, body)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(create_all, prepared))
+    return time.monotonic() - started
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def paged_list(
@@ -346,6 +433,7 @@ def wait_job(kube: Kube, namespace: str, name: str, timeout: float) -> tuple[flo
 def run_load(
     kube: Kube,
     metrics: Callable[[], str],
+    operator_metrics: Callable[[], str],
     operator_pid: int,
     load_namespace: str,
     probe_namespace: str,
@@ -362,7 +450,9 @@ def run_load(
     before_all = request_counts(before_text)
     before_verbs = request_counts(before_text, subresources=True)
     before = {r: float(before_all[(r, "LIST")]) for r in LISTED}
+    operator_before = operator_requests(operator_metrics())
     with sampled_rss(operator_pid) as rss:
+        first_create = time.time()
         started = time.monotonic()
         todo = [f"load-{i:05d}" for i in range(evaluations)]
         with ThreadPoolExecutor(8) as pool:
@@ -404,6 +494,7 @@ def run_load(
             time.sleep(1.0)
         drain_s = time.monotonic() - started
     after_text = metrics()
+    operator_after = operator_requests(operator_metrics())
     after_all = request_counts(after_text)
     after_verbs = request_counts(after_text, subresources=True)
     after = {r: float(after_all[(r, "LIST")]) for r in LISTED}
@@ -455,7 +546,15 @@ def run_load(
         for i in items
         if i["metadata"]["name"] in first_jobs
     ]
+    runs = evaluations + len(edited) - len(deleted)
+    operator_own = {
+        kind: (operator_after[kind] - operator_before[kind]) / runs
+        for kind in sorted(operator_after)
+        if operator_after[kind] - operator_before[kind] > 0
+    }
     return LoadReport(
+        first_to_all_jobs_s=max(first_jobs.values(), default=math.nan) - math.floor(first_create),
+        operator_requests_per_run=operator_own,
         evaluations=evaluations,
         deleted=len(deleted),
         edited=len(edited),
@@ -538,13 +637,14 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
             for ns in (load_ns, probe_ns):
                 cluster.kubectl("create", "namespace", ns)
             kube = Kube(cluster.api_client())
+            metrics_port = free_port()
             env = {
                 **{k: v for k, v in os.environ.items() if not k.startswith("MLMS_OPERATOR_")},
                 "KUBECONFIG": str(cluster.kubeconfig),
                 "MLMS_OPERATOR_NAMESPACES": f"{load_ns},{probe_ns}",
                 "MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE": str(args.limit_per_namespace),
                 "MLMS_OPERATOR_RESYNC_SECONDS": str(args.resync_seconds),
-                "MLMS_OPERATOR_METRICS_PORT": "0",
+                "MLMS_OPERATOR_METRICS_PORT": str(metrics_port),
             }
             log = (Path(tmp) / "operator.log").open("wb")
             import subprocess
@@ -558,9 +658,10 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
                 threading.Thread(target=_signal_every, args=(operator, 90.0), daemon=True).start()
             try:
                 time.sleep(5)  # the operator's first listing
-                return run_load(
+                report = run_load(
                     kube,
                     lambda: cluster.kubectl("get", "--raw", "/metrics").stdout,
+                    lambda: scrape(metrics_port),
                     operator.pid,
                     load_ns,
                     probe_ns,
@@ -568,6 +669,9 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
                     args.limit_per_namespace,
                     timeout_s=max(1200.0, evaluations * 1.2),
                 )
+                cluster.kubectl("create", "namespace", "floor")
+                report.floor_s = floor(kube, "floor", evaluations)
+                return report
             except (KubeError, TimeoutError):
                 log.flush()
                 print((Path(tmp) / "operator.log").read_text()[-4000:], file=sys.stderr)
@@ -582,6 +686,13 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
                 except subprocess.TimeoutExpired:
                     operator.kill()
                     operator.wait(30)
+
+
+def scrape(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 def widen_kwok_node(cluster: Any, pods: int) -> None:

@@ -4,14 +4,14 @@ plane in test_operator_conflicts_cluster.py."""
 
 from __future__ import annotations
 
-import copy
-import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from fakes import FakeApiServer, FakeKube, Request
 from mlmodelscope.contract.kube import KubeError, evaluation_path
 from mlmodelscope.controller import peering, status
 from mlmodelscope.controller.context import CONFLICT_ATTEMPTS, Context
@@ -22,63 +22,58 @@ T0 = "2026-11-22T08:00:00Z"
 FOREIGN = {"type": "ExternalCheck", "status": "True", "reason": "Checked", "message": "1"}
 
 
-class VersionedKube:
-    """One evaluation, with the API server's optimistic concurrency: a merge patch naming a
-    resourceVersion other than the stored one is refused 409. ``meanwhile`` runs after each
-    read, as a concurrent writer would between the operator's read and its write."""
+@dataclass
+class ConcurrentWriter:
+    """The fake API server's hook (``FakeApiServer.before``): before each status patch of the
+    evaluation, the next of ``meanwhile`` writes, as a concurrent writer would between the
+    operator's read and its write. Notes the patches and which name an outdated version (the
+    server refuses those 409)."""
 
-    def __init__(self, evaluation: dict[str, Any]) -> None:
-        self.stored = evaluation
-        self.version = 1
-        self.stored["metadata"]["resourceVersion"] = "1"
-        self.meanwhile: list[Callable[[], None]] = []
-        self.patches: list[dict[str, Any]] = []
-        self.conflicts = 0
+    server: FakeApiServer
+    meanwhile: list[Callable[[], None]] = field(default_factory=list)
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    conflicts: int = 0
+    written: list[str] = field(default_factory=list)
+    """The resourceVersion each of the concurrent writes made."""
 
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        assert path == PATH
-        seen = copy.deepcopy(self.stored)
+    def __call__(self, request: Request) -> None:
+        if (request.method, request.path) != ("PATCH", PATH + "/status"):
+            return
+        self.patches.append(request.body)
         if self.meanwhile:
             self.meanwhile.pop(0)()
-        return seen
+        expected = (request.body.get("metadata") or {}).get("resourceVersion")
+        if expected is not None and expected != self.stored()["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+
+    def stored(self) -> dict[str, Any]:
+        found: dict[str, Any] = FakeKube(self.server).get(PATH)
+        return found
 
     def write(self, status_patch: dict[str, Any]) -> None:
-        for key, value in status_patch.items():
-            if value is None:
-                self.stored.setdefault("status", {}).pop(key, None)
-            else:
-                self.stored.setdefault("status", {})[key] = value
-        self.version += 1
-        self.stored["metadata"]["resourceVersion"] = str(self.version)
-
-    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        assert path == PATH + "/status"
-        self.patches.append(body)
-        expected = (body.get("metadata") or {}).get("resourceVersion")
-        if expected is not None and expected != self.stored["metadata"]["resourceVersion"]:
-            self.conflicts += 1
-            message = {"reason": "Conflict", "message": "the object has been modified"}
-            raise KubeError(409, "PATCH", path, json.dumps(message))
-        self.write(body["status"])
-        return copy.deepcopy(self.stored)
+        done = FakeKube(self.server).merge_patch(PATH + "/status", {"status": status_patch})
+        self.written.append(done["metadata"]["resourceVersion"])
 
 
-def world() -> tuple[Context, VersionedKube, list[status.Event]]:
-    evaluation = {"metadata": {"name": "e", "namespace": "a", "generation": 1}, "status": {}}
-    kube = VersionedKube(evaluation)
+def world() -> tuple[Context, ConcurrentWriter, list[status.Event]]:
+    server = FakeApiServer()
+    server.add_namespace("a")
+    server.seed(evaluation_path("a"), {"metadata": {"name": "e"}, "status": {}})
+    writer = ConcurrentWriter(server)
+    server.before = writer
     events: list[status.Event] = []
     ctx = Context(
         settings=OperatorSettings(),
-        kube=kube,  # type: ignore[arg-type]
+        kube=FakeKube(server),
         post_event=lambda _ev, event: events.append(event),
     )
-    return ctx, kube, events
+    return ctx, writer, events
 
 
-def add_foreign_condition(kube: VersionedKube) -> Callable[[], None]:
+def add_foreign_condition(writer: ConcurrentWriter) -> Callable[[], None]:
     def write() -> None:
-        conditions = list((kube.stored.get("status") or {}).get("conditions") or [])
-        kube.write({"conditions": [*conditions, FOREIGN]})
+        conditions = list((writer.stored().get("status") or {}).get("conditions") or [])
+        writer.write({"conditions": [*conditions, FOREIGN]})
 
     return write
 
@@ -91,8 +86,9 @@ def test_a_status_write_that_meets_a_concurrent_one_is_recomputed_from_the_fresh
     """Between the operator's read and its write another writer adds a condition: the write,
     naming the version it was computed from, is refused 409, and the change is computed again
     from the object as it now is, so both the operator's conditions and the other's stay."""
-    ctx, kube, events = world()
-    kube.meanwhile.append(add_foreign_condition(kube))
+    ctx, writer, events = world()
+    writer.meanwhile.append(add_foreign_condition(writer))
+    read = writer.stored()["metadata"]["resourceVersion"]
     seen: list[dict[str, Any]] = []
 
     def compute(st: Any) -> status.StatusChange:
@@ -100,13 +96,18 @@ def test_a_status_write_that_meets_a_concurrent_one_is_recomputed_from_the_fresh
         return job_created(st)
 
     evaluation, change = ctx.update_status("a", "e", compute)
-    assert kube.conflicts == 1
-    assert [p["metadata"]["resourceVersion"] for p in kube.patches] == ["1", "2"]
+    assert writer.conflicts == 1
+    versions = [p["metadata"]["resourceVersion"] for p in writer.patches]
+    assert versions == [read, writer.written[0]]
     assert seen[0] == {} and seen[1]["conditions"] == [FOREIGN]
-    types = [c["type"] for c in kube.stored["status"]["conditions"]]
+    stored = writer.stored()
+    types = [c["type"] for c in stored["status"]["conditions"]]
     assert types == ["ExternalCheck", "Valid", "Queued", "Running"]
-    assert kube.stored["status"]["phase"] == "Pending"
-    assert evaluation is not None and evaluation["metadata"]["resourceVersion"] == "3"
+    assert stored["status"]["phase"] == "Pending"
+    assert evaluation is not None
+    assert evaluation["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+    made = {("get", "modelevaluations"): 2, ("patch", "modelevaluations/status"): 2}
+    assert isinstance(ctx.kube, FakeKube) and ctx.kube.requests == made
     assert [e.reason for e in events] == ["JobCreated"]  # posted once, after the write
     assert change.event is not None
 
@@ -114,31 +115,30 @@ def test_a_status_write_that_meets_a_concurrent_one_is_recomputed_from_the_fresh
 def test_an_unguarded_merge_patch_would_have_lost_the_concurrent_condition() -> None:
     """Why the guard: the same race with a patch that names no version replaces the
     conditions list with one computed before the other writer's condition existed."""
-    _, kube, _ = world()
-    kube.meanwhile.append(add_foreign_condition(kube))
-    stale = kube.get_or_none(PATH)
-    assert stale is not None
-    kube.merge_patch(PATH + "/status", {"status": job_created(stale["status"]).patch})
-    assert "ExternalCheck" not in [c["type"] for c in kube.stored["status"]["conditions"]]
+    ctx, writer, _ = world()
+    writer.meanwhile.append(add_foreign_condition(writer))
+    stale = ctx.kube.get(PATH)
+    ctx.kube.merge_patch(PATH + "/status", {"status": job_created(stale["status"]).patch})
+    assert "ExternalCheck" not in [c["type"] for c in writer.stored()["status"]["conditions"]]
 
 
 def test_a_change_that_became_unnecessary_after_the_conflict_is_not_written() -> None:
     """The concurrent writer made the same transition: recomputed, nothing is left to write
     and no Event is posted twice."""
-    ctx, kube, events = world()
-    kube.meanwhile.append(lambda: kube.write(job_created({}).patch))
+    ctx, writer, events = world()
+    writer.meanwhile.append(lambda: writer.write(job_created({}).patch))
     _, change = ctx.update_status("a", "e", job_created)
-    assert kube.conflicts == 1 and len(kube.patches) == 1
+    assert writer.conflicts == 1 and len(writer.patches) == 1
     assert change is status.NO_CHANGE and events == []
 
 
 def test_endless_conflicts_are_raised_after_a_few_attempts_for_the_handler_to_retry() -> None:
-    ctx, kube, events = world()
-    kube.meanwhile.extend(add_foreign_condition(kube) for _ in range(CONFLICT_ATTEMPTS))
+    ctx, writer, events = world()
+    writer.meanwhile.extend(add_foreign_condition(writer) for _ in range(CONFLICT_ATTEMPTS))
     with pytest.raises(KubeError) as info:
         ctx.update_status("a", "e", job_created)
     assert info.value.status == 409
-    assert kube.conflicts == CONFLICT_ATTEMPTS and events == []
+    assert writer.conflicts == CONFLICT_ATTEMPTS and events == []
 
 
 # ------------------------------------------------------------------------------- peering
@@ -151,31 +151,36 @@ def keepalive(priority: int, seconds_ago: float = 0, lifetime: int = 60) -> dict
     return {"priority": priority, "lifetime": lifetime, "lastseen": seen.isoformat()}
 
 
-class PeeringKube:
-    """Peering objects by path; ``fail`` makes every read raise."""
-
-    def __init__(self, objects: dict[str, dict[str, Any]], namespaces: tuple[str, ...] = ()):
-        self.objects = objects
-        self.namespaces = namespaces
-        self.fail = False
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        if self.fail:
-            raise OSError("connection refused")
-        return self.objects.get(path)
-
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        assert path == "/api/v1/namespaces"
-        return [{"metadata": {"name": ns}} for ns in self.namespaces]
+PEERINGS = "/apis/kopf.dev/v1"
+CLUSTER_PEERING = f"{PEERINGS}/clusterkopfpeerings/mlmodelscope"
 
 
-def cluster_peering(peers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {"/apis/kopf.dev/v1/clusterkopfpeerings/mlmodelscope": {"status": peers}}
+def peering_server(namespaces: tuple[str, ...] = ()) -> FakeKube:
+    """An API server with ``namespaces``; the replica's client on it."""
+    server = FakeApiServer()
+    for namespace in namespaces:
+        server.add_namespace(namespace)
+    return FakeKube(server)
 
 
-def me(kube: PeeringKube, priority: int, namespaces: tuple[str, ...] = ()) -> peering.Peering:
+def cluster_peering(kube: FakeKube, peers: dict[str, dict[str, Any]]) -> None:
+    """The ClusterKopfPeering ``mlmodelscope`` with ``peers``' keep-alives, as Kopf writes it."""
+    kube.server.seed(f"{PEERINGS}/clusterkopfpeerings", {"metadata": {"name": "mlmodelscope"},
+                                                         "status": peers})  # fmt: skip
+
+
+def keep_alive(kube: FakeKube, identity: str, info: dict[str, Any]) -> None:
+    """A peer writes its keep-alive into the ClusterKopfPeering (a merge patch, as Kopf's)."""
+    FakeKube(kube.server).merge_patch(CLUSTER_PEERING, {"status": {identity: info}})
+
+
+def unreachable(request: Request) -> None:
+    raise OSError("connection refused")
+
+
+def me(kube: FakeKube, priority: int, namespaces: tuple[str, ...] = ()) -> peering.Peering:
     return peering.Peering(
-        kube=kube,  # type: ignore[arg-type]
+        kube=kube,
         name="mlmodelscope",
         identity="me",
         priority=priority,
@@ -196,41 +201,39 @@ def test_replicas_started_later_get_lower_priorities_and_never_the_same() -> Non
 def test_the_replica_acts_only_while_no_live_peer_has_its_priority_or_more() -> None:
     """Kopf's rule: a higher or an equal priority pauses us; dead peers and lower ones
     do not; our own keep-alive is not a rival."""
-    kube = PeeringKube(cluster_peering({"me": keepalive(-5)}))
+    kube = peering_server()
+    cluster_peering(kube, {"me": keepalive(-5)})
     replica = me(kube, -5)
     assert replica.acting()
-    peers = kube.objects["/apis/kopf.dev/v1/clusterkopfpeerings/mlmodelscope"]["status"]
-    peers["standby"] = keepalive(-9)
+    keep_alive(kube, "standby", keepalive(-9))
     assert replica.acting()
-    peers["older"] = keepalive(-1, seconds_ago=30)
+    keep_alive(kube, "older", keepalive(-1, seconds_ago=30))
     assert not replica.acting()
-    peers["older"] = keepalive(-1, seconds_ago=61)  # killed: its keep-alive expired
+    keep_alive(kube, "older", keepalive(-1, seconds_ago=61))  # killed: its keep-alive expired
     assert replica.acting()
-    peers["twin"] = keepalive(-5)
+    keep_alive(kube, "twin", keepalive(-5))
     assert not replica.acting()  # equal priorities pause both, as in Kopf
-    peers["twin"] = keepalive(-5, lifetime=0)  # exited cleanly
+    keep_alive(kube, "twin", keepalive(-5, lifetime=0))  # exited cleanly
     assert replica.acting()
 
 
 def test_an_unreadable_peering_keeps_the_last_answer_and_a_missing_one_means_no_peers() -> None:
-    kube = PeeringKube({})
+    kube = peering_server()
     replica = me(kube, -5)
-    kube.fail = True
+    kube.server.before = unreachable
     assert not replica.acting()  # never act on a guess at start
-    kube.fail = False
+    kube.server.before = None
     assert replica.acting()  # no peering object: no peers (Kopf does not pause either)
-    kube.objects = cluster_peering({"older": keepalive(-1)})
+    cluster_peering(kube, {"older": keepalive(-1)})
     assert not replica.acting()
-    kube.fail = True
+    kube.server.before = unreachable
     assert not replica.acting()
 
 
 def test_namespaced_peerings_are_read_in_every_watched_namespace_globs_included() -> None:
-    path = "/apis/kopf.dev/v1/namespaces/{}/kopfpeerings/mlmodelscope"
-    kube = PeeringKube(
-        {path.format("ml-b"): {"status": {"older": keepalive(-1)}}},
-        namespaces=("team-a", "ml-a", "ml-b", "other"),
-    )
+    kube = peering_server(("team-a", "ml-a", "ml-b", "other"))
+    older = {"metadata": {"name": "mlmodelscope"}, "status": {"older": keepalive(-1)}}
+    kube.server.seed(f"{PEERINGS}/namespaces/ml-b/kopfpeerings", older)
     assert me(kube, -5, ("team-a", "ml-a")).acting()
     assert not me(kube, -5, ("team-a", "ml-*")).acting()
     assert me(kube, -5, ("team-a", "ml-*", "!ml-b")).acting()

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
+from fakes import FakeApiServer, FakeKube, Request
 from mlmodelscope.contract.kube import KubeError, evaluation_path
 from mlmodelscope.controller import builders, kueue, names, queue, status
 from mlmodelscope.controller.context import Context
@@ -347,53 +349,76 @@ def test_the_workload_of_a_job_is_found_by_its_owner_reference() -> None:
 # ------------------------------------------------------------------- the watch, in memory
 
 
-class FakeKube:
-    """Evaluations and Workloads in memory, counting requests."""
+GETS = ("get", "modelevaluations")
+PATCHES = ("patch", "modelevaluations/status")
 
-    def __init__(self) -> None:
-        self.evaluations: dict[str, dict[str, Any]] = {}
-        self.workloads: dict[str, list[dict[str, Any]]] = {}
-        self.served: tuple[str, ...] = ("v1beta2", "v1beta1")
-        self.list_error: KubeError | None = None
-        self.lists: list[tuple[str, str | None]] = []
-        self.gets = 0
-        self.patches: list[dict[str, Any]] = []
 
-    def add(self, name: str, st: dict[str, Any], namespace: str = "a") -> None:
-        self.evaluations[evaluation_path(namespace, name)] = {
-            "metadata": {"name": name, "namespace": namespace},
-            "status": st,
-        }
+@dataclass
+class WorkloadApi:
+    """The fake API server's hook (``FakeApiServer.before``) for Kueue's Workload API: the
+    versions it serves (others answer 404), an error every list answers instead, and the
+    lists asked for, by path and label selector."""
 
-    def status(self, name: str, namespace: str = "a") -> dict[str, Any]:
-        return dict(self.evaluations[evaluation_path(namespace, name)]["status"])
+    served: tuple[str, ...] = ("v1beta2", "v1beta1")
+    list_error: KubeError | None = None
+    lists: list[tuple[str, str | None]] = field(default_factory=list)
 
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        self.gets += 1
-        found = self.evaluations.get(path)
-        return copy.deepcopy(found) if found is not None else None
-
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        self.lists.append((path, label_selector))
+    def __call__(self, request: Request) -> None:
+        if request.key != ("list", "workloads"):
+            return
+        self.lists.append((request.path, request.params.get("labelSelector")))
         if self.list_error is not None:
             raise self.list_error
-        version = path.split("/")[3]
-        if version not in self.served:
-            raise KubeError(404, "GET", path, '{"reason": "NotFound"}')
-        namespace = path.split("/")[5]
-        return copy.deepcopy(self.workloads.get(namespace, []))
-
-    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        self.patches.append(copy.deepcopy(dict(body)))
-        obj = self.evaluations[path.removesuffix("/status")]
-        obj["status"] = apply(obj["status"], status.StatusChange(body["status"]))
-        return copy.deepcopy(obj)
+        if request.path.split("/")[3] not in self.served:
+            raise KubeError(404, "GET", request.path, '{"reason": "NotFound"}')
 
 
-def watch(kube: FakeKube, events: list[status.Event]) -> kueue.KueueWatch:
+@dataclass
+class Cluster:
+    """A fake API server with namespace ``a``; ``kube`` is the operator's client on it."""
+
+    server: FakeApiServer = field(default_factory=FakeApiServer)
+    workload_api: WorkloadApi = field(default_factory=WorkloadApi)
+
+    def __post_init__(self) -> None:
+        self.server.add_namespace("a")
+        self.server.before = self.workload_api
+        self.kube = FakeKube(self.server)
+        self.user = FakeKube(self.server)
+        """The test's own client (what it writes and reads is not the operator's)."""
+
+    def add(self, name: str, st: dict[str, Any], namespace: str = "a") -> None:
+        """The evaluation ``name`` with status ``st`` (replacing the one it has)."""
+        path = evaluation_path(namespace, name)
+        current = self.user.get_or_none(path)
+        if current is None:
+            self.server.seed(evaluation_path(namespace), {"metadata": {"name": name}})
+            current = {}
+        gone = {key: None for key in current.get("status") or {} if key not in st}
+        self.user.merge_patch(path + "/status", {"status": {**gone, **st}})
+
+    def status(self, name: str, namespace: str = "a") -> dict[str, Any]:
+        """The evaluation's status, which the operator's patches must keep valid."""
+        found: dict[str, Any] = self.user.get(evaluation_path(namespace, name)).get("status") or {}
+        EvaluationStatus.model_validate(found)
+        return found
+
+    def add_workloads(self, *workloads: dict[str, Any]) -> None:
+        for wl in workloads:
+            self.server.seed(kueue.workloads_path("a"), wl)
+
+    def add_workload_condition(self, name: str, condition: dict[str, Any]) -> None:
+        path = f"{kueue.workloads_path('a')}/{name}"
+        conditions = self.user.get(path)["status"]["conditions"]
+        self.user.merge_patch(
+            path + "/status", {"status": {"conditions": [*conditions, condition]}}
+        )
+
+
+def watch(cluster: Cluster, events: list[status.Event]) -> kueue.KueueWatch:
     ctx = Context(
         settings=OperatorSettings(),
-        kube=kube,  # type: ignore[arg-type]
+        kube=cluster.kube,
         post_event=lambda _obj, event: events.append(event),
         clock=lambda: T1,
     )
@@ -401,34 +426,38 @@ def watch(kube: FakeKube, events: list[status.Event]) -> kueue.KueueWatch:
 
 
 def test_the_watch_shows_kueues_reason_once_and_reads_nothing_more_while_it_holds() -> None:
-    kube, events = FakeKube(), []
-    kube.add("e", waiting("team-queue"))
-    kube.add("f", apply({}, status.waiting_for_kueue({}, 1, "f-g1", "f-r", "team-queue", T0)))
-    kube.workloads["a"] = [
-        workload(condition_of("QuotaReserved", "False", "Pending", PENDING_TEXT), uid=uid)
-        for uid in ("uid-e-g1", "uid-f-g1")
-    ]
-    w = watch(kube, events)
+    cluster, events = Cluster(), []
+    cluster.add("e", waiting("team-queue"))
+    cluster.add("f", apply({}, status.waiting_for_kueue({}, 1, "f-g1", "f-r", "team-queue", T0)))
+    cluster.add_workloads(
+        *(
+            workload(condition_of("QuotaReserved", "False", "Pending", PENDING_TEXT), uid=uid)
+            for uid in ("uid-e-g1", "uid-f-g1")
+        )
+    )
+    kube = cluster.kube
+    w = watch(cluster, events)
     assert w.poll() == {}, "nothing waits: nothing is read"
-    assert not kube.lists
+    assert not kube.requests
     w.observe(suspended_job("e-g1"))
     w.observe(suspended_job("f-g1"))
     done = w.poll()
     assert set(done) == {"a/e-g1", "a/f-g1"} and done["a/e-g1"].startswith("Pending: ")
-    assert len(kube.lists) == 1, "one list per namespace per tick"
-    assert kube.lists[0][1] == "kueue.x-k8s.io/job-uid in (uid-e-g1,uid-f-g1)"
-    assert cond(kube.status("e"), ConditionType.QUEUED)["reason"] == "Pending"
+    assert kube.requests[("list", "workloads")] == 1, "one list per namespace per tick"
+    assert cluster.workload_api.lists[0][1] == "kueue.x-k8s.io/job-uid in (uid-e-g1,uid-f-g1)"
+    assert cond(cluster.status("e"), ConditionType.QUEUED)["reason"] == "Pending"
     assert [e.reason for e in events] == ["Pending", "Pending"]
-    gets, patches = kube.gets, len(kube.patches)
+    gets, patches = kube.requests[GETS], kube.requests[PATCHES]
     assert w.poll() == {"a/e-g1": "unchanged", "a/f-g1": "unchanged"}
-    assert (kube.gets, len(kube.patches), len(events)) == (gets, patches, 2)
+    assert (kube.requests[GETS], kube.requests[PATCHES], len(events)) == (gets, patches, 2)
 
     # Kueue's reason changes: patched, with an Event; the Job unsuspended: forgotten.
-    kube.workloads["a"][0]["status"]["conditions"].append(
-        condition_of("Evicted", "True", "Deactivated", "The workload is deactivated", T1)
+    cluster.add_workload_condition(
+        "job-uid-e-g1",
+        condition_of("Evicted", "True", "Deactivated", "The workload is deactivated", T1),
     )
     w.poll()
-    st = kube.status("e")
+    st = cluster.status("e")
     assert cond(st, ConditionType.QUEUED)["reason"] == "Deactivated"
     assert events[-1].type == "Warning" and len(events) == 3
     w.observe(suspended_job("e-g1", suspend=False))
@@ -437,13 +466,13 @@ def test_the_watch_shows_kueues_reason_once_and_reads_nothing_more_while_it_hold
 
 
 def test_a_status_not_yet_queued_is_tried_again_at_the_next_tick() -> None:
-    kube, events = FakeKube(), []
-    kube.add("e", {})  # the Job event that makes it Queued has not been handled yet
-    kube.workloads["a"] = [workload(condition_of("QuotaReserved", "False", "Pending", "x"))]
-    w = watch(kube, events)
+    cluster, events = Cluster(), []
+    cluster.add("e", {})  # the Job event that makes it Queued has not been handled yet
+    cluster.add_workloads(workload(condition_of("QuotaReserved", "False", "Pending", "x")))
+    w = watch(cluster, events)
     w.observe(suspended_job())
     assert w.poll() == {"a/e-g1": "not queued"}
-    kube.add("e", waiting())
+    cluster.add("e", waiting())
     assert w.poll()["a/e-g1"] == "Pending: x"
     assert w.poll()["a/e-g1"] == "unchanged"
 
@@ -451,54 +480,58 @@ def test_a_status_not_yet_queued_is_tried_again_at_the_next_tick() -> None:
 def test_without_kueue_the_watch_does_nothing_and_says_so_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kube, events = FakeKube(), []
-    kube.add("e", waiting())
-    kube.served = ()
-    w = watch(kube, events)
+    cluster, events = Cluster(), []
+    cluster.add("e", waiting())
+    cluster.workload_api.served = ()
+    w = watch(cluster, events)
     w.observe(suspended_job())
     with caplog.at_level(logging.INFO, logger="mlmodelscope.controller.kueue"):
         assert w.poll() == {}
         assert w.poll() == {}
-    assert [p for p, _ in kube.lists] == [
+    assert [p for p, _ in cluster.workload_api.lists] == [
         "/apis/kueue.x-k8s.io/v1beta2/namespaces/a/workloads",
         "/apis/kueue.x-k8s.io/v1beta1/namespaces/a/workloads",
     ] * 2
     said = [r.getMessage() for r in caplog.records if "not served" in r.getMessage()]
-    assert len(said) == 1 and not kube.patches and not events
+    assert len(said) == 1 and not events
+    assert cluster.kube.requests == {("list", "workloads"): 4}
 
 
 def test_an_older_kueue_is_read_as_v1beta1_and_remembered() -> None:
-    kube, events = FakeKube(), []
-    kube.add("e", waiting())
-    kube.served = ("v1beta1",)
-    kube.workloads["a"] = [workload(condition_of("QuotaReserved", "False", "Pending", "x"))]
-    w = watch(kube, events)
+    cluster, events = Cluster(), []
+    cluster.add("e", waiting())
+    cluster.workload_api.served = ("v1beta1",)
+    cluster.add_workloads(workload(condition_of("QuotaReserved", "False", "Pending", "x")))
+    w = watch(cluster, events)
     w.observe(suspended_job())
     w.poll()
-    kube.lists.clear()
+    cluster.workload_api.lists.clear()
     w.poll()
-    assert [p for p, _ in kube.lists] == ["/apis/kueue.x-k8s.io/v1beta1/namespaces/a/workloads"]
-    assert cond(kube.status("e"), ConditionType.QUEUED)["reason"] == "Pending"
+    lists = [p for p, _ in cluster.workload_api.lists]
+    assert lists == ["/apis/kueue.x-k8s.io/v1beta1/namespaces/a/workloads"]
+    assert cond(cluster.status("e"), ConditionType.QUEUED)["reason"] == "Pending"
 
 
 def test_no_rbac_on_workloads_is_said_once_and_never_raises(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kube, events = FakeKube(), []
-    kube.add("e", waiting())
-    kube.list_error = KubeError(403, "GET", "/apis/kueue.x-k8s.io", '{"reason": "Forbidden"}')
-    w = watch(kube, events)
+    cluster, events = Cluster(), []
+    cluster.add("e", waiting())
+    api = cluster.workload_api
+    api.list_error = KubeError(403, "GET", "/apis/kueue.x-k8s.io", '{"reason": "Forbidden"}')
+    w = watch(cluster, events)
     w.observe(suspended_job())
     with caplog.at_level(logging.WARNING, logger="mlmodelscope.controller.kueue"):
         assert w.poll() == {} and w.poll() == {}
     said = [r for r in caplog.records if "workloads.kueue.x-k8s.io" in r.getMessage()]
     assert len(said) == 1
-    kube.list_error = KubeError(500, "GET", "/apis/kueue.x-k8s.io", "boom")
+    api.list_error = KubeError(500, "GET", "/apis/kueue.x-k8s.io", "boom")
     assert w.poll() == {}, "a failing API server is tried again next tick"
+    assert cluster.kube.requests == {("list", "workloads"): 3}
 
 
 def test_the_watch_thread_starts_and_stops() -> None:
-    w = watch(FakeKube(), [])
+    w = watch(Cluster(), [])
     w.seconds = 0.01
     w.start()
     w.stop()

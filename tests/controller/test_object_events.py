@@ -11,6 +11,7 @@ from typing import Any
 from waiting import wait_for
 
 from mlmodelscope.controller.object_events import ObjectEvents
+from mlmodelscope.controller.runs import Handled
 
 
 def job(uid: str = "j1", *, ended: str | None = None, ready: int = 0) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def pod(uid: str = "p1") -> dict[str, Any]:
 class Handler:
     """Records what it was given; can be held (to let events pile up) or made to fail."""
 
-    def __init__(self, outcome: str = "done") -> None:
+    def __init__(self, outcome: str = Handled.WAITING) -> None:
         self.seen: list[tuple[dict[str, Any], bool]] = []
         self.outcome = outcome
         self.release = threading.Event()
@@ -109,7 +110,7 @@ def test_a_pod_event_that_repeats_what_is_shown_is_not_queued_but_its_deletion_i
 
 
 def test_later_events_of_a_settled_job_are_not_queued_until_it_is_deleted() -> None:
-    on_job = Handler(outcome="already final")
+    on_job = Handler(outcome=Handled.ALREADY_FINAL)
     events = ObjectEvents(on_job, Handler(), workers=1)
     events.start()
     try:
@@ -126,10 +127,10 @@ def test_later_events_of_a_settled_job_are_not_queued_until_it_is_deleted() -> N
 def test_a_job_is_not_settled_while_it_runs_while_a_retry_waits_or_when_its_handler_failed() -> (
     None
 ):
-    cases: list[tuple[dict[str, Any], str, bool]] = [
-        (job(ready=1), "running", False),
-        (job(ended="Failed"), "retrying in 0.5s", False),
-        (job(ended="Failed"), "BackoffLimitExceeded", True),
+    cases: list[tuple[dict[str, Any], Handled, bool]] = [
+        (job(ready=1), Handled.RUNNING, False),
+        (job(ended="Failed"), Handled.RETRYING, False),
+        (job(ended="Failed"), Handled.FAILED, True),
     ]
     for body, outcome, fail in cases:
         on_job = Handler(outcome=outcome)

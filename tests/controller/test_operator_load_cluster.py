@@ -9,6 +9,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -16,6 +17,7 @@ from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube
 from mlmodelscope.devcluster.cluster import Cluster
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -43,6 +45,13 @@ def probe_namespace(cluster: Cluster, namespace: str) -> Iterator[str]:
     core.delete_namespace(name)
 
 
+def serves_metrics(load: Any, port: int) -> bool:
+    try:
+        return "mlmodelscope_operator" in load.scrape(port)
+    except OSError:
+        return False
+
+
 def test_a_backlog_of_evaluations_drains_with_the_operator_responsive_and_lists_flat(
     cluster: Cluster,
     namespace: str,
@@ -51,15 +60,19 @@ def test_a_backlog_of_evaluations_drains_with_the_operator_responsive_and_lists_
     start_operator: Callable[..., OperatorProcess],
 ) -> None:
     load = load_module()
+    port = load.free_port()
     operator = start_operator(
         MLMS_OPERATOR_NAMESPACES=f"{namespace},{probe_namespace}",
         MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE=str(LIMIT),
         MLMS_OPERATOR_RESYNC_SECONDS=str(RESYNC_SECONDS),
+        MLMS_OPERATOR_METRICS_PORT=str(port),
     )
     assert operator.proc is not None
+    wait_for("the operator's /metrics", lambda: serves_metrics(load, port), 60)
     report = load.run_load(
         kube,
         lambda: cluster.kubectl("get", "--raw", "/metrics").stdout,
+        lambda: load.scrape(port),
         operator.proc.pid,
         namespace,
         probe_namespace,
@@ -87,5 +100,11 @@ def test_a_backlog_of_evaluations_drains_with_the_operator_responsive_and_lists_
     assert report.lists["modelevaluations"] <= per_kind, report.lists
     assert report.lists["jobs"] <= per_kind + report.edited, report.lists
     assert per_kind + report.edited < EVALUATIONS / 2
+    # The operator's own requests, counted by its client: a Job created per run, and the
+    # evaluation read once per reconcile and once more per admission from the queue, plus
+    # what conflicts cost (about 3.5 per run here; the watch feeds every other read).
+    own = report.operator_requests_per_run
+    assert 0.9 <= own["create jobs"] <= 1.2, own
+    assert own.get("get modelevaluations", 0) <= 5, own
     # Bounded: the backlog costs the operator little memory.
     assert report.rss_mib_peak - report.rss_mib_start < 150, report.table()

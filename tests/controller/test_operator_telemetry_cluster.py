@@ -148,6 +148,11 @@ def test_prometheus_scrapes_the_operator_as_the_chart_says_and_the_numbers_match
     # Jobs created and results collected: two of each, none for the broken spec
     settles_at(prometheus, f"mlmodelscope_operator_jobs_created_total{{{ns}}}", 2)
     settles_at(prometheus, f"mlmodelscope_operator_results_collected_total{{{ns}}}", 2)
+    # the operator's own requests: the two Jobs created, nothing refused
+    requests = "mlmodelscope_operator_api_requests_total"
+    settles_at(prometheus, f'sum({requests}{{verb="create", resource="jobs"}})', 2)
+    assert value(prometheus, f'sum({requests}{{code="5xx"}}) or vector(0)') == 0
+    assert value(prometheus, f'sum({requests}{{resource="modelevaluations/status"}})') >= 6
     # the reconcile histogram: every evaluation created once, the broken one a permanent error
     created = f'{HISTOGRAM}_count{{handler="created", outcome="%s"}}'
     settles_at(prometheus, created % "success", 2)

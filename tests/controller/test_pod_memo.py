@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fakes import FakeApiServer, FakeKube
 from mlmodelscope.contract.kube import evaluation_path
 from mlmodelscope.controller import names, runs
 from mlmodelscope.controller.context import Context
@@ -13,36 +14,30 @@ from mlmodelscope.controller.pod_memo import PodMemo
 from mlmodelscope.controller.settings import OperatorSettings
 
 PATH = evaluation_path("a", "e")
+GETS = ("get", "modelevaluations")
+PATCHES = ("patch", "modelevaluations/status")
 
 
-class CountingKube:
-    """One evaluation; counts the reads and the status patches."""
-
-    def __init__(self, evaluation: dict[str, Any]) -> None:
-        self.evaluation = evaluation
-        self.gets = 0
-        self.patches = 0
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        assert path == PATH
-        self.gets += 1
-        return self.evaluation
-
-    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        assert path == PATH + "/status"
-        self.patches += 1
-        self.evaluation["status"] = {**self.evaluation["status"], **body["status"]}
-        return self.evaluation
-
-
-def world(job_name: str | None = "e-g1") -> tuple[Context, CountingKube]:
-    evaluation = {
-        "metadata": {"name": "e", "namespace": "a", "uid": "ev", "generation": 1},
-        "status": {"observedGeneration": 1, "phase": "Pending", "jobName": job_name},
-    }
-    kube = CountingKube(evaluation)
+def world(job_name: str | None = "e-g1") -> tuple[Context, FakeKube]:
+    """One evaluation on a fake API server; the operator's client counts its requests."""
+    server = FakeApiServer()
+    server.add_namespace("a")
+    server.seed(
+        evaluation_path("a"),
+        {
+            "metadata": {"name": "e"},
+            "status": {"observedGeneration": 1, "phase": "Pending", "jobName": job_name},
+        },
+    )
+    kube = FakeKube(server)
     ctx = Context(settings=OperatorSettings(), kube=kube, clock=lambda: "2026-11-24T00:00:00Z")
     return ctx, kube
+
+
+def stored_status(kube: FakeKube) -> dict[str, Any]:
+    """The evaluation's status as the API server has it (read apart from the operator's)."""
+    found: dict[str, Any] = FakeKube(kube.server).get(PATH)["status"]
+    return found
 
 
 def pod(uid: str = "pod-1", node: str | None = "cpu-0", unschedulable: str = "") -> dict:
@@ -68,12 +63,12 @@ def pod(uid: str = "pod-1", node: str | None = "cpu-0", unschedulable: str = "")
 def test_a_repeated_scheduled_state_reads_nothing_and_deleted_forgets_the_pod() -> None:
     ctx, kube = world()
     assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
-    assert (kube.gets, kube.patches) == (1, 1)
+    assert kube.requests == {GETS: 1, PATCHES: 1}
     for _ in range(3):  # started, finished, ... : the same state
         assert handle_pod.pod_changed(pod(), ctx) == "scheduled, already shown"
-    assert (kube.gets, kube.patches) == (1, 1)
+    assert kube.requests == {GETS: 1, PATCHES: 1}
     assert handle_pod.pod_changed(pod(), ctx, deleted=True) == "scheduled, already shown"
-    assert len(ctx.pod_memo) == 0 and kube.gets == 1
+    assert len(ctx.pod_memo) == 0 and kube.requests == {GETS: 1, PATCHES: 1}
 
 
 def test_a_state_the_run_ignored_is_not_remembered() -> None:
@@ -81,10 +76,11 @@ def test_a_state_the_run_ignored_is_not_remembered() -> None:
     so the next event must read again."""
     ctx, kube = world(job_name=None)
     handle_pod.pod_changed(pod(), ctx)
-    assert kube.patches == 0 and len(ctx.pod_memo) == 0
-    kube.evaluation["status"]["jobName"] = "e-g1"
+    assert kube.requests[PATCHES] == 0 and len(ctx.pod_memo) == 0
+    FakeKube(kube.server).merge_patch(PATH + "/status", {"status": {"jobName": "e-g1"}})
     assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
-    assert kube.patches == 1 and len(ctx.pod_memo) == 1
+    assert kube.requests[PATCHES] == 1 and len(ctx.pod_memo) == 1
+    assert kube.requests[GETS] == 2, "nothing was remembered: the second event read again"
 
 
 def test_unschedulable_then_scheduled_both_reach_the_status() -> None:
@@ -92,10 +88,10 @@ def test_unschedulable_then_scheduled_both_reach_the_status() -> None:
     waiting = pod(unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     assert handle_pod.pod_changed(waiting, ctx) == "unschedulable"
     handle_pod.pod_changed(waiting, ctx)
-    assert (kube.gets, kube.patches) == (1, 1)
+    assert kube.requests == {GETS: 1, PATCHES: 1}
     assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
-    assert kube.patches == 2
-    scheduled = [c for c in kube.evaluation["status"]["conditions"] if c["type"] == "Scheduled"]
+    assert kube.requests[PATCHES] == 2
+    scheduled = [c for c in stored_status(kube)["conditions"] if c["type"] == "Scheduled"]
     assert scheduled[0]["status"] == "True"
 
 

@@ -9,32 +9,45 @@ from typing import Any
 
 from result_docs import row, summary
 
-from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path
+from fakes import FakeApiServer, FakeKube, Request
+from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path, pod_path
 from mlmodelscope.contract.wire import SUMMARY_KEY
 from mlmodelscope.controller import ledger, names, queue, runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job, handle_pod
+from mlmodelscope.controller.runs import Handled
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.slim import slim, slim_evaluation, slim_job
 from mlmodelscope.controller.status import ConditionType, Reason
 
 T0 = "2026-11-22T08:00:00Z"
+PODS = ("list", "pods")
+EVENTS = ("list", "events")
 
 
-class PodsAndEvents:
-    """The two reads :func:`runs.start_failure` makes: the Job's pods and its Events."""
+def failed_create(job_name: str = "e-g1", reason: str = "FailedCreate", **fields: Any) -> dict:
+    """An Event of the Job controller about Job ``job_name`` (uid j)."""
+    involved = {"kind": "Job", "name": job_name, "uid": "j"}
+    return {"metadata": {"generateName": f"{job_name}."}, "involvedObject": involved,
+            "reason": reason, "lastTimestamp": T0, "message": reason, **fields}  # fmt: skip
 
-    def __init__(self, pods: list[dict[str, Any]], events: list[dict[str, Any]] | None = None):
-        self.pods = pods
-        self.events = events or []
 
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        assert label_selector == f"{runs.JOB_NAME_LABEL}=e-g1"
-        return self.pods
-
-    def request(self, method: str, path: str, params: dict[str, str]) -> dict[str, Any]:
-        assert "reason=FailedCreate" in params["fieldSelector"]
-        return {"items": self.events}
+def pods_and_events(
+    pods: list[dict[str, Any]], events: list[dict[str, Any]] | None = None
+) -> FakeKube:
+    """The two reads :func:`runs.start_failure` makes, the Job e-g1's pods and its
+    FailedCreate Events, from an API server that also holds another Job's waiting pod and
+    e-g1's SuccessfulCreate Event (which neither read may return); the operator's client."""
+    server = FakeApiServer()
+    server.add_namespace("a")
+    other = waiting_pod("CreateContainerConfigError", "another Job's pod")
+    for index, pod in enumerate([*pods, other]):
+        job_name = "e-g1" if index < len(pods) else "f-g1"
+        meta = {"name": f"{job_name}-{index}", "labels": {runs.JOB_NAME_LABEL: job_name}}
+        server.seed(pod_path("a"), {**pod, "metadata": {**meta, **(pod.get("metadata") or {})}})
+    for event in [*(events or []), failed_create(reason="SuccessfulCreate")]:
+        server.seed("/api/v1/namespaces/a/events", event)
+    return FakeKube(server)
 
 
 def ctx_with(kube: Any, timeout: float = 60.0) -> Context:
@@ -58,7 +71,7 @@ def waiting_pod(reason: str, message: str, phase: str = "Pending") -> dict[str, 
 
 def test_a_container_that_cannot_start_is_named_after_the_start_timeout() -> None:
     pods = [waiting_pod("CreateContainerConfigError", 'secret "hf" not found')]
-    ctx = ctx_with(PodsAndEvents(pods))
+    ctx = ctx_with(pods_and_events(pods))
     assert runs.start_failure(ctx, job(age_s=10)) is None  # still young
     assert runs.start_failure(ctx, job(age_s=120)) == (
         "CreateContainerConfigError",
@@ -69,39 +82,21 @@ def test_a_container_that_cannot_start_is_named_after_the_start_timeout() -> Non
 
 def test_waiting_for_a_node_or_running_is_not_a_start_failure() -> None:
     unschedulable = {"status": {"phase": "Pending", "conditions": [{"type": "PodScheduled"}]}}
-    assert runs.start_failure(ctx_with(PodsAndEvents([unschedulable])), job(120)) is None
+    assert runs.start_failure(ctx_with(pods_and_events([unschedulable])), job(120)) is None
     creating = waiting_pod("ContainerCreating", "")
-    assert runs.start_failure(ctx_with(PodsAndEvents([creating])), job(120)) is None
+    assert runs.start_failure(ctx_with(pods_and_events([creating])), job(120)) is None
     running = waiting_pod("ImagePullBackOff", "x", phase="Running")
-    assert runs.start_failure(ctx_with(PodsAndEvents([running])), job(120)) is None
+    assert runs.start_failure(ctx_with(pods_and_events([running])), job(120)) is None
 
 
 def test_a_job_that_cannot_create_its_pod_names_the_event() -> None:
-    event = {
-        "involvedObject": {"uid": "j"},
-        "lastTimestamp": T0,
-        "message": 'Error creating: pods "e-g1-" is forbidden: serviceaccount "nobody" not found',
-    }
-    found = runs.start_failure(ctx_with(PodsAndEvents([], [event])), job(120))
+    event = failed_create(
+        message='Error creating: pods "e-g1-" is forbidden: serviceaccount "nobody" not found'
+    )
+    found = runs.start_failure(ctx_with(pods_and_events([], [event])), job(120))
     assert found is not None and found[0] == "FailedCreate"
     assert 'serviceaccount "nobody" not found' in found[1]
-    assert runs.start_failure(ctx_with(PodsAndEvents([], [])), job(120)) is None
-
-
-class Counted(PodsAndEvents):
-    """Counts the pod LISTs and Event reads."""
-
-    def __init__(self, pods: list[dict[str, Any]], events: list[dict[str, Any]] | None = None):
-        super().__init__(pods, events)
-        self.reads: list[str] = []
-
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        self.reads.append("pods")
-        return super().list(path, label_selector)
-
-    def request(self, method: str, path: str, params: dict[str, str]) -> dict[str, Any]:
-        self.reads.append("events")
-        return super().request(method, path, params)
+    assert runs.start_failure(ctx_with(pods_and_events([], [])), job(120)) is None
 
 
 def test_a_run_whose_pod_ran_lists_nothing_and_a_job_without_pods_lists_no_pods() -> None:
@@ -112,21 +107,21 @@ def test_a_run_whose_pod_ran_lists_nothing_and_a_job_without_pods_lists_no_pods(
     its FailedCreate Event."""
     started = {"status": {"phase": "Succeeded"}, "metadata": {"ownerReferences": [
         {"kind": "Job", "uid": "j", "controller": True}]}}  # fmt: skip
-    kube = Counted([started])
+    kube = pods_and_events([started])
     ctx = ctx_with(kube)
-    assert runs.start_failure(ctx, job(120)) is None and kube.reads == ["pods"]
+    assert runs.start_failure(ctx, job(120)) is None and kube.requests == {PODS: 1}
     ctx.started_jobs.observe_pod({**started, "status": {"phase": "Pending"}})
     assert not ctx.started_jobs.shown("j", True)  # waiting is not started
     ctx.started_jobs.observe_pod(started)
-    assert runs.start_failure(ctx, job(120)) is None and kube.reads == ["pods"]
+    assert runs.start_failure(ctx, job(120)) is None and kube.requests == {PODS: 1}
     ctx.started_jobs.forget("j")  # its Job was deleted
-    kube = Counted([], [])
+    kube = pods_and_events([], [])
     ctx = ctx_with(kube)
-    assert runs.start_failure(ctx, job(120, active=0)) is None and kube.reads == ["events"]
+    assert runs.start_failure(ctx, job(120, active=0)) is None and kube.requests == {EVENTS: 1}
     uncounted = job(120, active=0)
     uncounted["status"] = {"uncountedTerminatedPods": {"failed": ["p"]}}
     assert runs.start_failure(ctx, uncounted) is None
-    assert kube.reads == ["events", "pods", "events"]
+    assert kube.requests == {EVENTS: 2, PODS: 1}
 
 
 def test_which_api_answers_are_a_rejection() -> None:
@@ -263,49 +258,37 @@ def test_an_oom_kill_without_a_limit_says_the_node_ran_out() -> None:
     assert "spec.hardware.resources.limits.memory" in message
 
 
-class FakeKube:
-    """Objects by API path: what the Job handler reads and the status patches it writes."""
-
-    def __init__(self, objects: dict[str, dict[str, Any]], pods: list[dict[str, Any]]):
-        self.objects = objects
-        self.pods = pods
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        return self.objects.get(path)
-
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        assert path == "/api/v1/namespaces/a/pods"
-        assert label_selector == f"{runs.JOB_NAME_LABEL}=e-g1"
-        return self.pods
-
-    def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        target = self.objects[path.removesuffix("/status")]
-        target["status"] = {**target.get("status", {}), **body["status"]}
-        return target
-
-
 def failed_job_world(
     pods: list[dict[str, Any]], limits: dict[str, str] | None = None
 ) -> tuple[Context, FakeKube, list[status.Event]]:
     """An evaluation Running its Job e-g1, which failed BackoffLimitExceeded after retries;
-    the agent published a partial result (one batch size) before it was killed."""
-    evaluation = {
-        "metadata": {"name": "e", "namespace": "a", "uid": "ev-uid", "generation": 1},
-        "spec": {"hardware": {"resources": {"limits": limits or {}}}},
-        "status": {"observedGeneration": 1, "phase": "Running", "jobName": "e-g1"},
-    }
+    the agent published a partial result (one batch size) before it was killed. The Job's
+    ``pods`` are stored as created at their creationTimestamp, beside another Job's pod,
+    running and ready, which no read of e-g1's pods may return; ``kube`` is the operator's
+    client on the fake API server."""
+    server = FakeApiServer()
+    server.add_namespace("a")
+    evaluation = server.seed(
+        evaluation_path("a"),
+        {
+            "metadata": {"name": "e"},
+            "spec": {"hardware": {"resources": {"limits": limits or {}}}},
+            "status": {"observedGeneration": 1, "phase": "Running", "jobName": "e-g1"},
+        },
+    )
     partial = summary(status="Failed", results=[row(1)])
+    owner = {"uid": evaluation["metadata"]["uid"]}
     configmap = {
-        "metadata": {"ownerReferences": [{"uid": "ev-uid"}]},
+        "metadata": {"name": "e-results", "ownerReferences": [owner]},
         "data": {SUMMARY_KEY: partial.model_dump_json()},
     }
-    kube = FakeKube(
-        {
-            evaluation_path("a", "e"): evaluation,
-            configmap_path("a", "e-results"): configmap,
-        },
-        pods,
-    )
+    server.seed(configmap_path("a"), configmap)
+    other = lost_pod("f-g1-a", T1, phase="Running")
+    other["metadata"]["labels"] = {runs.JOB_NAME_LABEL: "f-g1"}
+    other["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    for pod in [*pods, other]:
+        server.seed(pod_path("a"), pod)
+    kube = FakeKube(server)
     events: list[status.Event] = []
     ctx = Context(
         settings=OperatorSettings(),
@@ -316,13 +299,40 @@ def failed_job_world(
     return ctx, kube, events
 
 
-def failed_job(reason: str = "BackoffLimitExceeded") -> dict[str, Any]:
+def user(kube: FakeKube) -> FakeKube:
+    """A client of the same API server whose requests are not the operator's."""
+    return FakeKube(kube.server)
+
+
+def failed_reason(kube: FakeKube) -> str:
+    """The reason of the stored evaluation's Failed condition."""
+    conditions = stored(kube)["status"]["conditions"]
+    return str(next(c for c in conditions if c["type"] == ConditionType.FAILED)["reason"])
+
+
+def stored(kube: FakeKube) -> dict[str, Any]:
+    """The evaluation as the API server has it now."""
+    return user(kube).get(evaluation_path("a", "e"))
+
+
+def write_status(kube: FakeKube, patch: dict[str, Any]) -> None:
+    user(kube).merge_patch(evaluation_path("a", "e") + "/status", {"status": patch})
+
+
+def write_pod_status(kube: FakeKube, pod: str, patch: dict[str, Any]) -> None:
+    user(kube).merge_patch(pod_path("a", pod) + "/status", {"status": patch})
+
+
+def failed_job(kube: FakeKube | None = None, reason: str = "BackoffLimitExceeded") -> dict:
+    """The Job e-g1 (uid job-uid) of ``kube``'s evaluation (else of one with uid ev-uid),
+    failed with ``reason``, as its event brings it."""
+    owner = stored(kube)["metadata"]["uid"] if kube is not None else "ev-uid"
     meta = {
         "name": "e-g1",
         "namespace": "a",
         "uid": "job-uid",
         "labels": names.labels("e", 1),
-        "ownerReferences": [{"uid": "ev-uid"}],
+        "ownerReferences": [{"uid": owner}],
     }
     conditions = [{"type": "Failed", "status": "True", "reason": reason, "message": "limit"}]
     return {"metadata": meta, "status": {"conditions": conditions}}
@@ -331,8 +341,8 @@ def failed_job(reason: str = "BackoffLimitExceeded") -> dict[str, Any]:
 def test_an_oom_killed_last_attempt_ends_oomkilled_and_keeps_the_partial_result() -> None:
     pods = [attempt("e-g1-b", T1, state=OOM), attempt("e-g1-a", T0, state=OOM)]
     ctx, kube, events = failed_job_world(pods)
-    assert handle_job.job_changed(failed_job(), ctx) == "OOMKilled"
-    st = kube.objects[evaluation_path("a", "e")]["status"]
+    assert handle_job.job_changed(failed_job(kube), ctx) is Handled.FAILED
+    st = stored(kube)["status"]
     failed = next(c for c in st["conditions"] if c["type"] == ConditionType.FAILED)
     assert st["phase"] == "Failed" and failed["reason"] == "OOMKilled"
     assert (
@@ -348,40 +358,44 @@ def test_the_oom_reason_needs_the_jobs_own_last_pod_and_no_deadline() -> None:
     foreign = attempt("e-g1-x", T1, state=OOM)
     foreign["metadata"]["ownerReferences"] = [{"uid": "an-earlier-job"}]
     ctx, kube, _ = failed_job_world([foreign, attempt("e-g1-a", T0, state=ended("Error", 1))])
-    assert handle_job.job_changed(failed_job(), ctx) == "BackoffLimitExceeded"
+    assert handle_job.job_changed(failed_job(kube), ctx) is Handled.FAILED
+    assert failed_reason(kube) == "BackoffLimitExceeded"
     ctx, kube, _ = failed_job_world([attempt("e-g1-a", T0, state=OOM)], {"memory": "1Gi"})
-    assert handle_job.job_changed(failed_job("DeadlineExceeded"), ctx) == "DeadlineExceeded"
+    assert handle_job.job_changed(failed_job(kube, "DeadlineExceeded"), ctx) is Handled.FAILED
+    assert failed_reason(kube) == "DeadlineExceeded"
     ctx, kube, _ = failed_job_world([attempt("e-g1-a", T0, state=OOM)], {"memory": "512Mi"})
-    assert handle_job.job_changed(failed_job(), ctx) == "OOMKilled"
-    message = kube.objects[evaluation_path("a", "e")]["status"]["message"]
+    assert handle_job.job_changed(failed_job(kube), ctx) is Handled.FAILED
+    assert failed_reason(kube) == "OOMKilled"
+    message = stored(kube)["status"]["message"]
     assert message.endswith("(OOMKilled, exit 137); raise spec.hardware.resources.limits.memory")
 
 
 def test_a_transient_api_error_is_retried_later_without_sleeping_in_the_handler() -> None:
     pods = [attempt("e-g1-a", T0, state=OOM)]
     ctx, kube, events = failed_job_world(pods)
+    job = failed_job(kube)
     patches: list[str] = []
-    patch = kube.merge_patch
 
-    def flaky_patch(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        patches.append(path)
-        if len(patches) == 1:
-            raise KubeError(503, "PATCH", path, '{"reason": "ServiceUnavailable"}')
-        return patch(path, body)
+    def flaky_patch(request: Request) -> None:
+        if request.key == ("patch", "modelevaluations/status"):
+            patches.append(request.path)
+            if len(patches) == 1:
+                raise KubeError(503, "PATCH", request.path, '{"reason": "ServiceUnavailable"}')
 
-    kube.merge_patch = flaky_patch  # type: ignore[method-assign]
+    kube.server.before = flaky_patch
     try:
         started = time.monotonic()
-        outcome = handle_job.job_progressed(failed_job(), ctx)
-        assert outcome == f"retrying in {handle_job.RETRY_DELAYS[0]:.1f}s"
+        outcome = handle_job.job_progressed(job, ctx)
+        assert outcome is Handled.RETRYING
         assert time.monotonic() - started < handle_job.RETRY_DELAYS[0]  # the handler returned
         assert ctx.ledger.running() == {}  # the failed Job holds no slot, noted at once
-        st = kube.objects[evaluation_path("a", "e")]["status"]
+        st = stored(kube)["status"]
         deadline = time.monotonic() + 5
         while st.get("phase") != "Failed" and time.monotonic() < deadline:
             time.sleep(0.05)
-            st = kube.objects[evaluation_path("a", "e")]["status"]
+            st = stored(kube)["status"]
         assert st["phase"] == "Failed" and len(patches) == 2
+        assert kube.requests[("patch", "modelevaluations/status")] == 2
         assert [e.reason for e in events] == ["OOMKilled"]
     finally:
         ctx.later.stop()
@@ -432,14 +446,15 @@ def test_the_pod_handler_reports_a_disruption_unless_a_later_attempt_runs() -> N
     gone = lost_pod("e-g1-a", T0, reason="DeletionByPodGC", message="PodGC: node no longer exists")
     gone["metadata"].update(meta)
     replacement = lost_pod("e-g1-b", T1, phase="Pending")
+    replacement["metadata"].update(meta)
     ctx, kube, events = failed_job_world([gone, replacement])
     assert handle_pod.pod_changed(gone, ctx) == "disrupted"
-    st = kube.objects[evaluation_path("a", "e")]["status"]
+    st = stored(kube)["status"]
     assert st["phase"] == "Pending" and "e-g1-a on node cpu-exec-0" in st["message"]
     assert [(e.type, e.reason) for e in events] == [("Warning", "PodDisrupted")]
     handle_pod.pod_changed(gone, ctx)  # its next event (deleted) says nothing new
     assert len(events) == 1
-    kube.pods[1]["status"]["phase"] = "Running"
+    write_pod_status(kube, "e-g1-b", {"phase": "Running"})
     assert handle_pod.pod_changed(gone, ctx) == "disrupted, superseded"
 
 
@@ -452,18 +467,19 @@ def test_a_ready_count_of_the_lost_pod_does_not_flip_a_disrupted_run_back_to_run
     gone["metadata"].update(meta)
     gone["status"]["conditions"] += ready
     replacement = lost_pod("e-g1-b", T1, phase="Pending")
+    replacement["metadata"].update(meta)
     ctx, kube, events = failed_job_world([gone, replacement])
     assert handle_pod.pod_changed(gone, ctx) == "disrupted"
-    job = failed_job()
+    job = failed_job(kube)
     job["status"] = {"active": 1, "ready": 1}
     handle_job.job_changed(job, ctx)
     handle_pod.pod_changed(gone, ctx)
-    st = kube.objects[evaluation_path("a", "e")]["status"]
+    st = stored(kube)["status"]
     assert st["phase"] == "Pending"
     assert [e.reason for e in events] == ["PodDisrupted"]
-    kube.pods[1]["status"] = {"phase": "Running", "conditions": ready}
+    write_pod_status(kube, "e-g1-b", {"phase": "Running", "conditions": ready})
     assert handle_job.job_changed(job, ctx) == "running"
-    assert kube.objects[evaluation_path("a", "e")]["status"]["phase"] == "Running"
+    assert stored(kube)["status"]["phase"] == "Running"
 
 
 def test_a_job_deleted_because_the_spec_changed_does_not_fail_the_run_it_replaced() -> None:
@@ -472,15 +488,18 @@ def test_a_job_deleted_because_the_spec_changed_does_not_fail_the_run_it_replace
     Failed/JobDeleted (kubectl wait --for=condition=Failed must not fire), no Event. A Job
     deleted with the spec unchanged still fails its run."""
     ctx, kube, events = failed_job_world([])
-    evaluation = kube.objects[evaluation_path("a", "e")]
-    kube.objects.pop(configmap_path("a", "e-results"))  # nothing published
-    running = {**failed_job(), "status": {"active": 1}}
-    evaluation["metadata"]["generation"] = 2
-    assert handle_job.job_changed(running, ctx, deleted=True) == "replaced"
-    assert evaluation["status"]["phase"] == "Running" and events == []
-    evaluation["metadata"]["generation"] = 1
-    assert handle_job.job_changed(running, ctx, deleted=True) == "job deleted"
-    assert evaluation["status"]["phase"] == "Failed"
+    user(kube).delete(configmap_path("a", "e-results"))  # nothing published
+    running = {**failed_job(kube), "status": {"active": 1}}
+    user(kube).merge_patch(evaluation_path("a", "e"), {"spec": {"timeout": "5m"}})
+    assert stored(kube)["metadata"]["generation"] == 2
+    assert handle_job.job_changed(running, ctx, deleted=True) is Handled.REPLACED
+    assert stored(kube)["status"]["phase"] == "Running" and events == []
+    ctx, kube, events = failed_job_world([])  # the same, with the spec unchanged
+    user(kube).delete(configmap_path("a", "e-results"))
+    running = {**failed_job(kube), "status": {"active": 1}}
+    assert stored(kube)["metadata"]["generation"] == 1
+    assert handle_job.job_changed(running, ctx, deleted=True) is Handled.FAILED
+    assert stored(kube)["status"]["phase"] == "Failed"
     assert [e.reason for e in events] == ["JobDeleted"]
 
 
@@ -527,9 +546,9 @@ def test_a_resync_tick_drops_each_copy_once_it_is_reconciled(monkeypatch: Any) -
     assert listing.jobs._packed["a", "e1-g1"] == '{"metadata":{"name":"e1-g1"}}'
     seen: list[tuple[str, list[tuple[str, str]]]] = []
 
-    def reconciled(ctx: Context, evaluation: dict[str, Any], listed: dict[Any, Any]) -> str:
+    def reconciled(ctx: Context, evaluation: dict[str, Any], listed: dict[Any, Any]) -> Handled:
         seen.append((evaluation["metadata"]["name"], sorted(listed)))
-        return "waiting"
+        return Handled.WAITING
 
     monkeypatch.setattr(handle_evaluation, "sync_ledger", lambda ctx: listing)
     monkeypatch.setattr(handle_evaluation, "admit_queued", lambda ctx: [])
@@ -543,20 +562,13 @@ def test_a_failed_run_the_resync_finds_reads_the_spec_its_copy_left_out() -> Non
     """The resync keeps no spec of what it listed; ending a failed run reads the memory limit
     from the spec, so it reads the evaluation again: the message names the spec's limit."""
     ctx, kube, _ = failed_job_world([attempt("e-g1-a", T0, state=OOM)], {"memory": "512Mi"})
-    evaluation = kube.objects[evaluation_path("a", "e")]
-    reads: list[str] = []
-    get = kube.get_or_none
-
-    def counted(path: str) -> dict[str, Any] | None:
-        reads.append(path)
-        return get(path)
-
-    kube.get_or_none = counted  # type: ignore[method-assign]
-    listed = slim_evaluation(evaluation)
+    job = failed_job(kube)
+    listed = slim_evaluation(stored(kube))
     assert "spec" not in listed
-    assert handle_job.job_changed(failed_job(), ctx, listed=listed) == "OOMKilled"
-    assert reads.count(evaluation_path("a", "e")) == 1
-    message = evaluation["status"]["message"]
+    assert handle_job.job_changed(job, ctx, listed=listed) is Handled.FAILED
+    assert failed_reason(kube) == "OOMKilled"
+    assert kube.requests[("get", "modelevaluations")] == 1
+    message = stored(kube)["status"]["message"]
     assert message.endswith("(OOMKilled, exit 137); raise spec.hardware.resources.limits.memory")
 
 
@@ -565,23 +577,24 @@ def test_a_run_whose_status_shows_it_waits_for_a_node_lists_no_pods_for_a_start_
     lists the Job's pods; at 5,000 evaluations on a 110-pod node that was thousands of pod
     LISTs per tick. A run whose status shows the scheduler's "unschedulable" waits for a node,
     which is not a start failure: nothing is listed. Without it, the pods are checked."""
-    ctx, kube, _ = failed_job_world([])
+    pending = {"metadata": {"name": "e-g1-a", "labels": {runs.JOB_NAME_LABEL: "e-g1"}},
+               "status": {"phase": "Pending"}}  # fmt: skip
+    ctx, kube, _ = failed_job_world([pending])
     ctx.settings = OperatorSettings(start_timeout_seconds=60)
-    evaluation = kube.objects[evaluation_path("a", "e")]
-    evaluation["status"]["phase"] = "Pending"
-    change = status.unschedulable(evaluation["status"], 1, "e-g1", "0/5 nodes are available", T1)
-    evaluation["status"].update(change.patch)
-    assert status.waits_for_a_node(evaluation["status"], 1, "e-g1")
-    old = {**failed_job(), "status": {"active": 1}}
+    pending_status = {**stored(kube)["status"], "phase": "Pending"}
+    change = status.unschedulable(pending_status, 1, "e-g1", "0/5 nodes are available", T1)
+    write_status(kube, {"phase": "Pending", **change.patch})
+    assert status.waits_for_a_node(stored(kube)["status"], 1, "e-g1")
+    old = {**failed_job(kube), "status": {"active": 1}}
     old["metadata"]["creationTimestamp"] = job(age_s=120)["metadata"]["creationTimestamp"]
     listed: list[str] = []
 
-    def pending_pods(path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        listed.append(path)
-        return [{"status": {"phase": "Pending"}}]
+    def pod_lists(request: Request) -> None:
+        if request.key == PODS:
+            listed.append(request.path)
 
-    kube.list = pending_pods  # type: ignore[method-assign]
+    kube.server.before = pod_lists
     assert handle_job.job_changed(old, ctx) == "waiting for a node" and listed == []
-    evaluation["status"]["conditions"] = []
+    write_status(kube, {"conditions": []})
     assert handle_job.job_changed(old, ctx) == "waiting"
     assert listed == ["/api/v1/namespaces/a/pods"]

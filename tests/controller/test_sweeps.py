@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from mlmodelscope.contract.kube import KubeError, evaluation_path
+from fakes import FakeApiServer, FakeKube, Request
+from mlmodelscope.contract.kube import evaluation_path
 from mlmodelscope.controller import status as evaluation_status
 from mlmodelscope.controller import sweeps
 from mlmodelscope.controller.context import Context
@@ -339,141 +340,134 @@ def test_a_patch_removes_fields_the_new_status_no_longer_has() -> None:
 # ------------------------------------------------------------------ reconcile, in memory
 
 
-class FakeKube:
-    """Just enough of :class:`~mlmodelscope.contract.kube.Kube` for the sweep handler."""
+PATCHES = ("patch", "evaluationsweeps/status")
 
-    def __init__(self, sweep: dict[str, Any]) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
+
+class Cluster:
+    """A fake API server holding the sweep ``grid`` (and ``others``) in team-a; ``kube`` is
+    the operator's client on it. ``fail_next_create_after_storing``: the next child created
+    is stored but its answer is lost (the server's ``before`` hook stores it, then raises)."""
+
+    def __init__(self, sweep: dict[str, Any], *others: dict[str, Any]) -> None:
+        self.server = FakeApiServer()
+        self.server.add_namespace("team-a")
         self.sweep_path = sweeps.sweep_path("team-a", "grid")
-        self.objects[self.sweep_path] = sweep
-        self.creates: list[str] = []
-        self.patches: list[dict[str, Any]] = []
+        self.server.seed(sweeps.sweep_path("team-a"), sweep)
+        for other in others:
+            self.server.seed(evaluation_path("team-a"), other)
+        self.since = len(self.server.watch_log)
+        self.kube = FakeKube(self.server)
+        self.user = FakeKube(self.server)
+        """The test's own client (what it writes and reads is not the operator's)."""
         self.fail_next_create_after_storing = False
+        self.server.before = self._lose_a_create_answer
 
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        found = self.objects.get(path)
-        return copy.deepcopy(found) if found is not None else None
+    def _lose_a_create_answer(self, request: Request) -> None:
+        if self.fail_next_create_after_storing and request.key == ("create", "modelevaluations"):
+            self.fail_next_create_after_storing = False
+            self.server.handle(request.method, request.path, request.body, request.params)
+            raise OSError("connection reset")
 
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        key, _, value = (label_selector or "").partition("=")
+    @property
+    def creates(self) -> list[str]:
+        """The ModelEvaluations created since the cluster was seeded, in order."""
         return [
-            copy.deepcopy(obj)
-            for p, obj in self.objects.items()
-            if p.startswith(path + "/")
-            and (not key or (obj["metadata"].get("labels") or {}).get(key) == value)
+            event.key[1]
+            for event in self.server.changes(self.since, "modelevaluations")
+            if event.type == "ADDED"
         ]
 
-    def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        target = f"{path}/{body['metadata']['name']}"
-        if target in self.objects:
-            raise KubeError(409, "POST", path, '{"reason": "AlreadyExists"}')
-        stored = copy.deepcopy(dict(body))
-        stored["metadata"].update(generation=1, uid=f"uid-{body['metadata']['name']}")
-        self.objects[target] = stored
-        self.creates.append(body["metadata"]["name"])
-        if self.fail_next_create_after_storing:  # the answer is lost: a retry finds it
-            self.fail_next_create_after_storing = False
-            raise OSError("connection reset")
-        return copy.deepcopy(stored)
-
-    def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        assert path == self.sweep_path + "/status"
-        self.patches.append(copy.deepcopy(dict(body)))
-        sweep = self.objects[self.sweep_path]
-        merged = dict(sweep.get("status") or {})
-        for key, value in body["status"].items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        sweep["status"] = merged
-        return copy.deepcopy(sweep)
-
     def status(self) -> dict[str, Any]:
-        return dict(self.objects[self.sweep_path].get("status") or {})
+        return dict(self.user.get(self.sweep_path).get("status") or {})
+
+    def child(self, name: str) -> dict[str, Any]:
+        return self.user.get(evaluation_path("team-a", name))
 
     def set_child_phase(self, name: str, phase: str, **status: Any) -> None:
-        obj = self.objects[evaluation_path("team-a", name)]
-        obj["status"] = {"observedGeneration": 1, "phase": phase, **status}
+        body = {"status": {"observedGeneration": 1, "phase": phase, **status}}
+        self.user.merge_patch(evaluation_path("team-a", name) + "/status", body)
 
 
-def context(kube: FakeKube, events: list[tuple[str, str]]) -> Context:
+def context(cluster: Cluster, events: list[tuple[str, str]]) -> Context:
     def post(obj: Mapping[str, Any], event: evaluation_status.Event) -> None:
         events.append((event.reason, event.message))
 
     return Context(
         settings=OperatorSettings.from_env({}),
-        kube=kube,  # type: ignore[arg-type]
+        kube=cluster.kube,
         post_event=post,
         clock=lambda: NOW,
     )
 
 
 def test_reconcile_creates_children_runs_them_through_and_patches_only_changes() -> None:
-    kube = FakeKube(sweep_body())
+    cluster = Cluster(sweep_body())
     events: list[tuple[str, str]] = []
-    ctx = context(kube, events)
+    ctx = context(cluster, events)
     outcome = handle_sweep.reconcile(ctx, "team-a", "grid")
-    assert kube.creates == NAMES[:2], outcome
+    assert cluster.creates == NAMES[:2], outcome
     assert [r for r, _ in events] == ["ChildCreated", "ChildCreated"]
-    assert kube.status()["active"] == 2 and len(kube.patches) == 1
+    assert cluster.status()["active"] == 2 and cluster.kube.requests[PATCHES] == 1
+    assert cluster.kube.requests[("create", "modelevaluations")] == 2
     handle_sweep.reconcile(ctx, "team-a", "grid")  # nothing changed: no write, no event
-    assert len(kube.patches) == 1 and len(events) == 2 and kube.creates == NAMES[:2]
+    assert cluster.kube.requests[PATCHES] == 1 and len(events) == 2
+    assert cluster.creates == NAMES[:2]
+    assert cluster.kube.requests[("create", "modelevaluations")] == 2
 
     for index, name in enumerate(NAMES):
-        kube.set_child_phase(name, "Succeeded", **SUCCEEDED_STATUS)
-        handle_sweep.child_changed(kube.objects[evaluation_path("team-a", name)], ctx)
-        assert len(kube.creates) == min(len(NAMES), index + 3)
-    st = kube.status()
+        cluster.set_child_phase(name, "Succeeded", **SUCCEEDED_STATUS)
+        handle_sweep.child_changed(cluster.child(name), ctx)
+        assert len(cluster.creates) == min(len(NAMES), index + 3)
+    st = cluster.status()
     assert st["phase"] == "Succeeded" and st["progress"] == "6/6 Succeeded"
-    assert kube.creates == NAMES
+    assert cluster.creates == NAMES
     assert events[-1][0] == "Succeeded"
 
 
 def test_reconcile_is_idempotent_when_a_create_answer_was_lost() -> None:
-    kube = FakeKube(sweep_body(parallelism=1))
-    ctx = context(kube, [])
-    kube.fail_next_create_after_storing = True
+    cluster = Cluster(sweep_body(parallelism=1))
+    ctx = context(cluster, [])
+    cluster.fail_next_create_after_storing = True
     with pytest.raises(OSError):
         handle_sweep.reconcile(ctx, "team-a", "grid")
     handle_sweep.reconcile(ctx, "team-a", "grid")  # the retry lists the child: no second one
-    assert kube.creates == [NAMES[0]]
-    assert kube.status()["active"] == 1
+    assert cluster.creates == [NAMES[0]]
+    assert cluster.kube.requests[("create", "modelevaluations")] == 1
+    assert cluster.status()["active"] == 1
 
 
 def test_reconcile_reports_a_name_conflict_once() -> None:
-    kube = FakeKube(sweep_body(parallelism=1))
     foreign = {"metadata": {"name": NAMES[0], "namespace": "team-a", "labels": {}}}
-    kube.objects[evaluation_path("team-a", NAMES[0])] = foreign
+    cluster = Cluster(sweep_body(parallelism=1), foreign)
     events: list[tuple[str, str]] = []
-    ctx = context(kube, events)
+    ctx = context(cluster, events)
     handle_sweep.reconcile(ctx, "team-a", "grid")
     handle_sweep.reconcile(ctx, "team-a", "grid")
-    assert kube.creates == [NAMES[1]]
+    assert cluster.creates == [NAMES[1]]
     assert [r for r, _ in events].count("NameConflict") == 1
-    assert kube.status()["children"][0]["phase"] == "Failed"
+    assert cluster.status()["children"][0]["phase"] == "Failed"
 
 
 def test_reconcile_of_an_invalid_sweep_writes_failed_and_raises() -> None:
     body = sweep_body()
     body["spec"]["matrix"]["frameworks"] = ["onnxruntime", "pytorch"]
     body["spec"]["matrix"]["models"][0]["exports"] = []  # pytorch cannot load ONNX
-    kube = FakeKube(body)
+    cluster = Cluster(body)
     events: list[tuple[str, str]] = []
     with pytest.raises(InvalidSpecError, match=r"spec\.matrix\.models\[0\]"):
-        handle_sweep.reconcile(context(kube, events), "team-a", "grid")
-    st = kube.status()
+        handle_sweep.reconcile(context(cluster, events), "team-a", "grid")
+    st = cluster.status()
     assert st["phase"] == "Failed" and "pytorch" in st["message"]
-    assert kube.creates == [] and [r for r, _ in events] == ["InvalidSpec"]
+    assert cluster.creates == [] and [r for r, _ in events] == ["InvalidSpec"]
 
 
 def test_reconcile_ignores_a_child_of_an_earlier_sweep_of_the_same_name() -> None:
-    kube = FakeKube(sweep_body())
-    ctx = context(kube, [])
+    cluster = Cluster(sweep_body())
+    ctx = context(cluster, [])
     orphan = child(sweep_body(), NAMES[0], "Running")
     orphan["metadata"]["ownerReferences"][0]["uid"] = "an-older-sweep"
     assert handle_sweep.child_changed(orphan, ctx) == "another sweep of that name"
-    assert kube.creates == []
+    assert cluster.creates == []
 
 
 def test_parse_body_ignores_server_fields() -> None:

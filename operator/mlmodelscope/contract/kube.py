@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -115,6 +115,31 @@ class ServiceAccount:
         return cls(f"https://{host}:{port}", token, ca, namespace)
 
 
+VERBS: Final = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+CLUSTER_SCOPED: Final = frozenset(
+    {"namespaces", "nodes", "customresourcedefinitions", "clusterroles", "clusterrolebindings"}
+)
+
+RequestObserver = Callable[[str, str, int], None]
+"""Called after each request with its verb, resource (see :func:`request_kind`) and HTTP
+status (0 when no answer came)."""
+
+
+def request_kind(method: str, path: str) -> tuple[str, str]:
+    """(verb, resource) of a request as the API server's audit log and metrics name it:
+    ``get``/``list``/``create``/``patch``/``update``/``delete``, and ``jobs``,
+    ``modelevaluations/status`` (a subresource after a slash)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource, named = (rest[0], len(rest) > 1) if rest else ("", False)
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    verb = VERBS.get(method.upper(), "get" if named else "list")
+    return verb, resource
+
+
 def _configuration() -> Any:
     """A client configuration with room for every operator thread (:data:`POOL_SIZE`)."""
     from kubernetes import client
@@ -127,9 +152,13 @@ def _configuration() -> Any:
 class Kube:
     """JSON requests through an authenticated ``kubernetes.client.ApiClient`` (thread-safe)."""
 
-    def __init__(self, api_client: Any, timeout: float = 30.0) -> None:
+    def __init__(
+        self, api_client: Any, timeout: float = 30.0, observer: RequestObserver | None = None
+    ) -> None:
         self.api_client = api_client
         self.timeout = timeout
+        self.observer = observer
+        """Told of every request (the operator counts its own by verb and resource)."""
 
     @classmethod
     def from_environment(cls) -> Kube:
@@ -175,14 +204,24 @@ class Kube:
             header_params=headers,
             auth_settings=["BearerToken"],
         )
-        response = self.api_client.call_api(
-            method, url, headers, body, None, _request_timeout=self.timeout
-        )
+        try:
+            response = self.api_client.call_api(
+                method, url, headers, body, None, _request_timeout=self.timeout
+            )
+        except Exception:
+            self._observe(method, path, 0)
+            raise
+        self._observe(method, path, response.status)
         response.read()
         text = (response.data or b"").decode("utf-8", errors="replace")
         if not 200 <= response.status <= 299:
             raise KubeError(response.status, method, path, text)
         return json.loads(text) if text else None
+
+    def _observe(self, method: str, path: str, status: int) -> None:
+        if self.observer is not None:
+            verb, resource = request_kind(method, path)
+            self.observer(verb, resource, status)
 
     def get(self, path: str) -> dict[str, Any]:
         result: dict[str, Any] = self.request("GET", path)

@@ -34,7 +34,7 @@ OBJECTS: Final[tuple[tuple[Builder, str, str], ...]] = (
 )
 
 
-def _path(namespace: str, plural: str, group: str, name: str = "") -> str:
+def api_path(namespace: str, plural: str, group: str, name: str = "") -> str:
     return namespaced(namespace, plural, name, group=group)
 
 
@@ -49,10 +49,10 @@ def ensure_agent_access(ctx: Context, evaluation: ModelEvaluation) -> None:
     namespace = evaluation.metadata.namespace or "default"
     for build, plural, group in OBJECTS:
         body = build(evaluation)
-        if ctx.kube.create_if_absent(_path(namespace, plural, group), body):
+        if ctx.kube.create_if_absent(api_path(namespace, plural, group), body):
             continue
         name = body["metadata"]["name"]
-        existing = ctx.kube.get(_path(namespace, plural, group, name))
+        existing = ctx.kube.get(api_path(namespace, plural, group, name))
         if not names.owned_by(existing, evaluation.metadata.uid):
             raise ForeignChildError(
                 f"{body['kind']} {name} belongs to another object (an earlier evaluation of the "

@@ -25,6 +25,7 @@ from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy
 from mlmodelscope.controller.run_store import Recorder
 from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.controller.watched import WatchedEvaluations
 
 log = logging.getLogger("mlmodelscope.controller")
 
@@ -69,6 +70,9 @@ class Context:
     """Each pod's scheduling state its evaluation's status shows (shared by copies)."""
     started_jobs: StartedJobs = field(default_factory=StartedJobs)
     """Jobs a pod of which was seen running or finished (shared by copies)."""
+    watched: WatchedEvaluations = field(default_factory=WatchedEvaluations)
+    """The newest state of each evaluation in flight, from the watch and the operator's own
+    writes (shared by copies)."""
     _locks: dict[tuple[str, str], threading.Lock] = field(default_factory=dict)
     _locks_guard: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,6 +87,12 @@ class Context:
     def forget(self, namespace: str, name: str) -> None:
         with self._locks_guard:
             self._locks.pop((namespace, name), None)
+
+    def read_evaluation(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The evaluation's metadata and status as last watched or written, else as the API
+        server has it now (None when gone). Without its spec when it comes from the watch."""
+        held = self.watched.get(namespace, name)
+        return held if held is not None else self.kube.get_or_none(evaluation_path(namespace, name))
 
     def update_status(
         self,
@@ -100,17 +110,18 @@ class Context:
         to :data:`CONFLICT_ATTEMPTS` times (then the 409 is raised: handlers retry it).
 
         ``known``: the evaluation as the caller has just read it. The first attempt computes
-        from it instead of reading again (a handler that read the evaluation to decide what
-        to do does not pay a second GET); if it is outdated the patch gets 409 and the next
-        attempt reads. A change computed as nothing from it writes nothing and reads nothing.
+        from it, else from what the watch last delivered (:attr:`watched`), instead of reading
+        again; if that is outdated the patch gets 409 and the next attempt reads. A change
+        computed as nothing from it writes nothing and reads nothing.
 
         Returns the evaluation as read (None when gone or being deleted) and the change.
         """
         path = evaluation_path(namespace, name)
         with self.lock(namespace, name):
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-                if attempt == 1 and known is not None:
-                    current: dict[str, Any] | None = dict(known)
+                held = known if known is not None else self.watched.get(namespace, name)
+                if attempt == 1 and held is not None:
+                    current: dict[str, Any] | None = dict(held)
                 else:
                     current = self.kube.get_or_none(path)
                 if current is None or current["metadata"].get("deletionTimestamp"):
@@ -130,6 +141,7 @@ class Context:
                               name)  # fmt: skip
                     continue
                 self.ledger.observe_evaluation(evaluation)
+                self.watched.observe(evaluation)
                 break
         if change.event is not None:
             self.post_event(evaluation, change.event)

@@ -235,6 +235,7 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     async def evaluation_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         deleted = _deleted(event)
         ctx.ledger.observe_evaluation(body, deleted=deleted)
+        ctx.watched.observe(body, deleted=deleted)
         measured.evaluation_seen(body, deleted=deleted)
         reconciles.offer(body, deleted=deleted)
 
@@ -338,6 +339,8 @@ def run_operator(
         ) from exc
     recorder = run_store.Recorder.from_settings(settings)  # the `store` extra, or an error
     instruments = Instruments.start(settings)
+    if instruments.metrics is not None:
+        kube.observer = instruments.metrics.api_request
     if recorder is not None:
         recorder.metrics = instruments.metrics
     alone = standalone or settings.peering is None

@@ -12,6 +12,9 @@ All names carry the ``mlmodelscope_`` prefix and base units; label sets stay bou
   the results store (``MLMS_OPERATOR_STORE_URL``), by :data:`RECORD_OUTCOMES`: ``recorded``
   (a new row), ``already_recorded`` (the run was there: a retried write), ``store_error`` (kept
   for a retry), ``not_recordable`` (no full result document, or one the store rejects).
+* ``mlmodelscope_operator_api_requests_total{verb,resource,code}``: requests of the operator's
+  own client by verb (``get``, ``list``, ``create``, ``patch``, ``delete``), resource
+  (``modelevaluations/status`` for a subresource) and status class; Kopf's watches are not.
 * ``mlmodelscope_operator_records_pending``: results waiting for the store (outbox ConfigMaps
   seen by the last retry pass).
 * ``mlmodelscope_evaluations{namespace,phase}``: evaluations in each phase, every phase present
@@ -264,6 +267,14 @@ class OperatorMetrics:
         )
         for outcome in RECORD_OUTCOMES:
             self.records.labels(outcome)
+        self.api_requests = Counter(
+            "mlmodelscope_operator_api_requests",
+            "Requests the operator's own client sent to the API server, by verb, resource and "
+            "HTTP status class (2xx, 4xx, 5xx; 0xx: no answer). Kopf's watches and peering "
+            "are not counted.",
+            ["verb", "resource", "code"],
+            registry=self.registry,
+        )
         self.records_pending = Gauge(
             "mlmodelscope_operator_records_pending",
             "Results waiting for the results store (outbox ConfigMaps at the last retry pass).",
@@ -278,6 +289,10 @@ class OperatorMetrics:
         if outcome not in OUTCOMES:
             outcome = "error"
         self.reconcile_seconds.labels(handler, outcome).observe(max(seconds, 0.0))
+
+    def api_request(self, verb: str, resource: str, status: int) -> None:
+        """One request of the operator's client (:class:`..contract.kube.Kube` observer)."""
+        self.api_requests.labels(verb, resource, f"{status // 100}xx").inc()
 
     def job_created(self, namespace: str) -> None:
         self.jobs_created.labels(namespace).inc()

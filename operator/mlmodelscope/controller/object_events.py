@@ -32,6 +32,7 @@ from typing import Any, Final
 from mlmodelscope.controller import queue
 from mlmodelscope.controller.keyed import KeyedQueue
 from mlmodelscope.controller.pod_memo import UidMemo
+from mlmodelscope.controller.runs import Handled
 from mlmodelscope.controller.slim import slim_job, slim_pod
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ class ObjectEvents(KeyedQueue[Key, Event]):
             self._settled.remember(uid, True)
 
 
-def _settles(job: Mapping[str, Any], outcome: str) -> bool:
+def _settles(job: Mapping[str, Any], outcome: object) -> bool:
     """The Job has ended and its handler ended the run or found it ended: nothing a later
     event of this Job says can change the evaluation (a pending retry still may)."""
-    return queue.has_ended(job) and not outcome.startswith("retrying")
+    return queue.has_ended(job) and outcome is not Handled.RETRYING

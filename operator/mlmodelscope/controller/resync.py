@@ -24,6 +24,7 @@ from mlmodelscope.controller import memory, names, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_evaluation, handle_job
 from mlmodelscope.controller.periodic import Periodic
+from mlmodelscope.controller.runs import Handled
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,8 @@ UNFINISHED = handle_evaluation.UNFINISHED
 
 def resync_one(
     ctx: Context, evaluation: dict[str, Any], listed: Mapping[tuple[str, str], Any] | None = None
-) -> str:
-    """Reconcile one listed evaluation against its Job; returns what it did (for logs).
+) -> Handled:
+    """Reconcile one listed evaluation against its Job; returns what it did.
 
     ``listed``: the evaluation Jobs of the same tick by (namespace, name), so a tick reads the
     Jobs once instead of once per evaluation; a Job missing there is read again (it may have
@@ -42,9 +43,9 @@ def resync_one(
     current = evaluation.get("status") or {}
     generation = int(meta.get("generation") or 1)
     if meta.get("deletionTimestamp") or not status.is_current(current, generation):
-        return "not mine to resync"  # its create/update handler owns it
+        return Handled.NOTHING_TO_DO  # its create/update handler owns it
     if current.get("phase") not in UNFINISHED or not current.get("jobName"):
-        return "nothing to resync"
+        return Handled.NOTHING_TO_DO
     namespace = str(meta["namespace"])
     job_name = str(current["jobName"])
     job = (listed or {}).get((namespace, job_name))
@@ -53,7 +54,7 @@ def resync_one(
     if job is None:
         return handle_job.job_vanished(ctx, evaluation)
     if not names.owned_by(job, meta.get("uid")):
-        return "not ours"
+        return Handled.NOT_OURS
     return handle_job.job_changed(job, ctx, listed=evaluation)
 
 
@@ -86,7 +87,7 @@ class EvaluationResync(Periodic):
                 continue
             finally:
                 listed.discard(job_key)
-            if outcome not in handle_job.QUIET and "resync" not in outcome:
+            if outcome.worth_logging:
                 log.info("resync %s/%s: %s", meta.get("namespace"), meta.get("name"), outcome)
         started = handle_evaluation.admit_queued(ctx)
         if started:

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import KubeError, configmap_path, job_path, pod_path
@@ -46,6 +47,47 @@ MEMORY_LIMIT_FIELD: Final = "spec.hardware.resources.limits.memory"
 DISRUPTION_TARGET: Final = "DisruptionTarget"
 """The pod condition Kubernetes sets on a pod it deletes or evicts (reason
 ``DeletionByPodGC`` when the pod's node no longer exists)."""
+
+
+class Handled(StrEnum):
+    """What handling a run's Job did (a Job event, the resync, a finished run found): what
+    follows is decided on it, the words are for logs. Why a run failed is in its status."""
+
+    NOT_OURS = "not ours"
+    EVALUATION_GONE = "evaluation gone"
+    OTHER_GENERATION = "other generation"
+    NOTHING_TO_DO = "nothing to do"
+    ALREADY_FINAL = "already final"
+    WAITING = "waiting"
+    WAITING_FOR_A_NODE = "waiting for a node"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    REPLACED = "replaced"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    RETRYING = "retrying"
+
+    @property
+    def frees_no_slot(self) -> bool:
+        """Nothing about the run ended or changed hands: no need to look at the queue."""
+        return self in _FREES_NO_SLOT
+
+    @property
+    def worth_logging(self) -> bool:
+        """The run's status moved (what the resync reports)."""
+        return self not in _FREES_NO_SLOT and self is not Handled.NOTHING_TO_DO
+
+
+_FREES_NO_SLOT: Final = frozenset(
+    {
+        Handled.NOT_OURS,
+        Handled.OTHER_GENERATION,
+        Handled.ALREADY_FINAL,
+        Handled.WAITING,
+        Handled.WAITING_FOR_A_NODE,
+        Handled.RUNNING,
+    }
+)
 
 
 class ForeignChildError(Exception):
@@ -87,9 +129,9 @@ def finish(
     generation: int,
     job_name: str,
     outcome: results.Outcome,
-) -> str:
+) -> Handled:
     """End the run of ``job_name`` from what the agent published (its Job may be gone: deleted
-    after it completed, or TTL-deleted while the operator was away). Returns the outcome."""
+    after it completed, or TTL-deleted while the operator was away)."""
     now = ctx.clock
     ctx.update_status(
         namespace,
@@ -108,7 +150,7 @@ def finish(
         )
         instrument.results_collected(namespace)
         recording.record_finished(ctx, namespace, name, generation, outcome.run_id)
-        return "succeeded"
+        return Handled.SUCCEEDED
     message = outcome.error or "the agent reported Failed"
     ctx.update_status(
         namespace,
@@ -118,7 +160,7 @@ def finish(
         ),
     )
     recording.record_finished(ctx, namespace, name, generation, outcome.run_id)
-    return Reason.EVALUATION_FAILED
+    return Handled.FAILED
 
 
 def _age_seconds(obj: Mapping[str, Any]) -> float | None:
@@ -220,12 +262,12 @@ def start_failure(ctx: Context, job: Mapping[str, Any]) -> tuple[str, str] | Non
 
 def fail_start(
     ctx: Context, namespace: str, name: str, generation: int, job: Mapping[str, Any]
-) -> str | None:
+) -> bool:
     """End the run Failed when its pod did not start (see :func:`start_failure`), naming the
-    reason, and delete the Job so the kubelet stops retrying. Returns the reason, or None."""
+    reason, and delete the Job so the kubelet stops retrying. Returns whether it did."""
     found = start_failure(ctx, job)
     if found is None:
-        return None
+        return False
     reason, detail = found
     job_name = str(job["metadata"]["name"])
     limit = f"{ctx.settings.start_timeout_seconds:g}s"
@@ -237,12 +279,12 @@ def fail_start(
     )
     current = (evaluation or {}).get("status") or {}
     if not status.is_terminal(current, generation) or current.get("jobName") != job_name:
-        return None
+        return False
     ctx.kube.delete(job_path(namespace, job_name))  # the kubelet would retry it forever
     if change:
         log.info("%s/%s: %s", namespace, name, message)
         recording.record_finished(ctx, namespace, name, generation, None)
-    return reason
+    return True
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from mlmodelscope.controller import (
     names,
     policy,
     queue,
+    results,
     runs,
     status,
 )
@@ -109,10 +110,10 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
         raise InvalidSpecError(message) from None
     delete_outdated_jobs(ctx, namespace, name, generation, current)
     enforce_policy(ctx, evaluation)
-    finished = finish_published_run(ctx, evaluation)
+    results_configmap = ensure_configmaps(ctx, evaluation)
+    finished = finish_published_run(ctx, evaluation, results_configmap)
     if finished is not None:
         return finished
-    ensure_configmaps(ctx, evaluation)
     return admit(ctx, evaluation)
 
 
@@ -137,18 +138,24 @@ def enforce_policy(ctx: Context, evaluation: ModelEvaluation) -> None:
     raise PolicyDeniedError(message)
 
 
-def finish_published_run(ctx: Context, evaluation: ModelEvaluation) -> str | None:
+def finish_published_run(
+    ctx: Context, evaluation: ModelEvaluation, results_configmap: Mapping[str, Any] | None
+) -> str | None:
     """The run of this generation already happened when its Job is gone but the agent's
     result for this generation is in the evaluation's results ConfigMap (the Job finished
     and was TTL-deleted while the operator was away): end the run from that result instead
-    of running it a second time. None when there is no such result."""
+    of running it a second time. None when there is no such result.
+
+    ``results_configmap``: the evaluation's own, as :func:`ensure_configmaps` found it (None:
+    it was created just now, so nothing can have been published into it)."""
     namespace = evaluation.metadata.namespace or "default"
     name = evaluation.metadata.name
     generation = builders.generation_of(evaluation)
     job_name = names.job_name(name, generation)
-    uid = evaluation.metadata.uid
-    published = runs.published_outcome(ctx, namespace, name, uid, generation)
-    if published is None or ctx.kube.get_or_none(job_path(namespace, job_name)) is not None:
+    published = results.outcome_from_configmap(results_configmap, generation)
+    if published is None or published.generation != generation:
+        return None
+    if ctx.kube.get_or_none(job_path(namespace, job_name)) is not None:
         return None  # not run yet, or its Job still exists and its events finish it
     outcome = runs.finish(ctx, namespace, name, generation, job_name, published)
     log.info("%s/%s: generation %d already ran: %s", namespace, name, generation, outcome)
@@ -181,12 +188,14 @@ def delete_outdated_jobs(
     return deleted
 
 
-def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> None:
+def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> dict[str, Any] | None:
     """The spec ConfigMap holds this generation's spec; the results ConfigMap exists and holds
     nothing from another generation (the operator also checks the generation when reading);
-    the evaluation's pods may write that ConfigMap (:mod:`..agent_access`)."""
+    the evaluation's pods may write that ConfigMap (:mod:`..agent_access`). Returns the
+    results ConfigMap as it now is, or None when it was created just now (empty)."""
     namespace = evaluation.metadata.namespace or "default"
     generation = str(builders.generation_of(evaluation))
+    found: dict[str, Any] | None = None
     for body, reset in (
         (builders.build_spec_configmap(evaluation), False),
         (builders.build_results_configmap(evaluation), True),
@@ -201,12 +210,14 @@ def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> None:
                 "name?); waiting for it to be garbage-collected"
             )
         labels = existing["metadata"].get("labels") or {}
-        if labels.get(names.LABEL_GENERATION) == generation:
-            continue
-        patch: dict[str, Any] = {"metadata": {"labels": body["metadata"]["labels"]}}
-        patch["data"] = None if reset else body["data"]
-        ctx.kube.merge_patch(configmap_path(namespace, name), patch)
+        if labels.get(names.LABEL_GENERATION) != generation:
+            patch: dict[str, Any] = {"metadata": {"labels": body["metadata"]["labels"]}}
+            patch["data"] = None if reset else body["data"]
+            existing = ctx.kube.merge_patch(configmap_path(namespace, name), patch)
+        if reset:
+            found = existing
     agent_access.ensure_agent_access(ctx, evaluation)
+    return found
 
 
 def created_at(evaluation: ModelEvaluation) -> str:
@@ -298,12 +309,9 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
     results_cm = names.results_configmap_name(name)
     decides = not limits.unlimited and not kueue
     with ctx.admission_lock if decides else contextlib.nullcontext():
-        existing = ctx.kube.get_or_none(job_path(namespace, job_name))
-        if existing is not None and not names.owned_by(existing, evaluation.metadata.uid):
-            raise ForeignChildError(
-                f"Job {job_name} belongs to another object (an earlier evaluation of the same "
-                "name?); waiting for it to be garbage-collected"
-            )
+        # Without a decision to make, the Job is created first and read only when it exists.
+        existing = ctx.kube.get_or_none(job_path(namespace, job_name)) if decides or kueue else None
+        _check_owner(existing, evaluation)
         if existing is None and decides:
             if not ctx.ledger.synced:
                 sync_ledger(ctx)
@@ -339,7 +347,10 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                 ctx.ledger.observe_job(job)
                 instrument.job_created(evaluation)
                 outcome = "job created"
-            existing = job
+                existing = job
+            else:
+                existing = ctx.kube.get_or_none(job_path(namespace, job_name)) or job
+                _check_owner(existing, evaluation)
         if kueue and queue.is_suspended(existing):
             ctx.update_status(
                 namespace,
@@ -363,6 +374,16 @@ def admit(ctx: Context, evaluation: ModelEvaluation) -> str:
                 ),
             )
     return outcome
+
+
+def _check_owner(job: Mapping[str, Any] | None, evaluation: ModelEvaluation) -> None:
+    """Raise ForeignChildError when ``job`` exists and is not this evaluation's."""
+    if job is not None and not names.owned_by(job, evaluation.metadata.uid):
+        name = job["metadata"]["name"]
+        raise ForeignChildError(
+            f"Job {name} belongs to another object (an earlier evaluation of the same name?); "
+            "waiting for it to be garbage-collected"
+        )
 
 
 def admit_queued(ctx: Context) -> list[str]:

@@ -34,6 +34,7 @@ from mlmodelscope.controller import (
 )
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers.handle_evaluation import admit_queued
+from mlmodelscope.controller.runs import Handled
 from mlmodelscope.controller.status import Reason
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,6 @@ RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
 worker threads; the resync heals what the last retry could not)."""
 SPEC_ERROR_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded")
 """Job failure reasons that become InvalidSpec when the agent's error names a spec field."""
-QUIET = (
-    "not ours",
-    "other generation",
-    "already final",
-    "waiting",
-    "waiting for a node",
-    "running",
-)
-"""Outcomes that free no slot: no need to look at the queue."""
 
 
 def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -129,37 +121,33 @@ def job_changed(
     ctx: Context,
     deleted: bool = False,
     listed: Mapping[str, Any] | None = None,
-) -> str:
-    """React to one Job event; returns what it did (for logs). ``listed``: the evaluation as
-    the caller has just listed it (the resync), instead of reading it again; status writes
-    are guarded by its resourceVersion either way. The resync's copy has no spec
+) -> Handled:
+    """React to one Job event; returns what it did. ``listed``: the evaluation as
+    the caller has just listed it (the resync), instead of what the watch last delivered;
+    status writes are guarded by its resourceVersion either way. Neither copy has the spec
     (:func:`..slim.slim_evaluation`): the one branch that reads it (a failed Job) reads the
     evaluation again."""
     owner = owner_of(job)
     if owner is None:
-        return "not ours"
+        return Handled.NOT_OURS
     namespace, name, generation = owner
     job_name = str(job["metadata"]["name"])
-    evaluation = (
-        dict(listed)
-        if listed is not None
-        else ctx.kube.get_or_none(evaluation_path(namespace, name))
-    )
+    evaluation = dict(listed) if listed is not None else ctx.read_evaluation(namespace, name)
     if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
-        return "evaluation gone"
+        return Handled.EVALUATION_GONE
     uid = evaluation["metadata"].get("uid")
     if not names.owned_by(job, uid):
-        return "not ours"  # an earlier evaluation's of the same name, about to be collected
+        return Handled.NOT_OURS  # an earlier evaluation's of the same name, about to be collected
     current = evaluation.get("status") or {}
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
-        return "other generation"
+        return Handled.OTHER_GENERATION
     if current.get("phase") not in ("Queued", "Pending", "Running"):
         if ctx.recorder is not None and not current.get("record") and queue.has_ended(job):
             found = recording.record_finished(
                 ctx, namespace, name, generation, current.get("runId")
             )
             log.info("%s/%s: finished run found unrecorded: %s", namespace, name, found)
-        return "already final"
+        return Handled.ALREADY_FINAL
     now = ctx.clock
     if (
         deleted
@@ -168,7 +156,7 @@ def job_changed(
     ):
         # The spec changed and its handler deleted this Job to replace the run: not a
         # failure. The next generation's status moves the run into history as it stood.
-        return "replaced"
+        return Handled.REPLACED
     if deleted and not queue.has_ended(job):
         # Deleted before the Job said it ended: the agent may still have published the
         # result (a Job deleted right after its pod finished); that result stands.
@@ -182,7 +170,7 @@ def job_changed(
             lambda st: status.failed(st, generation, job_name, Reason.JOB_DELETED, message, now()),
             known=evaluation,
         )
-        return "job deleted"
+        return Handled.FAILED
     # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
     # last state says: the results ConfigMap outlives it.
     if _condition(job, "Complete") is not None:
@@ -197,7 +185,7 @@ def job_changed(
             )
             instrument.results_collected(namespace)
             recording.record_finished(ctx, namespace, name, generation, done.run_id)
-            return "succeeded"
+            return Handled.SUCCEEDED
         if outcome is not None and not outcome.succeeded:
             reason, message = Reason.EVALUATION_FAILED, outcome.error or "the agent reported Failed"
         else:
@@ -217,7 +205,7 @@ def job_changed(
             known=evaluation,
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
-        return reason
+        return Handled.FAILED
     failed_condition = _condition(job, "Failed")
     if failed_condition is not None:
         if "spec" not in evaluation:  # the resync's view (slim_evaluation): read the spec
@@ -239,7 +227,7 @@ def job_changed(
             known=evaluation,
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
-        return reason
+        return Handled.FAILED
     if queue.is_suspended(job):
         labels = job["metadata"].get("labels") or {}
         results_cm = names.results_configmap_name(name)
@@ -250,7 +238,7 @@ def job_changed(
             lambda st: status.waiting_for_kueue(st, generation, job_name, results_cm, kueue, now()),
             known=evaluation,
         )
-        return "suspended"
+        return Handled.SUSPENDED
     if current.get("phase") == "Queued":
         unsuspended, _ = ctx.update_status(
             namespace,
@@ -268,18 +256,17 @@ def job_changed(
             lambda st: status.running(st, generation, job_name, now()),
             known=evaluation,
         )
-        return "running"
+        return Handled.RUNNING
     if status.waits_for_a_node((evaluation or {}).get("status") or {}, generation, job_name):
         # Not a start failure (start_failure says so too, but only after listing the pods:
         # with thousands of runs waiting for a node, every resync tick listed each one's).
-        return "waiting for a node"
-    not_started = runs.fail_start(ctx, namespace, name, generation, job)
-    if not_started is not None:
-        return not_started
-    return "waiting"
+        return Handled.WAITING_FOR_A_NODE
+    if runs.fail_start(ctx, namespace, name, generation, job):
+        return Handled.FAILED
+    return Handled.WAITING
 
 
-def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> str:
+def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> Handled:
     """The evaluation's status names a Job of its current run that no longer exists (deleted
     while the operator was away, or its DELETED event was lost): finish from what the agent
     published, else Failed/JobDeleted."""
@@ -289,7 +276,7 @@ def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> str:
     current = evaluation.get("status") or {}
     job_name = str(current.get("jobName") or "")
     if not job_name or not status.is_current(current, generation):
-        return "no job"
+        return Handled.NOTHING_TO_DO
     published = runs.published_outcome(ctx, namespace, name, meta.get("uid"), generation)
     if published is not None:
         return runs.finish(ctx, namespace, name, generation, job_name, published)
@@ -301,7 +288,7 @@ def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> str:
             st, generation, job_name, Reason.JOB_DELETED, message, ctx.clock()
         ),
     )
-    return "job deleted" if change else "already final"
+    return Handled.FAILED if change else Handled.ALREADY_FINAL
 
 
 def _a_live_pod_is_ready(
@@ -326,7 +313,7 @@ def transient(exc: Exception) -> bool:
 
 def job_progressed(
     job: Mapping[str, Any], ctx: Context, deleted: bool = False, attempt: int = 0
-) -> str:
+) -> Handled:
     """A Job event: note whether it holds a slot, update its evaluation, then, if the Job no
     longer holds a slot, let queued evaluations take it.
 
@@ -346,9 +333,9 @@ def job_progressed(
         delay = RETRY_DELAYS[attempt]
         log.warning("job %s: %s; retrying in %.1fs", meta["name"], exc, delay)
         ctx.later.call(key, delay, lambda: job_progressed(job, ctx, deleted, attempt + 1))
-        return f"retrying in {delay:.1f}s"
-    if deleted or (not queue.holds_slot(job) and outcome not in QUIET):
+        return Handled.RETRYING
+    if deleted or (not queue.holds_slot(job) and not outcome.frees_no_slot):
         started = admit_queued(ctx)
         if started:
-            outcome += f"; started {', '.join(started)}"
+            log.info("job %s %s: started %s", meta["name"], outcome, ", ".join(started))
     return outcome

@@ -1,0 +1,73 @@
+"""The newest state of each evaluation in flight, as the watch delivered it or the operator
+wrote it: what the Job and pod handlers and status writes read instead of a GET.
+
+Like client-go's informer cache, it is fed by what the operator receives anyway (every event
+of the evaluation watch, its initial listing, the resync's listings) and by the answers to its
+own status writes. A read may be older than the API server's object; every write computed from
+it carries the resourceVersion it read (:func:`..context.guarded`), so a stale read costs a
+409 and a fresh GET, never a lost update. A reader that finds nothing here (an ended run, an
+evaluation not seen yet) reads the API server.
+
+What is kept: metadata and status, no spec (:func:`..slim.slim_evaluation`; the one handler
+branch that needs the spec reads it), encoded (:class:`..slim.Packed`), and only while the run
+has not ended, so memory follows the evaluations in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from mlmodelscope.controller import status
+from mlmodelscope.controller.slim import Packed, slim_evaluation
+
+Key = tuple[str, str]
+
+
+def _version(body: Mapping[str, Any]) -> int | None:
+    """The resourceVersion as a number (etcd's revision), None when it is not one."""
+    text = str((body.get("metadata") or {}).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else None
+
+
+class WatchedEvaluations:
+    """Evaluations whose run has not ended, newest version first (see the module)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bodies: Packed[Key] = Packed()
+        self._versions: dict[Key, int] = {}
+        """The newest resourceVersion seen per evaluation (ended ones too): an event older
+        than an answer the operator already holds does not replace it."""
+
+    def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """A watch event, a listed object, or the answer to one of the operator's writes."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        version = _version(body)
+        generation = int(meta.get("generation") or 1)
+        with self._lock:
+            if deleted:
+                self._versions.pop(key, None)
+                self._bodies.discard(key)
+                return
+            seen = self._versions.get(key)
+            if version is not None and seen is not None and version < seen:
+                return
+            if version is not None:
+                self._versions[key] = version
+            if meta.get("deletionTimestamp") or status.is_terminal(
+                body.get("status") or {}, generation
+            ):
+                self._bodies.discard(key)
+            else:
+                self._bodies[key] = slim_evaluation(body)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The newest state held of an evaluation in flight (without its spec), else None."""
+        with self._lock:
+            return self._bodies.get((namespace, name))
+
+    def __len__(self) -> int:
+        return len(self._bodies)
