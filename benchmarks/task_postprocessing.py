@@ -1,7 +1,8 @@
 """What each task's postprocessing costs beside the model: examples/tasks in ONNX Runtime,
 SingleStream batch 1, the model's p50 (the timed region: the model and spec.postprocessing)
-against the accuracy pass's per-sample task postprocessing (class maps, boxes, NMS) and the
-metric's own time (COCOeval, IoU, scikit-learn), all outside every timed query.
+against the accuracy pass's per-sample task postprocessing (class maps, boxes, NMS, reading
+the target images) and the metric's own time (COCOeval, IoU, scikit-learn, scikit-image's PSNR
+and SSIM), all outside every timed query.
 
     .venv/bin/python benchmarks/task_postprocessing.py [--repetitions 3]   # about 30 s
 """
@@ -22,14 +23,14 @@ from mlmodelscope.agent.tasks.reference import ensure_task_models
 from mlmodelscope.spec import load_evaluations
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "tasks"
-TASKS = ("text-classification", "segmentation", "detection")
+TASKS = ("text-classification", "segmentation", "detection", "image-to-image")
 
 
 def run_once(name: str, models: Path, folder: Path) -> dict[str, Any]:
     doc = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
     spec = doc["spec"]
     spec["model"]["uri"] = str(models / Path(spec["model"]["uri"]).name)
-    for key in ("path", "masks", "tokenizer", "annotations"):
+    for key in ("path", "masks", "targets", "tokenizer", "annotations"):
         if key in spec["dataset"]:
             spec["dataset"][key] = str(models / spec["dataset"][key].removeprefix("build/"))
     spec["scenario"] = {"type": "SingleStream", "batchSizes": [1], "minDuration": "1s"}

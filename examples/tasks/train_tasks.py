@@ -1,14 +1,15 @@
 """Build the reference models and data of examples/tasks: a text classifier with BERT's three
-inputs and its tokenizer, and a segmentation network and a detector on rendered shapes, each
-trained here in seconds on generated data and exported to ONNX, TorchScript and a TensorFlow
-SavedModel with the same weights.
+inputs and its tokenizer, a segmentation network and a detector on rendered shapes, and a
+denoiser on noisy smooth shapes, each trained here in seconds on generated data and exported
+to ONNX, TorchScript and a TensorFlow SavedModel with the same weights.
 
     python examples/tasks/train_tasks.py --out DIR
 
 writes DIR/text/{train,eval}.jsonl, DIR/text/tokenizer.json, DIR/text-classifier.onnx,
 DIR/text-classifier.torchscript.pt, DIR/shapes/{images,masks}/ (the evaluation set),
-DIR/shapes/instances.json (the same images' boxes, COCO), and for each of text-classifier,
-segmenter and detector a .onnx, a .torchscript.pt and a .savedmodel folder; last,
+DIR/shapes/instances.json (the same images' boxes, COCO), DIR/pairs/{noisy,clean}/ (the
+denoising evaluation pairs), and for each of text-classifier, segmenter, detector and denoiser
+a .onnx, a .torchscript.pt and a .savedmodel folder; last,
 DIR/manifest.json. The agent's
 ``mlmodelscope.agent.tasks.reference.ensure_task_models`` runs it once per machine and caches
 the result.
@@ -17,6 +18,7 @@ the result.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -308,6 +310,81 @@ def build_detector(out: Path) -> dict[str, Any]:
     return {"grid": GRID, "loss": round(float(loss.detach()), 4)}
 
 
+# ---------------------------------------------------------------------------- image to image
+
+NOISE_SIGMA = 0.1
+"""The Gaussian noise's standard deviation, a fraction of 255 (about 20 dB of PSNR)."""
+
+
+class Denoiser(nn.Module):
+    """DnCNN in miniature: four 3x3 convolutions (ReLU between) predict the noise, which the
+    forward subtracts from its input: a denoised image [N, 3, H, W] in about [0, 1]."""
+
+    def __init__(self, width: int = 24, layers: int = 4) -> None:
+        super().__init__()
+        sizes = [3, *[width] * (layers - 1), 3]
+        self.convs = nn.ModuleList(
+            nn.Conv2d(a, b, 3, padding=1) for a, b in itertools.pairwise(sizes)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x
+        for conv in self.convs[:-1]:
+            y = torch.relu(conv(y))
+        out: torch.Tensor = x - self.convs[-1](y)
+        return out
+
+
+def noisy_pairs(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noisy inputs and clean targets [N, 3, H, W] in [0, 1], both 8-bit as the PNGs are."""
+    from mlmodelscope.agent.tasks.shapes import add_noise, render_smooth
+
+    rng = np.random.default_rng(seed)
+    noisy, clean = [], []
+    for _ in range(count):
+        image = render_smooth(rng, SHAPE_SIZE, SHAPE_SIZE)
+        clean.append(image)
+        noisy.append(add_noise(image, rng, NOISE_SIGMA))
+
+    def tensor(images: list[np.ndarray]) -> torch.Tensor:
+        return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float() / 255.0
+
+    return tensor(noisy), tensor(clean)
+
+
+def build_denoiser(out: Path) -> dict[str, Any]:
+    """Trained on random 24x24 crops of 512 noisy/clean pairs (mean squared error, one-cycle
+    learning rate), evaluated on 64 other pairs written as PNG folders."""
+    from mlmodelscope.agent.tasks.shapes import write_pairs
+
+    write_pairs(out / "pairs", 64, seed=SEED + 4, sigma=NOISE_SIGMA,
+                height=SHAPE_SIZE, width=SHAPE_SIZE)  # fmt: skip
+    x, y = noisy_pairs(512, SEED + 5)
+    crops = np.random.default_rng(SEED + 6)
+    model = Denoiser()
+    epochs, batch, crop = 6, 8, 24
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=0.003, total_steps=epochs * (len(x) // batch)
+    )
+    began = time.monotonic()
+    for _ in range(epochs):
+        order = torch.randperm(len(x))
+        for start in range(0, len(x), batch):
+            part = order[start : start + batch]
+            top, left = (int(v) for v in crops.integers(0, SHAPE_SIZE - crop + 1, size=2))
+            window = (..., slice(top, top + crop), slice(left, left + crop))
+            loss = functional.mse_loss(model(x[part][window]), y[part][window])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    trained = round(time.monotonic() - began, 1)
+    model.eval()
+    export(model, [x[:2]], ["input"], ["restored"], out / "denoiser", savedmodel_denoiser)
+    return {"noise_sigma": NOISE_SIGMA, "loss": round(float(loss.detach()), 6), "train_s": trained}
+
+
 # -------------------------------------------------------------------------------- tensorflow
 
 
@@ -418,6 +495,28 @@ def savedmodel_detector(model: Detector, path: Path) -> None:
     )
 
 
+def savedmodel_denoiser(model: Denoiser, path: Path) -> None:
+    import tensorflow as tf
+
+    module, w = _tf_module(model, "denoiser")
+    count = len(model.convs)
+
+    def serve(input: Any) -> dict[str, Any]:
+        x = tf.transpose(input, [0, 2, 3, 1])
+        y = x
+        for index in range(count):
+            y = _conv(y, w[f"convs.{index}.weight"], w[f"convs.{index}.bias"], pad=1)
+            y = tf.nn.relu(y) if index < count - 1 else y
+        return {"restored": tf.transpose(x - y, [0, 3, 1, 2])}
+
+    _save(
+        module,
+        serve,
+        [tf.TensorSpec([None, 3, SHAPE_SIZE, SHAPE_SIZE], tf.float32, name="input")],
+        path,
+    )
+
+
 def check_savedmodel(
     model: nn.Module, example: list[torch.Tensor], names: list[str], outputs: list[str], path: Path
 ) -> None:
@@ -487,6 +586,7 @@ def main() -> int:
         ("text", build_text),
         ("segmentation", build_segmenter),
         ("detection", build_detector),
+        ("image-to-image", build_denoiser),
     ):
         start = time.monotonic()
         manifest[name] = {**build(out), "seconds": round(time.monotonic() - start, 1)}

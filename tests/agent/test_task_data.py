@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mlmodelscope.agent.tasks.data import DatasetError, load_coco, load_masks, load_text
+from mlmodelscope.agent.tasks.data import (
+    DatasetError,
+    load_coco,
+    load_masks,
+    load_pairs,
+    load_text,
+)
 
 
 def coco_folder(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
@@ -128,6 +134,71 @@ def test_a_mask_of_the_wrong_size_or_kind_or_missing_names_the_file(tmp_path: Pa
     with pytest.raises(DatasetError, match=r"img1\.png: the mask of .*img1\.jpg is missing"):
         load_masks(images, masks)
     assert load_masks(images, masks, skip_missing=True).skipped == 1
+
+
+def pair_folders(tmp_path: Path, scale: int = 1, count: int = 3) -> tuple[Path, Path]:
+    inputs, targets = tmp_path / "LR", tmp_path / "HR"
+    inputs.mkdir()
+    targets.mkdir()
+    for i in (2, 0, 1)[:count]:
+        Image.new("RGB", (20, 10)).save(inputs / f"img{i}.png")
+        Image.new("RGB", (20 * scale, 10 * scale)).save(targets / f"img{i}.png")
+    return inputs, targets
+
+
+@pytest.mark.parametrize("scale", [1, 4])
+def test_pairs_match_by_file_name_in_sorted_order_at_one_scale(tmp_path: Path, scale: int) -> None:
+    inputs, targets = pair_folders(tmp_path, scale)
+    data = load_pairs(inputs, targets)
+    assert [(s.image.name, s.target.name) for s in data.samples] == [
+        ("img0.png", "img0.png"),
+        ("img1.png", "img1.png"),
+        ("img2.png", "img2.png"),
+    ]
+    assert data.scale == scale and data.skipped == 0
+    assert [s.image.name for s in load_pairs(inputs, targets, limit=2).samples] == [
+        "img0.png",
+        "img1.png",
+    ]
+
+
+def test_a_target_of_another_size_or_missing_names_the_file(tmp_path: Path) -> None:
+    inputs, targets = pair_folders(tmp_path)
+    Image.new("RGB", (40, 20)).save(targets / "img1.png")
+    with pytest.raises(
+        DatasetError,
+        match=r"HR/img1\.png: 40x20 pixels, but .*LR/img1\.png is 20x10 \(the set's targets "
+        r"are 1x their inputs\)",
+    ):
+        load_pairs(inputs, targets)
+    Image.new("RGB", (40, 10)).save(targets / "img0.png")
+    with pytest.raises(DatasetError, match=r"img0\.png: 40x10 pixels, but .*img0\.png is 20x10$"):
+        load_pairs(inputs, targets)
+    (targets / "img0.png").unlink()
+    (targets / "img1.png").unlink()
+    with pytest.raises(
+        DatasetError, match=r"HR/img0\.png: the target of .*LR/img0\.png is missing"
+    ):
+        load_pairs(inputs, targets)
+    data = load_pairs(inputs, targets, skip_missing=True)
+    assert [s.image.name for s in data.samples] == ["img2.png"] and data.skipped == 2
+    with pytest.raises(DatasetError, match=r"nowhere: no such folder of images"):
+        load_pairs(tmp_path / "nowhere", targets)
+
+
+def test_rendered_pairs_are_deterministic_noisy_copies_of_their_targets(tmp_path: Path) -> None:
+    from mlmodelscope.agent.tasks.shapes import write_pairs
+
+    folder = write_pairs(tmp_path / "a", 4, seed=3, sigma=0.1)
+    again = write_pairs(tmp_path / "b", 4, seed=3, sigma=0.1)
+    data = load_pairs(folder.inputs, folder.targets)
+    assert len(data.samples) == 4 and data.scale == 1
+    for pair in data.samples:
+        noisy = np.asarray(Image.open(pair.image), dtype=np.float64)
+        clean = np.asarray(Image.open(pair.target), dtype=np.float64)
+        assert np.array_equal(clean, np.asarray(Image.open(again.targets / pair.target.name)))
+        assert np.array_equal(noisy, np.asarray(Image.open(again.inputs / pair.image.name)))
+        assert 20 < np.std(noisy - clean) < 30  # sigma 0.1 of 255, a little less where clipped
 
 
 def test_text_rows_keep_file_order_and_string_labels_become_sorted_indices(

@@ -1,8 +1,9 @@
 """Tasks through the agent end to end: the reference text classifier (BERT's three inputs,
-through its tokenizer), the shapes segmenter (images and PNG masks) and the shapes detector
-(a COCO file), in ONNX Runtime, PyTorch and TensorFlow, their metrics checked against
-scikit-learn, torchmetrics and pycocotools called directly on the same model's outputs; and
-the mistakes a user makes, each refused naming the field or file."""
+through its tokenizer), the shapes segmenter (images and PNG masks), the shapes detector (a
+COCO file) and the denoiser (noisy and clean image folders), in ONNX Runtime, PyTorch and
+TensorFlow, their metrics checked against scikit-learn, torchmetrics, pycocotools and
+scikit-image called directly on the same model's outputs; and the mistakes a user makes, each
+refused naming the field or file."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def example(name: str, models: Path, framework: str = "onnxruntime") -> dict[str
     stem = Path(spec["model"]["uri"]).name.split(".")[0]
     spec["model"].update(uri=str(models / f"{stem}{suffix}"), format=fmt)
     spec["framework"]["name"] = framework
-    for key in ("path", "masks", "tokenizer", "annotations"):
+    for key in ("path", "masks", "targets", "tokenizer", "annotations"):
         if key in spec["dataset"]:
             spec["dataset"][key] = str(models / spec["dataset"][key].removeprefix("build/"))
     spec["scenario"] = dict(QUICK)
@@ -242,6 +243,18 @@ def test_a_mask_of_the_wrong_size_names_the_file(models: Path, tmp_path: Path) -
             "spec.task.output",
             "numClasses must match",
         ),
+        (
+            "image-to-image",
+            lambda s: s["task"].update(output="denoised"),
+            "spec.task.output",
+            "'denoised' is not one of spec.model.outputs",
+        ),
+        (
+            "image-to-image",
+            lambda s: s["model"]["outputs"][0].update(layout="NHWC"),
+            "spec.task.output",
+            "the output is [8, 3, 48, 48] float32 (declared NHWC)",
+        ),
     ],
 )
 def test_mistakes_fail_naming_the_field(
@@ -285,7 +298,12 @@ def test_the_docs_commands_run_the_examples_as_written(models: Path) -> None:
             cwd=root, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stdout + done.stderr
-        metric = {"segmentation": "miou", "detection": "map", "text-classification": "accuracy"}
+        metric = {
+            "segmentation": "miou",
+            "detection": "map",
+            "text-classification": "accuracy",
+            "image-to-image": "psnr",
+        }
         assert metric[Path(command[2]).stem] in done.stdout
 
 
@@ -411,4 +429,172 @@ def test_a_task_and_its_dataset_come_in_pairs(models: Path, tmp_path: Path) -> N
     path = tmp_path / "pair.yaml"
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(Exception, match="a coco dataset one of them"):
+        load_evaluations(path)
+
+
+# ---------------------------------------------------------------------------- image to image
+
+
+def read_pairs(models: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The evaluation pairs as float64 [N, H, W, 3] in [0, 1]: noisy inputs, clean targets."""
+    names = sorted(p.name for p in (models / "pairs" / "noisy").iterdir())
+    noisy, clean = (
+        np.stack([np.asarray(Image.open(models / "pairs" / kind / n)) for n in names]) / 255.0
+        for kind in ("noisy", "clean")
+    )
+    return noisy, clean
+
+
+def skimage_quality(outputs: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
+    """Mean PSNR and SSIM of [N, H, W, C] images, by scikit-image called directly."""
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+    pairs = list(zip(outputs, targets, strict=True))
+    psnr = [peak_signal_noise_ratio(t, o, data_range=1.0) for o, t in pairs]
+    ssim = [
+        structural_similarity(
+            t, o, data_range=1.0, channel_axis=-1, gaussian_weights=True, sigma=1.5,
+            use_sample_covariance=False,
+        )
+        for o, t in pairs
+    ]  # fmt: skip
+    return float(np.mean(psnr)), float(np.mean(ssim))
+
+
+@pytest.fixture(scope="module")
+def restored(models: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The image-to-image example's result document in each framework."""
+    folder = tmp_path_factory.mktemp("image-to-image")
+    return {
+        framework: run(example("image-to-image", models, framework), folder)
+        for framework in FORMATS
+    }
+
+
+def test_image_to_image_psnr_and_ssim_equal_scikit_image_on_the_same_outputs(
+    models: Path, restored: dict[str, dict[str, Any]]
+) -> None:
+    """The run's PSNR and SSIM equal scikit-image's on the denoiser's own outputs (ONNX
+    Runtime called directly on the noisy images, clipped to [0, 1]); the three frameworks
+    agree to 0.01 dB; and the model really denoises: its PSNR is well above the noisy
+    inputs'."""
+    noisy, clean = read_pairs(models)
+    x = noisy.astype(np.float32).transpose(0, 3, 1, 2)
+    session = ort.InferenceSession(str(models / "denoiser.onnx"))
+    outputs = np.clip(session.run(None, {"input": x})[0].transpose(0, 2, 3, 1), 0.0, 1.0)
+    want_psnr, want_ssim = skimage_quality(outputs.astype(np.float64), clean)
+    noisy_psnr, noisy_ssim = skimage_quality(noisy, clean)
+
+    found = {}
+    for framework, document in restored.items():
+        task = document["task"]
+        assert task["type"] == "image-to-image" and task["primary"] == "psnr"
+        assert task["output"] == "restored" and task["metrics"]["images"] == 64
+        assert task["metrics"]["identical"] == 0
+        assert document["accuracy"]["top1"] is None
+        assert document["results"][0]["metric"] == "psnr"
+        assert document["results"][0]["metric_value"] == task["metrics"]["psnr"]
+        assert task["postprocessing_per_sample_s"] > 0 and task["metrics_s"] > 0
+        found[framework] = (task["metrics"]["psnr"], task["metrics"]["ssim"])
+    assert found["onnxruntime"][0] == pytest.approx(want_psnr, abs=1e-6)
+    assert found["onnxruntime"][1] == pytest.approx(want_ssim, abs=1e-6)
+    psnrs = [p for p, _ in found.values()]
+    ssims = [q for _, q in found.values()]
+    assert max(psnrs) - min(psnrs) <= 0.01, found
+    assert max(ssims) - min(ssims) <= 1e-4, found
+    assert want_psnr > noisy_psnr + 5 and want_ssim > noisy_ssim, (want_psnr, noisy_psnr)
+
+
+def test_psnr_reads_in_decibels_in_compare_and_the_report(
+    restored: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """PSNR is no fraction: `mlms compare` and the HTML report show it as 'psnr 28.75 dB'."""
+    from rich.console import Console
+    from typer.testing import CliRunner
+
+    from mlmodelscope.cli import app
+    from mlmodelscope.contract.metric import format_metric
+    from mlmodelscope.report.compare import compare, load_result
+    from mlmodelscope.report.render import render
+
+    assert format_metric("psnr", 28.314) == "psnr 28.31 dB"
+    assert format_metric("psnr", 28.314, with_name=False) == "28.31 dB"
+    files = []
+    for framework, document in restored.items():
+        files.append(tmp_path / f"{framework}.json")
+        files[-1].write_text(json.dumps(document))
+    console = Console(width=300, record=True)
+    render(console, compare([load_result(f) for f in files]))
+    printed = console.export_text()
+    psnr = restored["onnxruntime"]["task"]["metrics"]["psnr"]
+    assert f"psnr {psnr:.2f} dB" in printed and "psnr 2" in printed
+    assert f"{psnr:.2%}" not in printed
+    output = tmp_path / "report.html"
+    result = CliRunner().invoke(app, ["report", *map(str, files), "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    page = output.read_text()
+    assert f">psnr {psnr:.2f} dB<" in page and "psnr (dB)" in page
+
+
+def test_a_missing_target_fails_naming_it_or_is_skipped_and_counted_when_allowed(
+    models: Path, tmp_path: Path
+) -> None:
+    targets = tmp_path / "clean"
+    shutil.copytree(models / "pairs" / "clean", targets)
+    (targets / "00007.png").unlink()
+    doc = example("image-to-image", models)
+    doc["spec"]["dataset"]["targets"] = str(targets)
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.dataset.targets" and "00007.png" in error["message"]
+    assert "missing" in error["message"]
+    doc["spec"]["dataset"]["skipMissing"] = True
+    document = run(doc, tmp_path)
+    assert document["task"]["skipped"] == document["dataset"]["skipped"] == 1
+    assert document["dataset"]["samples"] == document["task"]["metrics"]["images"] == 63
+
+
+def test_a_target_of_another_size_fails_naming_the_file(models: Path, tmp_path: Path) -> None:
+    """A target whose size is not its input's (times the set's one factor) is refused when
+    the dataset loads; a set of targets all twice the size (super-resolution) loads, and the
+    pass refuses the 48x48 outputs, naming the first target."""
+    targets = tmp_path / "clean"
+    shutil.copytree(models / "pairs" / "clean", targets)
+    Image.new("RGB", (10, 10)).save(targets / "00005.png")
+    doc = example("image-to-image", models)
+    doc["spec"]["dataset"]["targets"] = str(targets)
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.dataset.targets", error
+    assert "00005.png: 10x10 pixels" in error["message"] and "is 48x48" in error["message"]
+    for path in targets.iterdir():
+        Image.open(path).resize((96, 96)).save(path)
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.dataset.targets", error
+    assert "00000.png: 96x96 pixels, but the model's output for it is 48x48" in error["message"]
+
+
+def test_a_truncated_target_fails_naming_it(models: Path, tmp_path: Path) -> None:
+    """Its header reads (the dataset loads); its pixels do not, and the pass says which."""
+    targets = tmp_path / "clean"
+    shutil.copytree(models / "pairs" / "clean", targets)
+    broken = targets / "00003.png"
+    broken.write_bytes(broken.read_bytes()[:200])
+    doc = example("image-to-image", models)
+    doc["spec"]["dataset"]["targets"] = str(targets)
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.dataset.targets", error
+    assert "00003.png: cannot be read as an image" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "task"),
+    [("text-classification", {"type": "image-to-image"}), ("image-to-image", {})],
+)
+def test_an_image_to_image_task_and_a_pairs_dataset_come_in_pairs(
+    models: Path, tmp_path: Path, name: str, task: dict[str, Any]
+) -> None:
+    doc = example(name, models)
+    doc["spec"]["task"] = task
+    path = tmp_path / "pair.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(Exception, match="an image-to-image task needs a pairs dataset"):
         load_evaluations(path)

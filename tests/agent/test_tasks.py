@@ -272,3 +272,27 @@ def test_psnr_and_ssim_equal_scikit_image_per_image_means() -> None:
     assert 20 < ours.psnr < 35 and 0.5 < ours.ssim < 1 and ours.images == 3
     with pytest.raises(ValueError, match="need one NCHW/NHWC shape"):
         restoration_metrics(outputs, references[:2], data_range=1.0)
+
+
+def test_an_image_equal_to_its_reference_is_counted_not_averaged_as_infinite_psnr() -> None:
+    """Infinite PSNR (an exact output) stays out of the PSNR mean and is counted; its SSIM is
+    1 in the SSIM mean. Grey [H, W] images score as scikit-image scores them."""
+    from skimage.metrics import peak_signal_noise_ratio
+
+    from mlmodelscope.agent.tasks.restoration import RestorationMetrics, image_quality
+
+    rng = np.random.default_rng(5)
+    references = rng.integers(0, 256, size=(2, 24, 24)).astype(np.float64)
+    noisy = np.clip(references[1] + rng.normal(0, 8, size=(24, 24)), 0, 255)
+    found = RestorationMetrics.of(
+        [
+            image_quality(references[0], references[0], data_range=255),
+            image_quality(noisy, references[1], data_range=255),
+        ]
+    )
+    want = peak_signal_noise_ratio(references[1], noisy, data_range=255)
+    assert found.psnr == pytest.approx(want, abs=EXACT) and found.identical == 1
+    assert found.images == 2 and 0.5 < found.ssim < 1
+    assert RestorationMetrics.of([image_quality(noisy, noisy, data_range=255)]).psnr is None
+    with pytest.raises(ValueError, match="no image was scored"):
+        RestorationMetrics.of([])

@@ -44,13 +44,21 @@ class Samples:
     """masks datasets: each sample's mask file, what segmentation metrics score against."""
     coco: CocoDataset | None = None
     """coco datasets: the images' boxes and the ground truth COCO AP is computed against."""
+    targets: tuple[Path, ...] | None = None
+    """pairs datasets: each sample's target image, what PSNR and SSIM score against."""
     skipped: int = 0
-    """Samples left out because their mask was missing (``dataset.skipMissing``)."""
+    """Samples left out because their mask or target was missing (``dataset.skipMissing``)."""
 
     @property
     def has_labels(self) -> bool:
-        """Whether accuracy can be computed: labels, or masks or boxes to score against."""
-        return self.y is not None or self.masks is not None or self.coco is not None
+        """Whether accuracy can be computed: labels, or masks, boxes or targets to score
+        against."""
+        return (
+            self.y is not None
+            or self.masks is not None
+            or self.coco is not None
+            or self.targets is not None
+        )
 
     def __len__(self) -> int:
         return len(self.x)
@@ -66,6 +74,7 @@ def _limited(samples: Samples, limit: int | None) -> Samples:
         class_names=samples.class_names,
         masks=None if samples.masks is None else samples.masks[:limit],
         coco=samples.coco,
+        targets=None if samples.targets is None else samples.targets[:limit],
         skipped=samples.skipped,
     )
 
@@ -200,6 +209,24 @@ def _masks(ds: Dataset, base_dir: Path | None) -> Samples:
     )
 
 
+def _pairs(ds: Dataset, base_dir: Path | None) -> Samples:
+    from mlmodelscope.agent.tasks.data import DatasetError, load_pairs
+
+    images = _folder(ds.path, "spec.dataset.path", base_dir)
+    targets = _folder(ds.targets, "spec.dataset.targets", base_dir)
+    try:
+        found = load_pairs(images, targets, limit=ds.limit, skip_missing=ds.skip_missing)
+    except DatasetError as exc:
+        field = "spec.dataset.targets" if str(exc).startswith(str(targets)) else "spec.dataset.path"
+        raise SpecError(field, str(exc)) from None
+    return Samples(
+        name=f"pairs:{ds.path}",
+        x=[s.image for s in found.samples],
+        targets=tuple(s.target for s in found.samples),
+        skipped=found.skipped,
+    )
+
+
 def _coco(ds: Dataset, base_dir: Path | None) -> Samples:
     from mlmodelscope.agent.tasks.data import DatasetError, load_coco
 
@@ -252,6 +279,8 @@ def load_dataset(ds: Dataset, *, seed: int, base_dir: Path | None = None) -> Sam
         samples = _imagefolder(ds, base_dir)
     elif ds.type == DatasetType.MASKS:
         samples = _masks(ds, base_dir)
+    elif ds.type == DatasetType.PAIRS:
+        samples = _pairs(ds, base_dir)
     elif ds.type == DatasetType.TEXT:
         samples = _text(ds, base_dir)
     elif ds.type == DatasetType.COCO:

@@ -9,7 +9,7 @@ import numpy as np
 from rich.table import Table
 
 from mlmodelscope.agent.runner import RunOutcome
-from mlmodelscope.contract.metric import FRACTIONS
+from mlmodelscope.contract.metric import format_metric
 
 
 def _ms(value: float | None) -> str:
@@ -108,11 +108,12 @@ def _interval(label: str, figure: dict[str, Any], scale: float, unit: str, fmt: 
 
 
 def _metric(row: dict[str, Any]) -> str:
-    """The task's primary metric with its name, e.g. 'top1 98.00%' or 'miou 67.93%'."""
+    """The task's primary metric with its name, e.g. 'top1 98.00%', 'miou 67.93%' or
+    'psnr 28.31 dB'."""
     name, value = row.get("metric"), row.get("metric_value")
     if name is None or value is None:
         return _pct(row["top1"])
-    return f"{name} {value:.2%}" if name in FRACTIONS else f"{name} {value:.4g}"
+    return format_metric(name, value)
 
 
 def agreement(outcomes: Sequence[RunOutcome]) -> dict[str, Any] | None:

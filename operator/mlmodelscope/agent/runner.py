@@ -43,7 +43,13 @@ from mlmodelscope.contract.result import (
     SamplePredictions,
 )
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
-from mlmodelscope.spec.evaluation import DatasetType, EvaluationSpec, ScenarioDriver, TaskType
+from mlmodelscope.spec.evaluation import (
+    ChannelOrder,
+    DatasetType,
+    EvaluationSpec,
+    ScenarioDriver,
+    TaskType,
+)
 from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 from mlmodelscope.spec.status import BatchResult, LatencySummary
 
@@ -266,6 +272,7 @@ def task_accuracy(
     from mlmodelscope.agent.tasks.passes import (
         detection_pass,
         image_size,
+        image_to_image_pass,
         output_index,
         output_named,
         primary,
@@ -306,6 +313,14 @@ def task_accuracy(
         done = segmentation_pass(
             backend.predict, feeds, samples.masks, task, index, batch_size, progress
         )
+    elif task.type == TaskType.IMAGE_TO_IMAGE:
+        assert samples.targets is not None  # pairs datasets have them; the spec pairs the two
+        orders = [s.channel_order.order for s in spec.preprocessing if s.channel_order]
+        done = image_to_image_pass(
+            backend.predict, feeds, samples.targets, task, index,
+            spec.model.outputs[index].layout if spec.model.outputs else None,
+            bool(orders) and orders[-1] == ChannelOrder.BGR, batch_size, progress,
+        )  # fmt: skip
     else:
         assert samples.y is not None
         done = text_classification_pass(

@@ -3,7 +3,8 @@ HTML report and the dashboard show and rank by, so an mIoU is never labelled top
 
 Classification's primary metric is ``top1`` (the accuracy pass's top-1); another task's is the
 one its ``task`` section names (``miou`` for segmentation, ``accuracy`` for text
-classification). Two runs' primary metrics are comparable only when their names are equal.
+classification, ``psnr`` in dB for image to image). Two runs' primary metrics are comparable
+only when their names are equal.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ CLASSIFICATION: Final = "classification"
 TOP1: Final = "top1"
 FRACTIONS: Final = frozenset({"top1", "accuracy", "miou", "map", "hmean"})
 """Primary metrics that are fractions (0..1), shown as percentages."""
+UNITS: Final = {"psnr": "dB"}
+"""Primary metrics in a unit, shown to two decimals with it (``psnr 28.31 dB``)."""
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,9 @@ class PrimaryMetric:
     """The task's primary metric of one run."""
 
     task: str
-    """classification, segmentation, text-classification."""
+    """classification, segmentation, text-classification, image-to-image, ..."""
     name: str
-    """top1, miou, accuracy: what the value is."""
+    """top1, miou, accuracy, psnr: what the value is."""
     value: float | None
     """None when the run has none (no accuracy pass, unlabelled data, a Failed run)."""
 
@@ -45,9 +48,14 @@ def primary_metric(document: ResultDocument) -> PrimaryMetric:
 
 
 def format_metric(name: str | None, value: float | None, *, with_name: bool = True) -> str:
-    """``miou 67.93%``, ``top1 98.00%`` (fractions as percentages, others to 4 digits);
-    ``-`` when there is no value."""
+    """``miou 67.93%``, ``top1 98.00%``, ``psnr 28.31 dB`` (fractions as percentages, metrics
+    with a unit to two decimals, others to 4 digits); ``-`` when there is no value."""
     if value is None:
         return "-"
-    shown = f"{value:.2%}" if name is None or name in FRACTIONS else f"{value:.4g}"
+    if name is None or name in FRACTIONS:
+        shown = f"{value:.2%}"
+    elif name in UNITS:
+        shown = f"{value:.2f} {UNITS[name]}"
+    else:
+        shown = f"{value:.4g}"
     return f"{name} {shown}" if with_name and name else shown

@@ -274,11 +274,11 @@ class TaskResult(ContractModel):
     """A task's metrics from the accuracy pass (``spec.task``, other than classification)."""
 
     type: str
-    """segmentation or text-classification."""
+    """detection, text-detection, segmentation, text-classification or image-to-image."""
     output: str | None = None
     """The model output the metrics read (null: the first, unnamed)."""
     primary: str
-    """The metric a leaderboard sorts by (miou, accuracy): a key of ``metrics``."""
+    """The metric a leaderboard sorts by (map, miou, accuracy, psnr): a key of ``metrics``."""
     metrics: dict[str, Any]
     """Every metric of the task, computed by the library its field trusts (docs/tasks.md)."""
     skipped: Annotated[int, Field(ge=0)] = 0

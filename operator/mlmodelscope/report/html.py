@@ -22,7 +22,7 @@ from html import escape
 from typing import Any
 
 from mlmodelscope.analysis.plots import COLOURS
-from mlmodelscope.contract.metric import FRACTIONS, format_metric
+from mlmodelscope.contract.metric import FRACTIONS, UNITS, format_metric
 from mlmodelscope.contract.result import Measurement, ResultDocument
 from mlmodelscope.report.compare import (
     SIGNIFICANCE_RUNS,
@@ -338,7 +338,7 @@ def plots(runs: Sequence[LoadedRun], comparison: Comparison) -> list[tuple[str, 
     accuracy = accuracy_series(comparison)
     metric = plotted_metric(comparison) or "top1"
     percent = metric in FRACTIONS
-    unit = "%" if percent else ""
+    unit = "%" if percent else (f" {UNITS[metric]}" if metric in UNITS else "")
     others = sorted(
         {r.run for r in comparison.rows if r.metric_value is not None and r.metric != metric}
     )
@@ -390,7 +390,7 @@ def plots(runs: Sequence[LoadedRun], comparison: Comparison) -> list[tuple[str, 
                     within=(0.0, 100.0) if percent else None,
                 ),
                 "p50 latency (ms)",
-                f"{metric} (%)" if percent else metric,
+                f"{metric} ({unit.strip()})" if unit else metric,
                 lines=False,
                 markers=True,
                 describe=described,

@@ -195,6 +195,7 @@ class DatasetType(StrEnum):
     MASKS = "masks"
     TEXT = "text"
     COCO = "coco"
+    PAIRS = "pairs"
 
 
 class TaskType(StrEnum):
@@ -203,6 +204,7 @@ class TaskType(StrEnum):
     SEGMENTATION = "segmentation"
     TEXT_DETECTION = "text-detection"
     TEXT_CLASSIFICATION = "text-classification"
+    IMAGE_TO_IMAGE = "image-to-image"
 
 
 class ChannelOrder(StrEnum):
@@ -561,7 +563,8 @@ class Dataset(SpecModel):
     """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
     tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels),
     masks (images and PNG masks of the same name, VOC style), text (.jsonl or .csv rows of a
-    text and a label, through a tokenizer), coco (an image folder and a COCO instances JSON)."""
+    text and a label, through a tokenizer), coco (an image folder and a COCO instances JSON),
+    pairs (input images and target images of the same name, for image-to-image)."""
 
     shape: Annotated[list[Dimension] | None, Field(min_length=1, max_length=8)] = None
     """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
@@ -575,7 +578,8 @@ class Dataset(SpecModel):
 
     path: Annotated[str | None, Field(max_length=2048)] = None
     """imagefolder: folder with one sub-folder of images per class (sorted names = classes);
-    masks and coco: the folder of images; text: the .jsonl or .csv file."""
+    masks and coco: the folder of images; pairs: the folder of input images; text: the
+    .jsonl or .csv file."""
 
     uri: Annotated[str | None, Field(max_length=2048, pattern=URI_PATTERN)] = None
     """npz: an .npz file holding 'x' (samples) and optionally 'y' (integer labels)."""
@@ -587,6 +591,10 @@ class Dataset(SpecModel):
     masks: Annotated[str | None, Field(max_length=2048)] = None
     """masks: the folder of PNG masks, one per image with the image's name, holding a class
     index per pixel (mode L or a palette)."""
+
+    targets: Annotated[str | None, Field(max_length=2048)] = None
+    """pairs: the folder of target images, one per input image with the same file name, all
+    scaled from their inputs by one factor (1 for restoration, 2 or 4 for super-resolution)."""
 
     tokenizer: Annotated[str | None, Field(max_length=2048)] = None
     """text: a Hugging Face tokenizer.json (the tokenizers library) that turns each text into
@@ -602,8 +610,8 @@ class Dataset(SpecModel):
     """text: the field holding the label (integers, or strings numbered in sorted order)."""
 
     skip_missing: StrictBool = False
-    """masks and coco: leave out an image (or, for masks, an image whose mask) is missing and
-    count it (the result's task.skipped) instead of failing the run."""
+    """masks, pairs and coco: leave out an image whose mask or target (or, for coco, the image
+    itself) is missing and count it (the result's task.skipped) instead of failing the run."""
 
     split: Literal["train", "test", "all"] = "test"
     """Which split to use: digits has a fixed, seeded 80/20 train/test split; other types 'all'."""
@@ -625,12 +633,18 @@ class Dataset(SpecModel):
             reason="FieldValueRequired",
         ),
         Rule(
-            cel="!(self.type in ['imagefolder', 'masks', 'text']) || has(self.path)",
+            cel="!(self.type in ['imagefolder', 'masks', 'pairs', 'text']) || has(self.path)",
             message="required when type is imagefolder (a folder with one sub-folder per "
-            "class), masks (the folder of images) or text (the .jsonl or .csv file)",
+            "class), masks or pairs (the folder of images) or text (the .jsonl or .csv file)",
             field="path",
             check=lambda m: (
-                m.type not in (DatasetType.IMAGEFOLDER, DatasetType.MASKS, DatasetType.TEXT)
+                m.type
+                not in (
+                    DatasetType.IMAGEFOLDER,
+                    DatasetType.MASKS,
+                    DatasetType.PAIRS,
+                    DatasetType.TEXT,
+                )
                 or m.path is not None
             ),
             reason="FieldValueRequired",
@@ -647,6 +661,14 @@ class Dataset(SpecModel):
             message="required when type is masks: the folder of PNG masks named like the images",
             field="masks",
             check=lambda m: m.type != DatasetType.MASKS or m.masks is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="self.type != 'pairs' || has(self.targets)",
+            message="required when type is pairs: the folder of target images named like the "
+            "inputs",
+            field="targets",
+            check=lambda m: m.type != DatasetType.PAIRS or m.targets is not None,
             reason="FieldValueRequired",
         ),
         Rule(
@@ -724,7 +746,8 @@ class Task(SpecModel):
     dataset's word boxes), segmentation
     (mIoU and pixel accuracy from per-pixel class scores [N, classes, H, W] or class ids
     [N, H, W], against a masks dataset), text-classification (accuracy and macro-F1 by
-    scikit-learn, against a text dataset's labels)."""
+    scikit-learn, against a text dataset's labels), image-to-image (mean PSNR in dB and SSIM
+    per image by scikit-image, of output images against a pairs dataset's targets)."""
 
     output: Annotated[str | None, Field(min_length=1, max_length=253)] = None
     """The model output the metrics read, by name (one of spec.model.outputs); default: the
@@ -736,6 +759,10 @@ class Task(SpecModel):
 
     ignore_index: Annotated[StrictInt, Field(ge=0, le=65535)] = 255
     """segmentation: the mask value of pixels that are not scored (VOC's 255 border)."""
+
+    data_range: Annotated[StrictFloat, Field(gt=0, le=65535)] = 1.0
+    """image-to-image: the range of the output's values, 0..dataRange (1.0 for floats, 255
+    for 8-bit values); 8-bit targets are scaled to it and outputs clipped to it."""
 
     detection: Detection = Detection()
     """detection: which outputs hold the boxes, scores and classes, and how to read them."""
@@ -1147,6 +1174,16 @@ class EvaluationSpec(SpecModel):
             check=lambda m: (
                 (m.task.type in (TaskType.DETECTION, TaskType.TEXT_DETECTION))
                 == (m.dataset.type == DatasetType.COCO)
+            ),
+        ),
+        Rule(
+            cel="(has(self.task) && has(self.task.type) && self.task.type == 'image-to-image') "
+            "== (self.dataset.type == 'pairs')",
+            message="an image-to-image task needs a pairs dataset, and a pairs dataset an "
+            "image-to-image task (task.type: image-to-image)",
+            field="task",
+            check=lambda m: (
+                (m.task.type == TaskType.IMAGE_TO_IMAGE) == (m.dataset.type == DatasetType.PAIRS)
             ),
         ),
         Rule(

@@ -81,8 +81,9 @@ class BatchResult(SpecModel):
     top5: float | None = None
     """Top-5 accuracy of the separate accuracy pass, 0..1."""
     metric: str | None = None
-    """The name of the task's primary metric: top1 (classification), miou (segmentation),
-    accuracy (text-classification)."""
+    """The name of the task's primary metric: top1 (classification), map (detection), hmean
+    (text-detection), miou (segmentation), accuracy (text-classification), psnr in dB
+    (image-to-image)."""
     metric_value: float | None = None
     """The task's primary metric from the accuracy pass."""
     valid: bool | None = None

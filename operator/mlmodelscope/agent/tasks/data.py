@@ -1,5 +1,6 @@
 """Task datasets in the formats users already have: COCO JSON beside an image folder, image
-and PNG-mask folders (VOC style), and JSONL or CSV text with a label column.
+and PNG-mask folders (VOC style), input and target image folders (image to image), and JSONL
+or CSV text with a label column.
 
 Each reader returns its samples in a deterministic order (COCO image id; sorted file names;
 file order for text), cut to ``limit`` after ordering, and refuses what is broken with a
@@ -13,6 +14,7 @@ import csv
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +207,66 @@ def load_masks(
             )
         kept.append(MaskedImage(image, mask))
     return MaskDataset(tuple(kept), skipped)
+
+
+# ------------------------------------------------------------------------- image to image
+
+
+@dataclass(frozen=True)
+class ImagePair:
+    image: Path
+    target: Path
+
+
+@dataclass(frozen=True)
+class PairDataset:
+    samples: tuple[ImagePair, ...]
+    scale: Fraction
+    """Target size over input size, the same for every pair (1 for restoration)."""
+    skipped: int = 0
+
+
+def load_pairs(
+    images: Path,
+    targets: Path,
+    *,
+    limit: int | None = None,
+    skip_missing: bool = False,
+) -> PairDataset:
+    """Input images and their target images of the same file name, sorted by name. Every
+    target is its input's size times one factor, the first pair's (1 for denoising, 2 or 4
+    for super-resolution); a pair of another factor is an error naming both sizes."""
+    from PIL import Image
+
+    if not images.is_dir():
+        raise DatasetError(f"{images}: no such folder of images")
+    found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not found:
+        raise DatasetError(f"{images}: no images ({', '.join(IMAGE_SUFFIXES)})")
+    kept: list[ImagePair] = []
+    skipped = 0
+    scale: Fraction | None = None
+    for image in found:
+        if limit is not None and len(kept) >= limit:
+            break
+        target = targets / image.name
+        if not target.is_file():
+            if skip_missing:
+                skipped += 1
+                continue
+            raise DatasetError(f"{target}: the target of {image} is missing")
+        try:
+            with Image.open(image) as i, Image.open(target) as t:
+                (iw, ih), (tw, th) = i.size, t.size
+        except OSError as exc:
+            raise DatasetError(f"{image} or {target}: cannot be read as an image ({exc})") from None
+        mine = Fraction(tw, iw)
+        if Fraction(th, ih) != mine or (scale is not None and mine != scale):
+            expected = "" if scale is None else f" (the set's targets are {scale}x their inputs)"
+            raise DatasetError(f"{target}: {tw}x{th} pixels, but {image} is {iw}x{ih}{expected}")
+        scale = mine
+        kept.append(ImagePair(image, target))
+    return PairDataset(tuple(kept), scale or Fraction(1), skipped)
 
 
 # ----------------------------------------------------------------------------------- text

@@ -3,6 +3,7 @@ order, at a fixed batch size, the task's metrics computed from the output the ta
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Callable, Sequence
@@ -21,10 +22,11 @@ from mlmodelscope.agent.tasks.detection import (
     to_xyxy,
 )
 from mlmodelscope.agent.tasks.record import TaskMetrics
+from mlmodelscope.agent.tasks.restoration import ImageQuality, RestorationMetrics, image_quality
 from mlmodelscope.agent.tasks.segmentation import confusion_matrix, segmentation_metrics
 from mlmodelscope.agent.tasks.text import classification_metrics
 from mlmodelscope.spec.base import SpecError
-from mlmodelscope.spec.evaluation import Task, TensorSpec
+from mlmodelscope.spec.evaluation import Layout, Task, TensorSpec
 
 Predict = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 Progress = Callable[[int, int], None]
@@ -223,6 +225,89 @@ def segmentation_pass(
     return _finished(lambda: segmentation_metrics(confusion), run, batch_size)
 
 
+def _images(out: np.ndarray, layout: Layout | None) -> np.ndarray:
+    """Images [N, H, W, C] from an output [N, C, H, W] or [N, H, W, C] (C of 1 or 3; the
+    output's declared layout decides, else where a channel axis of that size is) or grey
+    images [N, H, W]."""
+    if out.ndim == 3:
+        return out[..., None]
+    first = out.ndim == 4 and out.shape[1] in (1, 3)
+    last = out.ndim == 4 and out.shape[3] in (1, 3)
+    if last and (layout == Layout.NHWC or (layout is None and not first)):
+        return out
+    if first and layout != Layout.NHWC:
+        return out.transpose(0, 2, 3, 1)
+    raise SpecError(
+        "spec.task.output",
+        f"image-to-image reads images [batch, C, H, W] or [batch, H, W, C] of 1 or 3 channels, "
+        f"or [batch, H, W]; the output is {list(out.shape)} {out.dtype.name}"
+        + (f" (declared {layout.value})" if layout is not None else ""),
+    )
+
+
+def read_target(path: Path, channels: int, data_range: float, bgr: bool) -> np.ndarray:
+    """A target image as float64 [H, W, channels] (grey for 1, RGB, or BGR when the model's
+    input was), its 8-bit values scaled to 0..``data_range``."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("L" if channels == 1 else "RGB"))
+    except OSError as exc:
+        raise SpecError(
+            "spec.dataset.targets", f"{path}: cannot be read as an image ({exc})"
+        ) from None
+    if channels == 1:
+        pixels = pixels[..., None]
+    elif bgr:
+        pixels = pixels[..., ::-1]
+    return pixels.astype(np.float64) * (data_range / 255.0)
+
+
+def image_to_image_pass(
+    predict: Predict,
+    feeds: Sequence[np.ndarray],
+    targets: Sequence[Path],
+    task: Task,
+    index: int,
+    layout: Layout | None,
+    bgr: bool,
+    batch_size: int,
+    progress: Progress,
+) -> TaskPass:
+    """Mean PSNR (dB) and SSIM (scikit-image) of each output image, clipped to 0..dataRange,
+    against its target at the target's own size: an output of another size is an error
+    naming the target. The metric's own time is kept apart from reading the targets."""
+    data_range = task.data_range
+    qualities: list[ImageQuality] = []
+    scoring_ns = 0
+
+    def consume(part: slice, chosen: list[np.ndarray]) -> None:
+        nonlocal scoring_ns
+        for offset, image in enumerate(_images(chosen[0], layout)):
+            path = targets[part.start + offset]
+            target = read_target(path, image.shape[2], data_range, bgr)
+            if target.shape[:2] != image.shape[:2]:
+                raise SpecError(
+                    "spec.dataset.targets",
+                    f"{path}: {target.shape[1]}x{target.shape[0]} pixels, but the model's "
+                    f"output for it is {image.shape[1]}x{image.shape[0]}",
+                )
+            began = time.perf_counter_ns()
+            clipped = np.clip(image.astype(np.float64), 0.0, data_range)
+            qualities.append(image_quality(clipped, target, data_range=data_range))
+            scoring_ns += time.perf_counter_ns() - began
+
+    run = run_pass(predict, feeds, [index], batch_size, consume, progress)
+    done = _finished(lambda: RestorationMetrics.of(qualities), run, batch_size)
+    scoring_s = scoring_ns / 1e9
+    return dataclasses.replace(
+        done,
+        postprocessing_s=run.postprocessing_s - scoring_s,
+        metrics_s=done.metrics_s + scoring_s,
+    )
+
+
 def image_size(batch: np.ndarray) -> tuple[int, int]:
     """(height, width) of a batch of images, channels first [N, C, H, W] (C of 1, 3 or 4)
     or last [N, H, W, C]."""
@@ -347,7 +432,8 @@ def text_detection_pass(
     )
 
 
-def primary(metrics: TaskMetrics) -> tuple[str, float]:
-    """The metric a leaderboard sorts by, and its value."""
+def primary(metrics: TaskMetrics) -> tuple[str, float | None]:
+    """The metric a leaderboard sorts by, and its value (None where the task has none: the
+    PSNR of outputs all equal to their targets)."""
     value: Any = getattr(metrics, metrics.primary)
-    return metrics.primary, float(value)
+    return metrics.primary, None if value is None else float(value)

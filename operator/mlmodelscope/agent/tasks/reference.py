@@ -1,6 +1,6 @@
 """The reference task models of examples/tasks, built once per machine into the cache by
-examples/tasks/train_tasks.py (a text classifier with its tokenizer, a shapes segmenter, and
-their evaluation data), as the digits CNN is."""
+examples/tasks/train_tasks.py (a text classifier with its tokenizer, a shapes segmenter and
+detector, a denoiser, and their evaluation data), as the digits CNN is."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """A deterministic synthetic dataset of rendered shapes for detection and segmentation, in
 the formats users have: images with a COCO instances file (boxes) and PNG class masks (VOC
-style). Seeded, so the same arguments give the same pixels, masks and boxes on any machine.
+style); and for image to image, clean shapes on smooth gradients with their noisy copies
+(Gaussian noise) as input and target folders. Seeded, so the same arguments give the same
+pixels, masks and boxes on any machine.
 
 Classes (COCO category ids 1..3, mask values 1..3, 0 background): square, disc, triangle.
 """
@@ -114,3 +116,60 @@ def write_shapes(
     annotations = folder / "instances.json"
     annotations.write_text(json.dumps(document, indent=1))
     return ShapesFolder(images, masks, annotations)
+
+
+# ------------------------------------------------------------------------- image to image
+
+
+@dataclass(frozen=True)
+class PairsFolder:
+    """Where :func:`write_pairs` put the dataset: noisy inputs and clean targets."""
+
+    inputs: Path
+    targets: Path
+
+
+def render_smooth(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """A clean image (HWC uint8): a linear gradient between two colours in a random direction,
+    and one to four flat-coloured shapes on it."""
+    angle = rng.uniform(0, 2 * np.pi)
+    yy, xx = np.mgrid[0:height, 0:width]
+    ramp = xx * np.cos(angle) + yy * np.sin(angle)
+    ramp = (ramp - ramp.min()) / max(float(np.ptp(ramp)), 1e-9)
+    start, end = rng.uniform(20, 235, size=(2, 3))
+    image = start + ramp[..., None] * (end - start)
+    for _ in range(int(rng.integers(1, 5))):
+        kind = int(rng.integers(0, len(CLASSES)))
+        size = int(rng.integers(min(height, width) // 6, min(height, width) // 2))
+        y, x = int(rng.integers(0, height - size)), int(rng.integers(0, width - size))
+        stencil = _draw(kind, size, rng)
+        image[y : y + size, x : x + size][stencil] = rng.uniform(20, 235, size=3)
+    pixels: np.ndarray = np.rint(image).astype(np.uint8)
+    return pixels
+
+
+def add_noise(clean: np.ndarray, rng: np.random.Generator, sigma: float) -> np.ndarray:
+    """``clean`` (uint8) plus Gaussian noise of standard deviation ``sigma`` (a fraction of
+    255), rounded and clipped back to uint8."""
+    noisy = clean + rng.normal(0.0, sigma * 255.0, size=clean.shape)
+    return np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
+
+
+def write_pairs(
+    folder: Path, count: int, *, seed: int = 0, sigma: float = 0.1, height: int = 48,
+    width: int = 48,
+) -> PairsFolder:  # fmt: skip
+    """Write ``count`` clean images (``clean/00000.png``...) and their noisy copies of the same
+    names (``noisy/``) under ``folder``; the same arguments give the same pixels."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    inputs, targets = folder / "noisy", folder / "clean"
+    inputs.mkdir(parents=True, exist_ok=True)
+    targets.mkdir(parents=True, exist_ok=True)
+    for number in range(count):
+        clean = render_smooth(rng, height, width)
+        name = f"{number:05d}.png"
+        Image.fromarray(clean).save(targets / name)
+        Image.fromarray(add_noise(clean, rng, sigma)).save(inputs / name)
+    return PairsFolder(inputs, targets)
