@@ -175,9 +175,9 @@ class OperatorLoop:
         """The Job controller creates a pod, the scheduler binds it, the kubelet runs it."""
         body = self.kube.get(job_path(NAMESPACE, job))
         template = body["spec"]["template"]["metadata"]
-        attempt = len(self.kube.list(pod_path(NAMESPACE), f"{handle_job.JOB_NAME_LABEL}={job}"))
+        attempt = len(self.kube.list(pod_path(NAMESPACE), f"{names.JOB_NAME_LABEL}={job}"))
         pod_name = f"{job}-{attempt}"
-        labels = {**(template.get("labels") or {}), handle_job.JOB_NAME_LABEL: job}
+        labels = {**(template.get("labels") or {}), names.JOB_NAME_LABEL: job}
         owner = {
             "apiVersion": "batch/v1",
             "kind": "Job",

@@ -13,7 +13,8 @@ import pytest
 
 from fakes import FakeApiServer, FakeKube, Request
 from mlmodelscope.contract.kube import KubeError, evaluation_path
-from mlmodelscope.controller import builders, kueue, names, queue, status
+from mlmodelscope.controller import builders, job_state, kueue, names, status
+from mlmodelscope.controller.admission import fifo
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.controller.status import ConditionType, Reason
@@ -77,19 +78,19 @@ def test_without_a_queue_label_the_job_starts_at_once(make_evaluation: Make) -> 
 
 
 def test_a_suspended_job_holds_no_slot_but_is_still_active() -> None:
-    assert queue.holds_slot(job())
-    assert queue.holds_slot(job(suspend=False))
-    assert not queue.holds_slot(job(suspend=True))
-    assert queue.is_active_job(job(suspend=True)), "an edited spec still replaces it"
-    assert not queue.holds_slot(job(ended="Complete"))
+    assert job_state.holds_slot(job())
+    assert job_state.holds_slot(job(suspend=False))
+    assert not job_state.holds_slot(job(suspend=True))
+    assert job_state.is_active_job(job(suspend=True)), "an edited spec still replaces it"
+    assert not job_state.holds_slot(job(ended="Complete"))
     jobs = [job("a", suspend=True), job("a", suspend=True), job("a"), job("b", suspend=False)]
-    assert queue.running_per_namespace(jobs) == {"a": 1, "b": 1}
+    assert fifo.running_per_namespace(jobs) == {"a": 1, "b": 1}
 
 
 def test_suspended_jobs_do_not_fill_the_limit() -> None:
-    running = queue.running_per_namespace([job("a", suspend=True)] * 3)
-    entry = queue.QueueEntry(T0, "a", "plain")
-    assert queue.decide(entry, [], running, queue.Limits(max_running=1)).admitted
+    running = fifo.running_per_namespace([job("a", suspend=True)] * 3)
+    entry = fifo.QueueEntry(T0, "a", "plain")
+    assert fifo.decide(entry, [], running, fifo.Limits(max_running=1)).admitted
 
 
 # ------------------------------------------------------------------------------- the status

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlmodelscope.controller import queue
-from mlmodelscope.controller.ledger import AdmissionLedger, waiting_entry
+from mlmodelscope.controller.admission import fifo
+from mlmodelscope.controller.admission.ledger import AdmissionLedger, waiting_entry
 
 T0 = "2026-01-01T00:00:00Z"
 T1 = "2026-01-01T00:00:01Z"
@@ -56,7 +56,7 @@ def test_only_evaluations_admission_queued_for_their_generation_wait() -> None:
     kueued = evaluation("a", "kueued", "Queued")
     kueued["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
     book.observe_evaluation(kueued)
-    assert book.waiting() == [queue.QueueEntry(T0, "a", "queued")]
+    assert book.waiting() == [fifo.QueueEntry(T0, "a", "queued")]
     book.observe_evaluation(evaluation("a", "queued", "Pending"))
     assert book.waiting() == []
     assert waiting_entry(kueued) is None
@@ -74,7 +74,7 @@ def test_a_rebuild_takes_the_listings_but_keeps_what_events_said_meanwhile() -> 
     book.finish_rebuild(listed_jobs, listed)
     assert book.synced
     assert book.running() == {"a": 1}
-    assert book.waiting() == [queue.QueueEntry(T0, "a", "waits")]
+    assert book.waiting() == [fifo.QueueEntry(T0, "a", "waits")]
     # After the rebuild, the listings no longer win.
     book.observe_job(job("a", "old-g1", ended=True))
     assert book.running() == {}

@@ -12,7 +12,8 @@ from result_docs import row, summary
 from fakes import FakeApiServer, FakeKube, Request
 from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path, pod_path
 from mlmodelscope.contract.wire import SUMMARY_KEY
-from mlmodelscope.controller import ledger, names, queue, runs, status
+from mlmodelscope.controller import job_state, names, runs, status
+from mlmodelscope.controller.admission import admit, fifo, ledger
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job, handle_pod
 from mlmodelscope.controller.runs import Handled
@@ -167,7 +168,7 @@ def test_only_queued_evaluations_wait_ahead() -> None:
         item("running", {"observedGeneration": 1, "phase": "Running"}),
     ]
     assert [e for e in map(ledger.waiting_entry, listed) if e] == [
-        queue.QueueEntry(T0, "a", "queued")
+        fifo.QueueEntry(T0, "a", "queued")
     ]
 
 
@@ -513,7 +514,7 @@ def test_the_resync_keeps_slim_copies_of_what_it_listed() -> None:
     kept = slim_job(job)
     assert kept["spec"] == {"suspend": True} and "managedFields" not in kept["metadata"]
     assert kept["status"] == job["status"] and kept["metadata"]["labels"] == names.labels("e", 1)
-    assert queue.is_suspended(kept) and "managedFields" in job["metadata"]  # a copy
+    assert job_state.is_suspended(kept) and "managedFields" in job["metadata"]  # a copy
     evaluation = {
         "kind": "ModelEvaluation",
         "metadata": {"name": "e", "managedFields": managed},
@@ -532,13 +533,12 @@ def test_a_resync_tick_drops_each_copy_once_it_is_reconciled(monkeypatch: Any) -
     """The tick holds the listing's copies, encoded, only until each is reconciled, so its
     memory shrinks as it goes (at 5,000 a tick that checks start failures lasts minutes)."""
     from mlmodelscope.controller import resync
-    from mlmodelscope.controller.handlers import handle_evaluation
 
     def unfinished(name: str) -> dict[str, Any]:
         st = {"observedGeneration": 1, "phase": "Pending", "jobName": f"{name}-g1"}
         return {"metadata": {"name": name, "namespace": "a", "generation": 1}, "status": st}
 
-    listing = handle_evaluation.Listing()
+    listing = admit.Listing()
     for name in ("e1", "e2"):
         listing.evaluations["a", name] = unfinished(name)
         listing.jobs["a", f"{name}-g1"] = {"metadata": {"name": f"{name}-g1"}}
@@ -550,8 +550,8 @@ def test_a_resync_tick_drops_each_copy_once_it_is_reconciled(monkeypatch: Any) -
         seen.append((evaluation["metadata"]["name"], sorted(listed)))
         return Handled.WAITING
 
-    monkeypatch.setattr(handle_evaluation, "sync_ledger", lambda ctx: listing)
-    monkeypatch.setattr(handle_evaluation, "admit_queued", lambda ctx: [])
+    monkeypatch.setattr(admit, "sync_ledger", lambda ctx: listing)
+    monkeypatch.setattr(admit, "admit_queued", lambda ctx: [])
     monkeypatch.setattr(resync, "resync_one", reconciled)
     resync.EvaluationResync(ctx_with(None)).tick()
     assert seen == [("e1", [("a", "e1-g1"), ("a", "e2-g1")]), ("e2", [("a", "e2-g1")])]

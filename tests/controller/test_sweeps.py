@@ -16,7 +16,7 @@ from mlmodelscope.controller import status as evaluation_status
 from mlmodelscope.controller import sweeps
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_sweep
-from mlmodelscope.controller.handlers.handle_evaluation import InvalidSpecError
+from mlmodelscope.controller.runs import InvalidSpecError
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.spec.sweep import LABEL_SWEEP, SweepChild, expand, parse_sweep
 

@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
 from mlmodelscope.controller import status
+from mlmodelscope.controller.admission.ledger import AdmissionLedger
 from mlmodelscope.controller.later import Later
-from mlmodelscope.controller.ledger import AdmissionLedger
 from mlmodelscope.controller.namespace_policy import NamespacePolicies
 from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import KubeError, namespaced
-from mlmodelscope.controller import names, queue, status
+from mlmodelscope.controller import job_state, names, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.periodic import Periodic
 
@@ -80,7 +80,7 @@ def waiting_job(job: Mapping[str, Any]) -> WaitingJob | None:
         return None
     if not (name and kueue_queue and meta.get("namespace") and meta.get("name")):
         return None
-    if not queue.is_suspended(job) or not queue.is_active_job(job):
+    if not job_state.is_suspended(job) or not job_state.is_active_job(job):
         return None
     return WaitingJob(
         namespace=str(meta["namespace"]),

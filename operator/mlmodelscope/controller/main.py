@@ -44,6 +44,7 @@ from mlmodelscope.controller import (
     recording,
     resync,
     run_store,
+    runs,
     status,
     workqueue,
 )
@@ -104,11 +105,11 @@ def _classified(
     server rejects is permanent, so a broken object never spins in a retry loop."""
     try:
         outcome = action()
-    except handle_evaluation.PolicyDeniedError as exc:
+    except runs.PolicyDeniedError as exc:
         raise kopf.PermanentError(str(exc)) from None
-    except handle_evaluation.InvalidSpecError as exc:
+    except runs.InvalidSpecError as exc:
         raise kopf.PermanentError(f"invalid spec: {exc}") from None
-    except handle_evaluation.ForeignChildError as exc:  # wait for the garbage collector
+    except runs.ForeignChildError as exc:  # wait for the garbage collector
         raise kopf.TemporaryError(str(exc), delay=TRANSIENT_DELAY) from None
     except KubeError as exc:
         if exc.status in (409, 429) or exc.status >= 500:

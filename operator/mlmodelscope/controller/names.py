@@ -27,6 +27,8 @@ LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_EVALUATION: Final = f"{API_GROUP}/evaluation"
 LABEL_GENERATION: Final = f"{API_GROUP}/generation"
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
+JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+"""The label the Job controller puts on each pod of a Job."""
 """On an evaluation: submit its Job to this Kueue LocalQueue (created suspended, see builders)."""
 MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 """Server-side label selector for the Jobs and Pods the operator watches."""
@@ -92,3 +94,18 @@ def owned_by(child: Mapping[str, Any] | None, uid: str | None) -> bool:
 def kueue_queue(labels: Mapping[str, str] | None) -> str | None:
     """The Kueue LocalQueue an evaluation (or its Job) names in its labels, if any."""
     return (labels or {}).get(LABEL_KUEUE_QUEUE) or None
+
+
+def owner_of(obj: Mapping[str, Any]) -> tuple[str, str, int] | None:
+    """(namespace, evaluation, generation) from the labels the operator put on an evaluation's
+    Job (and its pod template, so on each of its pods)."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    name = labels.get(LABEL_EVALUATION)
+    try:
+        generation = int(labels.get(LABEL_GENERATION, ""))
+    except ValueError:
+        return None
+    if not name or not meta.get("namespace"):
+        return None
+    return str(meta["namespace"]), str(name), generation

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from mlmodelscope.controller import queue
+from mlmodelscope.controller import job_state
 from mlmodelscope.controller.keyed import KeyedQueue
 from mlmodelscope.controller.pod_memo import UidMemo
 from mlmodelscope.controller.runs import Handled
@@ -121,4 +121,4 @@ class ObjectEvents(KeyedQueue[Key, Event]):
 def _settles(job: Mapping[str, Any], outcome: object) -> bool:
     """The Job has ended and its handler ended the run or found it ended: nothing a later
     event of this Job says can change the evaluation (a pending retry still may)."""
-    return queue.has_ended(job) and outcome is not Handled.RETRYING
+    return job_state.has_ended(job) and outcome is not Handled.RETRYING

@@ -21,14 +21,15 @@ from typing import Any, ClassVar
 
 from mlmodelscope.contract.kube import KubeError, job_path
 from mlmodelscope.controller import memory, names, status
+from mlmodelscope.controller.admission import admit
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.handlers import handle_evaluation, handle_job
+from mlmodelscope.controller.handlers import handle_job
 from mlmodelscope.controller.periodic import Periodic
 from mlmodelscope.controller.runs import Handled
 
 log = logging.getLogger(__name__)
 
-UNFINISHED = handle_evaluation.UNFINISHED
+UNFINISHED = admit.UNFINISHED
 
 
 def resync_one(
@@ -73,7 +74,7 @@ class EvaluationResync(Periodic):
 
     def tick(self) -> None:
         ctx = self.ctx
-        listing = handle_evaluation.sync_ledger(ctx)
+        listing = admit.sync_ledger(ctx)
         listed = listing.jobs
         # Each copy, and its Job's, is dropped once reconciled: the tick's memory shrinks as
         # it goes instead of holding every unfinished evaluation to its end.
@@ -89,7 +90,7 @@ class EvaluationResync(Periodic):
                 listed.discard(job_key)
             if outcome.worth_logging:
                 log.info("resync %s/%s: %s", meta.get("namespace"), meta.get("name"), outcome)
-        started = handle_evaluation.admit_queued(ctx)
+        started = admit.admit_queued(ctx)
         if started:
             log.info("resync started %s", ", ".join(started))
         del listing, listed

@@ -21,12 +21,12 @@ from mlmodelscope.contract.kube import KubeError, configmap_path, job_path, pod_
 from mlmodelscope.contract.wire import CONTAINER_NAME
 from mlmodelscope.controller import instrument, names, recording, results, status
 from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.names import JOB_NAME_LABEL
 from mlmodelscope.controller.pod_memo import STARTED_PHASES
 from mlmodelscope.controller.status import Reason
 
 log = logging.getLogger(__name__)
 
-JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 START_FAILURES: Final = (
     "CreateContainerConfigError",
     "CreateContainerError",
@@ -88,6 +88,14 @@ _FREES_NO_SLOT: Final = frozenset(
         Handled.RUNNING,
     }
 )
+
+
+class InvalidSpecError(Exception):
+    """The spec cannot run as written; status already says Failed/InvalidSpec."""
+
+
+class PolicyDeniedError(InvalidSpecError):
+    """The operator's policy refuses the spec; status already says Failed/PolicyDenied."""
 
 
 class ForeignChildError(Exception):

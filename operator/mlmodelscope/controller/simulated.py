@@ -18,6 +18,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from mlmodelscope.contract.kube import Kube, pod_path
+from mlmodelscope.controller.names import JOB_NAME_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,6 @@ SIMULATED_NODE: Final = "SimulatedNode"
 """The Failed condition's reason when the Job's pod ran on a simulated node."""
 KWOK_ANNOTATION: Final = "kwok.x-k8s.io/node"
 SIMULATION_LABEL: Final = "mlmodelscope.io/simulation"
-JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 
 
 def is_simulated(node: Mapping[str, Any]) -> bool:

@@ -24,22 +24,22 @@ import urllib3
 from mlmodelscope.contract.kube import KubeError, configmap_path, evaluation_path, pod_path
 from mlmodelscope.controller import (
     instrument,
+    job_state,
     names,
-    queue,
     recording,
     results,
     runs,
     simulated,
     status,
 )
+from mlmodelscope.controller.admission.admit import admit_queued
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.handlers.handle_evaluation import admit_queued
+from mlmodelscope.controller.names import JOB_NAME_LABEL
 from mlmodelscope.controller.runs import Handled
 from mlmodelscope.controller.status import Reason
 
 log = logging.getLogger(__name__)
 
-JOB_NAME_LABEL = runs.JOB_NAME_LABEL
 RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
 """Watch events are not redelivered, so transient API errors are retried (later, off Kopf's
 worker threads; the resync heals what the last retry could not)."""
@@ -56,20 +56,6 @@ def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 
 def _run_id(outcome: results.Outcome | None) -> str | None:
     return outcome.run_id if outcome is not None else None
-
-
-def owner_of(job: Mapping[str, Any]) -> tuple[str, str, int] | None:
-    """(namespace, evaluation, generation) from the labels the operator put on the Job."""
-    meta = job.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    name = labels.get(names.LABEL_EVALUATION)
-    try:
-        generation = int(labels.get(names.LABEL_GENERATION, ""))
-    except ValueError:
-        return None
-    if not name or not meta.get("namespace"):
-        return None
-    return str(meta["namespace"]), str(name), generation
 
 
 def collect_outcome(
@@ -127,7 +113,7 @@ def job_changed(
     status writes are guarded by its resourceVersion either way. Neither copy has the spec
     (:func:`..slim.slim_evaluation`): the one branch that reads it (a failed Job) reads the
     evaluation again."""
-    owner = owner_of(job)
+    owner = names.owner_of(job)
     if owner is None:
         return Handled.NOT_OURS
     namespace, name, generation = owner
@@ -142,7 +128,7 @@ def job_changed(
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
         return Handled.OTHER_GENERATION
     if current.get("phase") not in ("Queued", "Pending", "Running"):
-        if ctx.recorder is not None and not current.get("record") and queue.has_ended(job):
+        if ctx.recorder is not None and not current.get("record") and job_state.has_ended(job):
             found = recording.record_finished(
                 ctx, namespace, name, generation, current.get("runId")
             )
@@ -151,13 +137,13 @@ def job_changed(
     now = ctx.clock
     if (
         deleted
-        and not queue.has_ended(job)
+        and not job_state.has_ended(job)
         and int(evaluation["metadata"].get("generation") or 1) > generation
     ):
         # The spec changed and its handler deleted this Job to replace the run: not a
         # failure. The next generation's status moves the run into history as it stood.
         return Handled.REPLACED
-    if deleted and not queue.has_ended(job):
+    if deleted and not job_state.has_ended(job):
         # Deleted before the Job said it ended: the agent may still have published the
         # result (a Job deleted right after its pod finished); that result stands.
         published = runs.published_outcome(ctx, namespace, name, uid, generation)
@@ -228,7 +214,7 @@ def job_changed(
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
         return Handled.FAILED
-    if queue.is_suspended(job):
+    if job_state.is_suspended(job):
         labels = job["metadata"].get("labels") or {}
         results_cm = names.results_configmap_name(name)
         kueue = names.kueue_queue(labels)
@@ -334,7 +320,7 @@ def job_progressed(
         log.warning("job %s: %s; retrying in %.1fs", meta["name"], exc, delay)
         ctx.later.call(key, delay, lambda: job_progressed(job, ctx, deleted, attempt + 1))
         return Handled.RETRYING
-    if deleted or (not queue.holds_slot(job) and not outcome.frees_no_slot):
+    if deleted or (not job_state.holds_slot(job) and not outcome.frees_no_slot):
         started = admit_queued(ctx)
         if started:
             log.info("job %s %s: started %s", meta["name"], outcome, ", ".join(started))

@@ -18,7 +18,7 @@ from typing import Any
 from mlmodelscope.contract.kube import pod_path
 from mlmodelscope.controller import runs, status
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.handlers.handle_job import JOB_NAME_LABEL, owner_of
+from mlmodelscope.controller.names import JOB_NAME_LABEL, owner_of
 from mlmodelscope.controller.pod_memo import PodMemo
 
 

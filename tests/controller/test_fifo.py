@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from mlmodelscope.controller.queue import (
+from mlmodelscope.controller.admission.fifo import (
     Limits,
     QueueEntry,
     decide,
-    is_active_job,
     plan,
     running_per_namespace,
 )
+from mlmodelscope.controller.job_state import is_active_job
 
 
 def entry(minute: int, namespace: str = "a", name: str | None = None) -> QueueEntry:

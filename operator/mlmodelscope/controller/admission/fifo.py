@@ -1,7 +1,7 @@
 """Admission under the concurrency limits: which waiting evaluations may start a Job now.
 
-Pure and deterministic: the handler gathers the running Jobs and the waiting evaluations from
-the API server, and :func:`plan` replays FIFO admission (oldest ``creationTimestamp`` first,
+Pure and deterministic: given the slots held and the evaluations waiting (:mod:`.ledger`),
+:func:`plan` replays FIFO admission (oldest ``creationTimestamp`` first,
 then namespace and name) under the cluster-wide and per-namespace limits. An evaluation starts
 only if the plan admits it, so a newer evaluation never overtakes an older one that fits, and
 an evaluation blocked by its own namespace's limit does not hold back other namespaces.
@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from mlmodelscope.controller.job_state import holds_slot
 
 
 @dataclass(frozen=True, order=True)
@@ -97,32 +99,6 @@ def decide(
     else:
         why = "earlier evaluations take the free slots"
     return Decision(False, f"waiting for a free slot: {why}; {ahead} queued ahead")
-
-
-def is_active_job(job: Mapping[str, Any]) -> bool:
-    """A Job that has not ended: not yet Complete or Failed, not being deleted (suspended ones
-    included: an edited spec still replaces a run that waits for Kueue)."""
-    return not has_ended(job) and not (job.get("metadata") or {}).get("deletionTimestamp")
-
-
-def has_ended(job: Mapping[str, Any]) -> bool:
-    """The Job says it ended: a Complete or Failed condition. A Job never starts again."""
-    return any(
-        condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True"
-        for condition in (job.get("status") or {}).get("conditions") or []
-    )
-
-
-def is_suspended(job: Mapping[str, Any]) -> bool:
-    """``spec.suspend`` is set: the Job has no pods until someone (Kueue) unsuspends it."""
-    return bool((job.get("spec") or {}).get("suspend"))
-
-
-def holds_slot(job: Mapping[str, Any]) -> bool:
-    """A Job that counts against the operator's limits: active and not suspended. A Job that
-    waits for Kueue admission runs nothing, so it takes no slot; once Kueue admits it (and
-    unsuspends it) it runs, and counts like any other."""
-    return is_active_job(job) and not is_suspended(job)
 
 
 def running_per_namespace(jobs: Iterable[Mapping[str, Any]]) -> dict[str, int]:

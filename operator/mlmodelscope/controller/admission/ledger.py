@@ -20,12 +20,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mlmodelscope.controller import names, queue, status
+from mlmodelscope.controller import job_state, names, status
+from mlmodelscope.controller.admission import fifo
 
 Key = tuple[str, str]
 
 
-def waiting_entry(evaluation: Mapping[str, Any]) -> queue.QueueEntry | None:
+def waiting_entry(evaluation: Mapping[str, Any]) -> fifo.QueueEntry | None:
     """The queue entry of an evaluation that waits for a slot (admission marked it Queued for
     its current generation, and Kueue does not queue it), else None. Only what admission queued
     waits ahead: an evaluation that never got a status (its handler failed, or nobody watches
@@ -36,7 +37,7 @@ def waiting_entry(evaluation: Mapping[str, Any]) -> queue.QueueEntry | None:
         return None
     if not status.is_current(st, int(meta.get("generation") or 1)) or st.get("phase") != "Queued":
         return None
-    return queue.QueueEntry.of(evaluation)
+    return fifo.QueueEntry.of(evaluation)
 
 
 def _key(obj: Mapping[str, Any]) -> Key:
@@ -50,7 +51,7 @@ class AdmissionLedger:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._slots: set[Key] = set()
-        self._waiting: dict[Key, queue.QueueEntry] = {}
+        self._waiting: dict[Key, fifo.QueueEntry] = {}
         self._synced = False
         self._touched: set[tuple[str, Key]] | None = None
         """While a rebuild lists: the objects events changed meanwhile (kind, key)."""
@@ -63,7 +64,7 @@ class AdmissionLedger:
         """A Job event (or a Job the operator just created)."""
         key = _key(job)
         with self._lock:
-            if not deleted and queue.holds_slot(job):
+            if not deleted and job_state.holds_slot(job):
                 self._slots.add(key)
             else:
                 self._slots.discard(key)
@@ -92,7 +93,7 @@ class AdmissionLedger:
     ) -> None:
         """Replace the books with the listings, except for the objects events touched since
         :meth:`begin_rebuild`."""
-        slots = {_key(j) for j in jobs if queue.holds_slot(j)}
+        slots = {_key(j) for j in jobs if job_state.holds_slot(j)}
         waiting = {}
         for item in evaluations:
             entry = waiting_entry(item)
@@ -117,6 +118,6 @@ class AdmissionLedger:
         with self._lock:
             return dict(Counter(namespace for namespace, _ in self._slots))
 
-    def waiting(self) -> list[queue.QueueEntry]:
+    def waiting(self) -> list[fifo.QueueEntry]:
         with self._lock:
             return list(self._waiting.values())
