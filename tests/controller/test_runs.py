@@ -399,7 +399,7 @@ def test_a_transient_api_error_is_retried_later_without_sleeping_in_the_handler(
         assert kube.requests[("patch", "modelevaluations/status")] == 2
         assert [e.reason for e in events] == ["OOMKilled"]
     finally:
-        ctx.later.stop()
+        ctx.retries.stop()
 
 
 def lost_pod(name: str, created: str, phase: str = "Failed", **condition: str) -> dict[str, Any]:

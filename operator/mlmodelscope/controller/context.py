@@ -19,10 +19,10 @@ from typing import Any, Final
 from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
 from mlmodelscope.controller import status
 from mlmodelscope.controller.admission.ledger import AdmissionLedger
-from mlmodelscope.controller.later import Later
 from mlmodelscope.controller.namespace_policy import NamespacePolicies
 from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy
+from mlmodelscope.controller.retry_timer import RetryTimer
 from mlmodelscope.controller.run_store import Recorder
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.watched import WatchedEvaluations
@@ -59,7 +59,7 @@ class Context:
     """Serializes decisions under the concurrency limits (only when limits are set)."""
     ledger: AdmissionLedger = field(default_factory=AdmissionLedger)
     """Slots held and evaluations waiting, from the watch streams (shared by copies)."""
-    later: Later = field(default_factory=Later)
+    retries: RetryTimer = field(default_factory=RetryTimer)
     """Retries of Job events, off Kopf's worker threads."""
     acting: Callable[[], bool] = always
     """Whether this replica acts now (:meth:`.peering.Peering.acting`; standalone: always);

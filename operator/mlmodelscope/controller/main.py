@@ -220,7 +220,7 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         sweep_resync.stop()
         kueue_watch.stop()
         evaluation_resync.stop()
-        ctx.later.stop()
+        ctx.retries.stop()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -13,7 +13,7 @@ and reconcile it (:func:`..handlers.handle_evaluation.evaluation_changed`, level
 waits is a key, and a key queued twice is queued once, as in client-go's work queue.
 
 Kopf's handler bookkeeping is kept in memory instead of in annotations:
-- **Generation taken, per uid.** Later events of the same generation, such as our own status
+- **Generation taken, per uid.** RetryTimer events of the same generation, such as our own status
   patches, queue nothing. After a restart nothing is remembered, so the initial listing
   queues every unfinished evaluation once: Kopf's "resume".
 - **Retries.** A temporary failure is retried after a delay, with no limit, as Kopf did. A
@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from mlmodelscope.controller import status
 from mlmodelscope.controller.keyed import KeyedQueue
-from mlmodelscope.controller.later import Later
+from mlmodelscope.controller.retry_timer import RetryTimer
 
 log = logging.getLogger(__name__)
 
@@ -100,13 +100,13 @@ class WorkQueue(KeyedQueue[Key, Entry]):
         workers: int = WORKERS,
         retry_delay: float = 5.0,
         acting: Callable[[], bool] = lambda: True,
-        later: Later | None = None,
+        retries: RetryTimer | None = None,
     ) -> None:
         super().__init__(workers=workers, thread_name="mlmodelscope-reconcile")
         self._reconcile = reconcile
         self._retry_delay = retry_delay
         self._acting = acting
-        self._later = later or Later()
+        self._retries = retries or RetryTimer()
         self._taken: dict[str, int] = {}
         """The generation taken into the queue, per uid (forgotten when the uid is deleted)."""
 
@@ -149,7 +149,7 @@ class WorkQueue(KeyedQueue[Key, Entry]):
         """Let the running reconciles finish; what is still queued is resumed after a
         restart from the listing."""
         super().stop(timeout_s)
-        self._later.stop()
+        self._retries.stop()
 
     def _run(self, key: Key, entry: Entry) -> None:
         where = f"{entry.namespace}/{entry.name}"
@@ -175,4 +175,4 @@ class WorkQueue(KeyedQueue[Key, Entry]):
             log.info("reconcile %s of %s succeeded: %s", entry.reason, where, outcome)
 
     def _retry(self, entry: Entry) -> None:
-        self._later.call(("reconcile", entry.key), self._retry_delay, lambda: self.requeue(entry))
+        self._retries.call(("reconcile", entry.key), self._retry_delay, lambda: self.requeue(entry))

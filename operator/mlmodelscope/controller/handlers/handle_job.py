@@ -303,13 +303,13 @@ def job_progressed(
     """A Job event: note whether it holds a slot, update its evaluation, then, if the Job no
     longer holds a slot, let queued evaluations take it.
 
-    A transient API error is retried after ``RETRY_DELAYS[attempt]`` by ``ctx.later``, never
+    A transient API error is retried after ``RETRY_DELAYS[attempt]`` by ``ctx.retries``, never
     by sleeping here: this runs in one of a few handler threads (:mod:`..object_events`). A
     newer event of the same Job cancels the pending retry of this one."""
     meta = job["metadata"]
     key = ("job", meta.get("namespace"), meta["name"])
     if attempt == 0:
-        ctx.later.cancel(key)
+        ctx.retries.cancel(key)
         ctx.ledger.observe_job(job, deleted)
     try:
         outcome = job_changed(job, ctx, deleted)
@@ -318,7 +318,7 @@ def job_progressed(
             raise
         delay = RETRY_DELAYS[attempt]
         log.warning("job %s: %s; retrying in %.1fs", meta["name"], exc, delay)
-        ctx.later.call(key, delay, lambda: job_progressed(job, ctx, deleted, attempt + 1))
+        ctx.retries.call(key, delay, lambda: job_progressed(job, ctx, deleted, attempt + 1))
         return Handled.RETRYING
     if deleted or (not job_state.holds_slot(job) and not outcome.frees_no_slot):
         started = admit_queued(ctx)

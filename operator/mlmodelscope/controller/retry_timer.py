@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable
 log = logging.getLogger(__name__)
 
 
-class Later:
+class RetryTimer:
     """A timer thread for keyed retries (started on the first :meth:`call`)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -45,7 +45,7 @@ class Later:
                 # can post Events through Kopf as the handler did.
                 context = contextvars.copy_context()
                 self._thread = threading.Thread(
-                    target=context.run, args=(self._loop,), name="mlmodelscope-later", daemon=True
+                    target=context.run, args=(self._loop,), name="mlmodelscope-retries", daemon=True
                 )
                 self._thread.start()
             self._cond.notify()

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import threading
 
-from mlmodelscope.controller.later import Later
+from mlmodelscope.controller.retry_timer import RetryTimer
 
 
 def test_calls_run_when_due_and_a_newer_call_replaces_the_pending_one() -> None:
-    later = Later()
+    later = RetryTimer()
     ran: list[str] = []
     done = threading.Event()
     try:
@@ -27,7 +27,7 @@ def test_calls_run_when_due_and_a_newer_call_replaces_the_pending_one() -> None:
 
 
 def test_a_failing_call_does_not_stop_the_others() -> None:
-    later = Later()
+    later = RetryTimer()
     done = threading.Event()
 
     def boom() -> None:
@@ -42,7 +42,7 @@ def test_a_failing_call_does_not_stop_the_others() -> None:
 
 
 def test_nothing_runs_after_stop() -> None:
-    later = Later()
+    later = RetryTimer()
     ran: list[str] = []
     later.call("x", 0.2, lambda: ran.append("x"))
     later.stop()
