@@ -30,6 +30,13 @@ CLI's exit status is ``GateResult.status``); re-checking them at other threshold
 exact, so the script also tabulates false alarms and detection at a range of latency and
 throughput thresholds, the table to choose thresholds from.
 
+The same runs are then gated against several baseline runs (``mlms gate CANDIDATE BASELINE
+BASELINE ...``: latency and throughput judged by a prediction interval over the baselines'
+run-to-run spread, :mod:`mlmodelscope.report.noise`), for k = 3 and 5: each same-spec run from
+the (k + 1)th on against the k same-spec runs before it (false alarms), each variant against
+the k same-spec runs before it (detection; variants with fewer before them are left out).
+Trials overlap in their baselines, so they are less independent still than the pairs.
+
     .venv/bin/python benchmarks/gate_rates.py --out gate-rates.json --markdown gate-rates.md
     .venv/bin/python benchmarks/gate_rates.py --quick      # 5 same-spec pairs, 4 variants
     .venv/bin/python benchmarks/gate_rates.py --keep DIR   # then --from DIR: re-gate, no runs
@@ -38,6 +45,7 @@ throughput thresholds, the table to choose thresholds from.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -62,6 +70,7 @@ from mlmodelscope.report.gate import (
     check,
     mismatches,
 )
+from mlmodelscope.report.noise import MIN_RUNS, run_verdicts
 from mlmodelscope.report.verdicts import Metric, MetricVerdict, verdicts
 
 SCENARIO: dict[str, Any] = {
@@ -78,6 +87,8 @@ LATENCY_METRICS = frozenset({Metric.P50, Metric.P99, Metric.THROUGHPUT})
 ACCURACY_METRICS = frozenset({Metric.TOP1})
 SWEEP = (10.0, 15.0, 20.0, 25.0, 30.0, 50.0, 100.0, 200.0, 400.0, 1000.0, 2000.0)
 """Latency-increase and throughput-decrease thresholds (percent, both alike) re-checked."""
+KS = (3, 5)
+"""Baseline runs per trial in the evaluation against several baseline runs."""
 GOAL = 0.05
 """The issue's goal for the false-alarm rate."""
 RUN_TIMEOUT_S = 300
@@ -298,6 +309,20 @@ def pairings(kinds: Sequence[str]) -> list[tuple[str, int, int]]:
     return found
 
 
+def groupings(kinds: Sequence[str], k: int) -> list[tuple[str, tuple[int, ...], int]]:
+    """Which runs to gate against ``k`` baseline runs: every run that has ``k`` same-spec runs
+    before it, against those ``k`` (the latest). Items: (kind, baseline positions, candidate
+    position)."""
+    found: list[tuple[str, tuple[int, ...], int]] = []
+    same: list[int] = []
+    for position, kind in enumerate(kinds):
+        if len(same) >= k:
+            found.append((kind, tuple(same[-k:]), position))
+        if kind == SAME:
+            same.append(position)
+    return found
+
+
 def schedule(same: int, variants: Sequence[str]) -> list[str]:
     """The run order: ``same + 1`` same-spec runs with the variants spread evenly among them,
     each right after a same-spec run (never before the first)."""
@@ -312,22 +337,54 @@ def schedule(same: int, variants: Sequence[str]) -> list[str]:
 
 @dataclass
 class Pair:
+    """A candidate gated against one baseline run, or against several."""
+
     kind: str
     """SAME, or the candidate's variant name."""
-    baseline: Run
+    baselines: tuple[Run, ...]
     candidate: Run
     verdicts: list[MetricVerdict] | None
     """``None``: not comparable."""
     why_not: list[str] = field(default_factory=list)
 
+    @property
+    def baseline(self) -> Run:
+        """The baseline run just before the candidate."""
+        return self.baselines[-1]
+
+
+@functools.cache
+def _document(path: Path) -> ResultDocument:
+    return ResultDocument.model_validate_json(path.read_text())
+
 
 def gate_pair(kind: str, baseline: Run, candidate: Run) -> Pair:
-    base = ResultDocument.model_validate_json(baseline.document.read_text())
-    cand = ResultDocument.model_validate_json(candidate.document.read_text())
+    base, cand = _document(baseline.document), _document(candidate.document)
     found = mismatches(base, cand)
     if found:
-        return Pair(kind, baseline, candidate, None, [str(m) for m in found])
-    return Pair(kind, baseline, candidate, verdicts(kind, base, cand))
+        return Pair(kind, (baseline,), candidate, None, [str(m) for m in found])
+    return Pair(kind, (baseline,), candidate, verdicts(kind, base, cand))
+
+
+def gate_against(kind: str, baselines: Sequence[Run], candidate: Run) -> Pair:
+    """``candidate`` against several baseline runs, as ``mlms gate CANDIDATE BASELINE...``
+    judges it (at least :data:`~mlmodelscope.report.noise.MIN_RUNS`)."""
+    if len(baselines) < MIN_RUNS:
+        raise ValueError(f"{len(baselines)} baseline runs; the prediction needs {MIN_RUNS}")
+    bases = [_document(b.document) for b in baselines]
+    cand = _document(candidate.document)
+    found = [str(m) for base in bases for m in mismatches(base, cand)]
+    if found:
+        return Pair(kind, tuple(baselines), candidate, None, found)
+    return Pair(kind, tuple(baselines), candidate, run_verdicts(kind, bases, cand))
+
+
+def gate_k(runs: Sequence[Run], k: int) -> list[Pair]:
+    """Every trial of :func:`groupings` at ``k``, gated."""
+    return [
+        gate_against(kind, [runs[b] for b in bases], runs[c])
+        for kind, bases, c in groupings(_kinds(runs), k)
+    ]
 
 
 # ------------------------------------------------------------------------------ reporting
@@ -341,6 +398,7 @@ def _check_json(verdict: MetricVerdict, thresholds: Thresholds) -> dict[str, Any
         "ratio": verdict.ratio,
         "low": verdict.low,
         "high": verdict.high,
+        "bound": verdict.bound,
         "p_value": verdict.p_value,
         "outcome": str(verdict.outcome),
         "status": str(found.status),
@@ -351,6 +409,7 @@ def pair_json(pair: Pair, thresholds: Thresholds) -> dict[str, Any]:
     return {
         "kind": pair.kind,
         "baseline_run": pair.baseline.index,
+        "baseline_runs": [b.index for b in pair.baselines],
         "candidate_run": pair.candidate.index,
         "status": int(status_at(pair.verdicts, thresholds)),
         "not_comparable": pair.why_not,
@@ -449,6 +508,15 @@ def _spread_cell(values: Sequence[float], digits: int = 2) -> str:
     )
 
 
+def _figure_cell(values: Sequence[float]) -> str:
+    """Median (min–max) at 3 significant figures: bounds span 1 to 10⁸."""
+    import statistics
+
+    if not values:
+        return "-"
+    return f"{statistics.median(values):.3g} ({min(values):.3g}–{max(values):.3g})"
+
+
 def _fired(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} ×{n}" for k, n in counts.items()) or "none"
 
@@ -522,6 +590,82 @@ def tables(pairs: Sequence[Pair]) -> str:
             + " | ".join(cells)
             + f" | {_fired(found['false_alarm_triggers'])} |"
         )
+    return "\n".join(lines)
+
+
+def k_tables(by_k: dict[int, list[Pair]]) -> str:
+    """Markdown: false alarms and detection at the defaults against k baseline runs, and per
+    check the bound that a candidate must pass (median over the same-spec trials) beside the
+    ratios the variants reached."""
+    defaults = Thresholds()
+    shown = [v for v in VARIANTS if any(p.kind == v.name for ps in by_k.values() for p in ps)]
+    lines = [
+        "Against k baseline runs (`mlms gate CANDIDATE BASELINE...`: latency and throughput "
+        "judged by the prediction interval over the k runs, top-1 against the first), at the "
+        "default thresholds; each same-spec run against the k same-spec runs before it, each "
+        "variant against the k same-spec runs before it:",
+        "",
+        "| k | same spec: gate exit 1 (false alarms) | "
+        + " | ".join(
+            f"{v.name} {'detected' if v.worsens else 'exit 1 (a pass is right)'}" for v in shown
+        )
+        + " | checks behind the false alarms |",
+        "|---:|---|" + "---|" * len(shown) + "---|",
+    ]
+    for k, pairs in by_k.items():
+        at = figures(pairs, defaults)
+        cells = []
+        for v in shown:
+            found = at["variants"].get(v.name)
+            key = "detected" if v.worsens else "exit_1"
+            cells.append(_rate_cell(found[key]) if found else "-")
+        lines.append(
+            f"| {k} | {_rate_cell(at['false_alarms'])} | "
+            + " | ".join(cells)
+            + f" | {_fired(at['false_alarm_triggers'])} |"
+        )
+    slow = [v for v in shown if v.worsens == LATENCY_METRICS]
+    lines += [
+        "",
+        "Per check: the prediction bound as a ratio to the baselines' geometric mean (latency: "
+        "a slowdown must pass it; throughput: fall below it), median (min–max) over the "
+        "same-spec trials, beside the ratio the slow variants reached, median (min–max):",
+        "",
+        "| check | "
+        + " | ".join(f"bound, k = {k}" for k in by_k)
+        + " | "
+        + " | ".join(f"{v.name} ratio, k = {k}" for k in by_k for v in slow)
+        + " |",
+        "|---|" + "---|" * (len(by_k) * (1 + len(slow))) + "",
+    ]
+    names: dict[str, None] = {}
+    for pairs in by_k.values():
+        for pair in pairs:
+            for verdict in pair.verdicts or []:
+                if verdict.bound is not None:
+                    names[short_name(verdict)] = None
+    for name in names:
+        cells = []
+        for pairs in by_k.values():
+            bounds = [
+                v.bound
+                for p in pairs
+                if p.kind == SAME
+                for v in p.verdicts or []
+                if short_name(v) == name and v.bound is not None
+            ]
+            cells.append(_figure_cell(bounds))
+        for pairs in by_k.values():
+            for variant in slow:
+                ratios = [
+                    v.ratio
+                    for p in pairs
+                    if p.kind == variant.name
+                    for v in p.verdicts or []
+                    if short_name(v) == name and v.ratio is not None
+                ]
+                cells.append(_figure_cell(ratios))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -628,7 +772,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall = time.monotonic() - started
     load_after = os.getloadavg()
     defaults = Thresholds()
-    markdown = tables(pairs)
+    by_k = {k: gate_k(runs, k) for k in KS}
+    markdown = tables(pairs) + "\n\n" + k_tables(by_k)
     what = (
         f"{len(runs)} fresh `mlms run --raw` processes (ONNX Runtime digits CNN, SingleStream "
         f"batch {' and '.join(str(b) for b in SCENARIO['batchSizes'])}, intra-op threads "
@@ -685,6 +830,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "at_defaults": figures(pairs, defaults),
             "per_check": per_check(pairs),
             "sweep": {str(t): figures(pairs, thresholds_at(t)) for t in SWEEP},
+            "k_baselines": {
+                str(k): {
+                    "at_defaults": figures(found, defaults),
+                    "trials": [pair_json(p, defaults) for p in found],
+                }
+                for k, found in by_k.items()
+            },
             "table_markdown": markdown,
         }
         args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")

@@ -616,8 +616,14 @@ def gate(
     candidate: Annotated[
         str, typer.Argument(help="The run to judge: a result document or a run id.")
     ],
-    baseline: Annotated[
-        str, typer.Argument(help="The run it must not regress against (same forms).")
+    baselines: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="BASELINE",
+            help="The run it must not regress against (same forms); or 3 or more runs of the "
+            "same spec, to judge latency and throughput against their run-to-run spread.",
+            show_default=False,
+        ),
     ],
     store: LookupStore = None,
     server: LookupServer = None,
@@ -639,16 +645,17 @@ def gate(
     ] = None,
 ) -> None:
     """Fail a pipeline on a real regression: exit 0 when the candidate passes, 1 when a
-    metric is worse than its threshold and significantly so, 2 when the runs are not
-    comparable (model, dataset, scenario, batch sizes or framework differ) or cannot be
-    loaded."""
+    metric is worse than its threshold and significantly so (against 3 or more baseline
+    runs: outside their run-to-run spread), 2 when the runs are not comparable (model,
+    dataset, scenario, batch sizes or framework differ) or cannot be loaded."""
     from mlmodelscope.report import gate as gating
     from mlmodelscope.report.compare import CompareError, run_labels
     from mlmodelscope.report.render import gate_table
 
+    sources = [candidate, *baselines]
     try:
-        loaded = [_load_compared([source], store, server) for source in (candidate, baseline)]
-        for source, runs in zip((candidate, baseline), loaded, strict=True):
+        loaded = [_load_compared([source], store, server) for source in sources]
+        for source, runs in zip(sources, loaded, strict=True):
             if len(runs) != 1:
                 raise CompareError(f"{source}: {len(runs)} runs; the gate takes one run each")
     except CompareError as exc:
@@ -657,11 +664,13 @@ def gate(
     runs = [found[0] for found in loaded]
     labels = run_labels(runs)
     thresholds = gating.Thresholds(max_latency_increase, max_throughput_decrease, max_accuracy_drop)
-    result = gating.gate(
-        runs[0].document, runs[1].document, thresholds, labels=(labels[0], labels[1])
+    result = gating.gate_runs(
+        runs[0].document, [run.document for run in runs[1:]], thresholds, labels=labels
     )
     if result.checks:
         console.print(gate_table(result))
+    for note in result.notes:
+        console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     console.print(gating.summary(result), highlight=False, markup=False, soft_wrap=True)
     for path, text in ((junit, gating.junit_xml), (markdown, gating.markdown)):
         if path is not None:

@@ -2,7 +2,9 @@
 command on real runs of the digits CNN by `mlms run` in ONNX Runtime — the same spec twice,
 a genuinely slower candidate (graph optimizations off: the same model bytes run unfused,
 about 1.4x slower at batch 1 and 3x at batch 8), fewer samples, and a re-serialized copy of
-the model (other bytes, same network)."""
+the model (other bytes, same network); and the command against several baseline runs, on
+copies of the base run with fixed latencies scaled like consecutive runs of a shared machine
+(the prediction interval itself is tested in test_noise.py)."""
 
 from __future__ import annotations
 
@@ -30,10 +32,12 @@ from mlmodelscope.report.gate import (
     Thresholds,
     check,
     gate,
+    gate_runs,
     junit_xml,
     markdown,
     mismatches,
 )
+from mlmodelscope.report.noise import METHOD
 from mlmodelscope.report.verdicts import (
     Metric,
     MetricVerdict,
@@ -344,6 +348,97 @@ def test_a_slower_document_is_a_regression(runs: Path) -> None:
     assert again.status is GateStatus.PASS
 
 
+# ------------------------------------------------------------------------------ several baselines
+
+SPREAD = {"base-1": 1.0, "base-2": 1.3, "base-3": 1.15, "within": 1.3, "slower": 5.0}
+"""Scale factors of the base run's latencies: three baseline runs as far apart as consecutive
+runs on a shared machine, a candidate inside their spread (30 % slower than base-1) and one
+well outside."""
+
+
+@pytest.fixture
+def spread_runs(runs: Path, tmp_path: Path) -> Path:
+    """:data:`SPREAD`'s documents (:func:`with_latencies` of the base run, each its own draw),
+    beside a copy of ``fewer`` (100 samples: not comparable)."""
+    base = document(runs, "base")
+    for seed, (name, factor) in enumerate(SPREAD.items()):
+        scaled = with_latencies(base, factor, seed=seed)
+        (tmp_path / f"{name}.json").write_text(json.dumps(scaled.to_json_dict()))
+    (tmp_path / "fewer.json").write_text((runs / "fewer.json").read_text())
+    return tmp_path
+
+
+def gate_many(folder: Path, candidate: str, *baselines: str, extra: tuple[str, ...] = ()) -> Any:
+    return CliRunner().invoke(
+        app,
+        ["gate", *(str(folder / f"{name}.json") for name in (candidate, *baselines)), *extra],
+        env={"COLUMNS": "250"},
+    )
+
+
+def test_inside_the_baselines_spread_passes_what_one_baseline_fails(spread_runs: Path) -> None:
+    one = gate_many(spread_runs, "within", "base-1")
+    assert one.exit_code == GateStatus.REGRESSION, one.output  # 30 % slower, significantly
+    junit, summary = spread_runs / "gate.xml", spread_runs / "gate.md"
+    reports = ("--junit", str(junit), "--markdown", str(summary))
+    three = gate_many(spread_runs, "within", "base-1", "base-2", "base-3", extra=reports)
+    assert three.exit_code == GateStatus.PASS, three.output
+    assert "against 3 baseline runs (" in three.output
+    assert "0 regressions, 7 passed, 0 not testable" in three.output
+    suite = ET.parse(junit).getroot()
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    p50 = cases["latency p50 SingleStream batch 1"].findtext("system-out") or ""
+    assert f"method: {METHOD} (k = 3)" in p50 and "one-sided prediction interval at" in p50
+    assert "McNemar" in (cases["top-1 accuracy"].findtext("system-out") or "")
+    assert "first baseline run" in (suite.findtext("system-out") or "")
+    text = summary.read_text()
+    assert text.startswith("## mlms gate: PASS") and "| baseline (geometric mean) |" in text
+    assert f"- latency p50, latency p99, throughput: {METHOD} (k = 3)" in text
+
+
+def test_outside_the_baselines_spread_is_a_regression(spread_runs: Path) -> None:
+    junit = spread_runs / "gate.xml"
+    result = gate_many(
+        spread_runs, "slower", "base-1", "base-2", "base-3", extra=("--junit", str(junit))
+    )
+    assert result.exit_code == GateStatus.REGRESSION, result.output
+    suite = ET.parse(junit).getroot()
+    failed = [c for c in suite.findall("testcase") if c.find("failure") is not None]
+    assert len(failed) == 6  # p50, p99 and throughput at both batch sizes; top-1 passes
+    assert all(METHOD in (c.findtext("failure") or "") for c in failed)
+
+
+def test_two_baselines_fall_back_to_the_first_with_a_note(spread_runs: Path) -> None:
+    summary = spread_runs / "gate.md"
+    two = gate_many(spread_runs, "within", "base-1", "base-2", extra=("--markdown", str(summary)))
+    assert two.exit_code == gate_many(spread_runs, "within", "base-1").exit_code
+    assert f"note: 2 baseline runs: a {METHOD} needs at least 3" in two.output
+    assert "Notes:" in summary.read_text() and METHOD not in summary.read_text().split("Notes:")[0]
+
+
+def test_every_baseline_must_be_comparable(spread_runs: Path, tmp_path: Path) -> None:
+    junit = tmp_path / "gate.xml"
+    result = gate_many(
+        spread_runs, "within", "base-1", "fewer", "base-3", extra=("--junit", str(junit))
+    )
+    assert result.exit_code == GateStatus.NOT_COMPARABLE, result.output
+    assert "dataset.samples differs: baseline fewer 100, candidate 360" in result.output
+    (case,) = ET.parse(junit).getroot().findall("testcase")
+    assert case.get("name") == "comparable"
+
+
+def test_the_gate_of_several_baselines_is_the_pure_functions(spread_runs: Path) -> None:
+    docs = {n: load_result(spread_runs / f"{n}.json").document for n in SPREAD}
+    labels = ["within", "base-1", "base-2", "base-3"]
+    result = gate_runs(docs["within"], [docs[n] for n in labels[1:]], Thresholds(), labels=labels)
+    assert result.status is GateStatus.PASS and result.between_runs
+    assert result.baselines == ("base-1", "base-2", "base-3")
+    one = gate_runs(docs["within"], [docs["base-1"]], Thresholds(), labels=labels[:2])
+    assert one == gate(docs["within"], docs["base-1"], Thresholds(), labels=("within", "base-1"))
+    with pytest.raises(ValueError, match="labels"):
+        gate_runs(docs["within"], [docs["base-1"]], Thresholds(), labels=labels)
+
+
 def test_no_raw_latencies_is_not_testable(runs: Path) -> None:
     base = document(runs, "base")
     bare = base.model_copy(
@@ -441,7 +536,7 @@ def gate_docs() -> str:
 
 
 def test_the_documented_exit_statuses_and_options_are_the_commands(
-    runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    runs: Path, spread_runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)  # the documented command writes gate.xml and gate.md here
     section = gate_docs()
@@ -465,7 +560,7 @@ def test_the_documented_exit_statuses_and_options_are_the_commands(
     for option, value in defaults.items():
         assert parameters[option[2:].replace("-", "_")].default == float(value), option
     # the documented command, on real runs: each documented status
-    (command,) = re.findall(r"```bash\n(mlms gate .*?)\n```", section, re.DOTALL)
+    (command, several) = re.findall(r"```bash\n(mlms gate .*?)\n```", section, re.DOTALL)
     args = command.replace("\\\n", " ").split()[2:]
     assert args[:2] == [
         "results/new/digits-onnxruntime.json",
@@ -477,3 +572,19 @@ def test_the_documented_exit_statuses_and_options_are_the_commands(
     example = re.search(r"`(NOT COMPARABLE: fewer against base: .*?)`", section)
     assert example is not None
     assert example.group(1) in mlms_gate(runs, "fewer", "base").output
+    # against several baselines: the documented command on the spread documents
+    args = several.replace("\\\n", " ").split()[2:]
+    assert args[:4] == [
+        f"results/{folder}/digits-onnxruntime.json"
+        for folder in ("new", "main-1", "main-2", "main-3")
+    ]
+    bases = ("base-1", "base-2", "base-3")
+    for candidate, status in (("slower", 1), ("within", 0)):
+        found = gate_many(spread_runs, candidate, *bases, extra=tuple(args[4:]))
+        assert found.exit_code == status, (candidate, found.output)
+    evidence = re.search(r"e\.g\. `(ratio .*?)`", section.replace("\n  ", " "))
+    assert evidence is not None
+    assert evidence.group(1) in (tmp_path / "gate.md").read_text()  # the documented p50 check
+    named = re.search(r"`(dataset\.samples differs: baseline fewer .*?)`", section)
+    assert named is not None
+    assert named.group(1) in gate_many(spread_runs, "within", "fewer", *bases).output

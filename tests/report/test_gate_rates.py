@@ -137,3 +137,22 @@ def test_every_variant_follows_a_same_spec_run_and_is_gated_against_it(
         assert gate_rates.SAME not in order[b + 1 : c], (kind, b, c)
     assert sorted(order[c] for kind, _, c in pairs if kind != gate_rates.SAME) == sorted(variants)
     assert gate_rates.pairings([gate_rates.SAME]) == []
+
+
+def test_against_k_baselines_each_run_meets_the_k_same_spec_runs_before_it(
+    gate_rates: ModuleType,
+) -> None:
+    same = gate_rates.SAME
+    order = gate_rates.schedule(20, gate_rates.candidates(5, 3))
+    for k in (3, 5):
+        trials = gate_rates.groupings(order, k)
+        same_trials = [(b, c) for kind, b, c in trials if kind == same]
+        assert len(same_trials) == 21 - k  # every same-spec run from the (k + 1)th on
+        for kind, bases, c in trials:
+            assert len(bases) == k and all(order[b] == same for b in bases), (kind, bases)
+            assert list(bases) == [i for i in range(c) if order[i] == same][-k:]
+            assert order[c] == kind
+    # a variant with fewer than k same-spec runs before it is left out
+    kinds = [same, "graph-off", same, same, same, "graph-off"]
+    assert gate_rates.groupings(kinds, 3) == [(same, (0, 2, 3), 4), ("graph-off", (2, 3, 4), 5)]
+    assert gate_rates.groupings([same, same], 3) == []

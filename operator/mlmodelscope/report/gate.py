@@ -8,6 +8,12 @@ difference significant in the worse direction, so a noisy run cannot fail a pipe
 certain but small slowdown does not either. A metric the documents cannot test is skipped,
 never failed.
 
+Against several baseline runs of the same spec (:func:`gate_runs`), "significant" for latency
+and throughput means outside the baseline runs' spread: a one-sided prediction interval for
+one more run (:mod:`~mlmodelscope.report.noise`), which holds the variation between runs that
+the bootstrap within two runs cannot see. It needs :data:`~mlmodelscope.report.noise.MIN_RUNS`
+runs; with two the gate judges against the first, as with one, and says so.
+
 Typed records and pure functions; :func:`junit_xml` and :func:`markdown` return text, the
 command writes it.
 """
@@ -15,11 +21,13 @@ command writes it.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Final
 
 from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.report.noise import METHOD, MIN_RUNS, run_verdicts
 from mlmodelscope.report.verdicts import Metric, MetricVerdict, Outcome, verdicts
 
 DEFAULT_MAX_LATENCY_INCREASE: Final = 10.0
@@ -60,9 +68,14 @@ class Mismatch:
     field: str
     baseline: object
     candidate: object
+    runs: tuple[str, str] = ("baseline", "candidate")
+    """What to call the two runs: with several baselines, which one differs."""
 
     def __str__(self) -> str:
-        return f"{self.field} differs: baseline {self.baseline!r}, candidate {self.candidate!r}"
+        return (
+            f"{self.field} differs: {self.runs[0]} {self.baseline!r}, "
+            f"{self.runs[1]} {self.candidate!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -91,11 +104,39 @@ class Check:
 class GateResult:
     candidate: str
     baseline: str
+    """The baseline run's label; with several, the first's."""
     thresholds: Thresholds
     mismatches: list[Mismatch]
     """Empty when the runs are comparable."""
     checks: list[Check]
     """Empty when they are not."""
+    baselines: tuple[str, ...] = ()
+    """Every baseline run's label when there are several; empty for one."""
+    notes: tuple[str, ...] = ()
+    """What the reader must know about how the checks were judged."""
+
+    @property
+    def against(self) -> str:
+        """``base``, or ``3 baseline runs (a, b, c)``."""
+        if not self.baselines:
+            return self.baseline
+        return f"{len(self.baselines)} baseline runs ({', '.join(self.baselines)})"
+
+    @property
+    def between_runs(self) -> bool:
+        """Latency and throughput judged against the baseline runs' spread."""
+        return len(self.baselines) >= MIN_RUNS
+
+    @property
+    def rule(self) -> str:
+        """When a check is a regression, in words."""
+        if self.between_runs:
+            return (
+                "a regression: beyond the threshold against the baseline runs' geometric mean "
+                "and, for latency and throughput, outside their one-sided prediction interval "
+                "(top-1: significantly worse than the first baseline run)"
+            )
+        return "a regression: beyond the threshold and significantly worse"
 
     @property
     def status(self) -> GateStatus:
@@ -191,6 +232,49 @@ def gate(
     return GateResult(labels[0], labels[1], thresholds, found, checks)
 
 
+def gate_runs(
+    candidate: ResultDocument,
+    baselines: Sequence[ResultDocument],
+    thresholds: Thresholds,
+    *,
+    labels: Sequence[str],
+) -> GateResult:
+    """The gate's decision against one or more baseline runs (``labels``: the candidate's,
+    then each baseline's). One baseline is :func:`gate`. Every baseline must be comparable
+    with the candidate (so with each other). From :data:`~mlmodelscope.report.noise.MIN_RUNS`
+    on, latency and throughput are judged against the runs' spread
+    (:func:`~mlmodelscope.report.noise.run_verdicts`); two are too few for that, and the gate
+    judges against the first as with one, with a note."""
+    if len(labels) != len(baselines) + 1:
+        raise ValueError(f"{len(labels)} labels for {len(baselines) + 1} runs")
+    if len(baselines) == 1:
+        return gate(candidate, baselines[0], thresholds, labels=(labels[0], labels[1]))
+    found = [
+        Mismatch(m.field, m.baseline, m.candidate, (f"baseline {label}", "candidate"))
+        for base, label in zip(baselines, labels[1:], strict=True)
+        for m in mismatches(base, candidate)
+    ]
+    notes: tuple[str, ...] = ()
+    if found:
+        checks: list[Check] = []
+    elif len(baselines) >= MIN_RUNS:
+        judged = run_verdicts(labels[0], baselines, candidate)
+        checks = [check(v, thresholds) for v in judged]
+        notes = (
+            f"latency and throughput: {METHOD} (k = {len(baselines)}), against their "
+            "geometric mean; top-1 accuracy: McNemar's test against the first baseline run, "
+            f"{labels[1]}",
+        )
+    else:
+        checks = [check(v, thresholds) for v in verdicts(labels[0], baselines[0], candidate)]
+        notes = (
+            f"{len(baselines)} baseline runs: a {METHOD} needs at least {MIN_RUNS}; every "
+            f"metric judged against the first, {labels[1]}, by the bootstrap within the two "
+            "runs, as with one baseline",
+        )
+    return GateResult(labels[0], labels[1], thresholds, found, checks, tuple(labels[1:]), notes)
+
+
 # ------------------------------------------------------------------------------ reporting
 
 HEADLINE = {
@@ -202,7 +286,7 @@ HEADLINE = {
 
 def summary(result: GateResult) -> str:
     """One line: the answer and why."""
-    head = f"{HEADLINE[result.status]}: {result.candidate} against {result.baseline}"
+    head = f"{HEADLINE[result.status]}: {result.candidate} against {result.against}"
     if result.mismatches:
         return f"{head}: not comparable: " + "; ".join(str(m) for m in result.mismatches)
     counts = {s: sum(c.status is s for c in result.checks) for s in CheckStatus}
@@ -252,6 +336,9 @@ def junit_xml(result: GateResult) -> str:
         else:
             out = ET.SubElement(case, "system-out")
             out.text = f"{item.reason}\nmethod: {item.verdict.method}"
+    if result.notes:
+        notes = ET.SubElement(suite, "system-out")
+        notes.text = "\n".join(f"note: {n}" for n in result.notes)
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
@@ -266,30 +353,44 @@ def _cell(text: str) -> str:
 
 def markdown(result: GateResult) -> str:
     """A Markdown summary: the answer, the thresholds, one table row per metric, the
-    methods."""
+    methods and notes."""
     t = result.thresholds
+    if result.baselines:
+        against = f"{len(result.baselines)} baseline runs " + ", ".join(
+            f"**{_cell(b)}**" for b in result.baselines
+        )
+    else:
+        against = f"baseline **{_cell(result.baseline)}**"
+    rule = (
+        "the threshold exceeded (against the baseline runs' geometric mean) and, for latency "
+        "and throughput, the candidate outside their one-sided prediction interval; for top-1, "
+        "the difference significant against the first baseline run"
+        if result.between_runs
+        else "the threshold exceeded and the difference significant"
+    )
     lines = [
         f"## mlms gate: {HEADLINE[result.status]}",
         "",
-        f"Candidate **{_cell(result.candidate)}** against baseline "
-        f"**{_cell(result.baseline)}**. Thresholds: latency (p50, p99) at most "
-        f"+{t.max_latency_increase:g}%, throughput at most -{t.max_throughput_decrease:g}%, "
-        f"top-1 accuracy at most -{t.max_accuracy_drop:g} percentage points; a regression "
-        "needs the threshold exceeded and the difference significant.",
+        f"Candidate **{_cell(result.candidate)}** against {against}. Thresholds: latency "
+        f"(p50, p99) at most +{t.max_latency_increase:g}%, throughput at most "
+        f"-{t.max_throughput_decrease:g}%, top-1 accuracy at most -{t.max_accuracy_drop:g} "
+        f"percentage points; a regression needs {rule}.",
         "",
     ]
     if result.mismatches:
         lines += ["Not comparable:", ""]
         lines += [
-            f"- `{m.field}`: baseline `{m.baseline!r}`, candidate `{m.candidate!r}`"
+            f"- `{m.field}`: {_cell(m.runs[0])} `{m.baseline!r}`, {_cell(m.runs[1])} "
+            f"`{m.candidate!r}`"
             for m in result.mismatches
         ]
         return "\n".join(lines) + "\n"
+    base_column = "baseline (geometric mean)" if result.between_runs else "baseline"
     lines += [
-        "| metric | baseline | candidate | change | verdict | evidence | result |",
+        f"| metric | {base_column} | candidate | change | verdict | evidence | result |",
         "|---|---:|---:|---:|---|---|---|",
     ]
-    methods: dict[str, None] = {}
+    methods: dict[str, list[str]] = {}
     for item in result.checks:
         v = item.verdict
         change = "-" if item.change is None else f"{item.change:+.2f}"
@@ -300,8 +401,11 @@ def markdown(result: GateResult) -> str:
             f"{_value(v.metric, v.candidate)} | {change} | {v.outcome} | "
             f"{_cell(v.evidence)} | {result_text} |"
         )
-        if v.method != "-":
-            methods[f"{v.metric}: {v.method}"] = None
+        if v.method != "-" and str(v.metric) not in methods.setdefault(v.method, []):
+            methods[v.method].append(str(v.metric))
     if methods:
-        lines += ["", "Methods:", ""] + [f"- {_cell(m)}" for m in methods]
+        lines += ["", "Methods:", ""]
+        lines += [f"- {_cell(', '.join(metrics))}: {_cell(m)}" for m, metrics in methods.items()]
+    if result.notes:
+        lines += ["", "Notes:", ""] + [f"- {_cell(n)}" for n in result.notes]
     return "\n".join(lines) + "\n"

@@ -293,9 +293,9 @@ CHECK_STYLE = {
 def gate_table(result: GateResult) -> Table:
     """`mlms gate`: one row per metric with its change, the verdict and the result."""
     table = Table(
-        title=f"mlms gate: {escape(result.candidate)} against {escape(result.baseline)}",
+        title=f"mlms gate: {escape(result.candidate)} against {escape(result.against)}",
         title_justify="left",
-        caption="a regression: beyond the threshold and significantly worse",
+        caption=result.rule,
         caption_justify="left",
         pad_edge=False,
     )

@@ -75,7 +75,10 @@ class MetricVerdict:
     ``baseline`` and ``candidate`` are the documents' headline values (ms, samples/s, or the
     top-1 fraction); ``low``/``high`` the interval of the candidate/baseline ratio at
     ``level`` (latency, throughput), ``p_value`` the test's (accuracy); ``why`` says why a
-    metric is not testable."""
+    metric is not testable. Judged against several baseline runs
+    (:mod:`~mlmodelscope.report.noise`), ``baseline`` is their geometric mean, ``ratio`` the
+    candidate's to it, and ``bound`` the one-sided prediction bound on the worse side at
+    ``level``, from ``baseline_runs`` runs."""
 
     run: str
     """The candidate's label."""
@@ -93,6 +96,8 @@ class MetricVerdict:
     level: float | None = None
     p_value: float | None = None
     why: str | None = None
+    bound: float | None = None
+    baseline_runs: int | None = None
 
     @property
     def where(self) -> str:
@@ -108,6 +113,11 @@ class MetricVerdict:
             return f"not testable: {self.why}"
         if self.p_value is not None:
             return f"p = {self.p_value:.3g}"
+        if self.bound is not None and self.ratio is not None and self.level is not None:
+            return (
+                f"ratio {self.ratio:.3f} to the geometric mean of {self.baseline_runs} runs, bound "
+                f"{self.bound:.3f} (one-sided prediction interval at {self.level:.2%})"
+            )
         if self.ratio is None or self.low is None or self.high is None or self.level is None:
             return "-"
         return f"ratio {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] at {self.level:.0%}"
