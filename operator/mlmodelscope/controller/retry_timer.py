@@ -1,10 +1,7 @@
-"""Run a retry later without holding one of Kopf's worker threads while it waits.
-
-The Job event handler used to sleep between retries of a transient API error (up to 7.5 s in
-all), in one of the few threads every handler shares: at scale, a slow API server then stalled
-every other evaluation. Retries are instead handed to one daemon thread that runs each when it
-is due. Keyed: a newer event for the same object cancels the pending retry of the older one,
-whose body is stale by then.
+"""Retries run later on one daemon thread, each when it is due, so a retry that waits holds
+none of the few threads every handler shares (a handler that slept would stall every other
+evaluation behind a slow API server). Keyed: a newer event for the same object cancels the
+pending retry of the older one, whose body is stale by then.
 """
 
 from __future__ import annotations
