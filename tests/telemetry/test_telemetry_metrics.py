@@ -211,7 +211,8 @@ def test_agent_samples_gpus_around_the_measurement_only(monkeypatch: pytest.Monk
 def test_every_metric_the_docs_name_is_exposed() -> None:
     """Each `mlmodelscope_*` name in docs/observability.md is a sample family that the
     operator's /metrics or the agent's pushes really render (the operator after a reconcile,
-    a Job and a result; the agent mid-run and after a run with a GPU and tracing)."""
+    an API request, a Job and a result; the agent mid-run and after a run with a GPU and
+    tracing)."""
     from prometheus_client import generate_latest
 
     from mlmodelscope.controller.metrics import OperatorMetrics
@@ -221,6 +222,7 @@ def test_every_metric_the_docs_name_is_exposed() -> None:
     operator.observe_reconcile("created", 0.01)
     operator.job_created("ns")
     operator.result_collected("ns")
+    operator.api_request("get", "modelevaluations", 200)
     row = {"batchSize": 1, "scenario": "SingleStream", "latencyMs": {"p50": 1.0, "mean": 1.0},
            "throughput": 1.0, "qps": 1.0, "top1": 0.9, "valid": True}  # fmt: skip
     operator.observe(
