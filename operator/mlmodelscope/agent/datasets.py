@@ -7,9 +7,10 @@ depends on the filesystem or on hash seeds, so ``limit`` and accuracy are reprod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -17,6 +18,8 @@ from mlmodelscope.agent.sources import fetch_uri, local_path
 from mlmodelscope.contract.redact import redact_uri
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import Dataset, DatasetType, DType
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from mlmodelscope.agent.tasks.data import CocoDataset
@@ -191,16 +194,26 @@ def _folder(value: str | None, field: str, base_dir: Path | None) -> Path:
     return local_path(value, base_dir=base_dir, field=field)
 
 
-def _masks(ds: Dataset, base_dir: Path | None) -> Samples:
-    from mlmodelscope.agent.tasks.data import DatasetError, load_masks
+def _paired(
+    ds: Dataset, base_dir: Path | None, companions: str | None, field: str, load: Callable[..., T]
+) -> T:
+    """``load(images, companions)`` of a dataset of images and companion files (masks,
+    targets); its error names the field of the folder it is about."""
+    from mlmodelscope.agent.tasks.data import DatasetError
 
     images = _folder(ds.path, "spec.dataset.path", base_dir)
-    masks = _folder(ds.masks, "spec.dataset.masks", base_dir)
+    folder = _folder(companions, field, base_dir)
     try:
-        found = load_masks(images, masks, limit=ds.limit, skip_missing=ds.skip_missing)
+        return load(images, folder, limit=ds.limit, skip_missing=ds.skip_missing)
     except DatasetError as exc:
-        field = "spec.dataset.masks" if str(exc).startswith(str(masks)) else "spec.dataset.path"
-        raise SpecError(field, str(exc)) from None
+        where = field if str(exc).startswith(str(folder)) else "spec.dataset.path"
+        raise SpecError(where, str(exc)) from None
+
+
+def _masks(ds: Dataset, base_dir: Path | None) -> Samples:
+    from mlmodelscope.agent.tasks.data import load_masks
+
+    found = _paired(ds, base_dir, ds.masks, "spec.dataset.masks", load_masks)
     return Samples(
         name=f"masks:{ds.path}",
         x=[s.image for s in found.samples],
@@ -210,15 +223,9 @@ def _masks(ds: Dataset, base_dir: Path | None) -> Samples:
 
 
 def _pairs(ds: Dataset, base_dir: Path | None) -> Samples:
-    from mlmodelscope.agent.tasks.data import DatasetError, load_pairs
+    from mlmodelscope.agent.tasks.data import load_pairs
 
-    images = _folder(ds.path, "spec.dataset.path", base_dir)
-    targets = _folder(ds.targets, "spec.dataset.targets", base_dir)
-    try:
-        found = load_pairs(images, targets, limit=ds.limit, skip_missing=ds.skip_missing)
-    except DatasetError as exc:
-        field = "spec.dataset.targets" if str(exc).startswith(str(targets)) else "spec.dataset.path"
-        raise SpecError(field, str(exc)) from None
+    found = _paired(ds, base_dir, ds.targets, "spec.dataset.targets", load_pairs)
     return Samples(
         name=f"pairs:{ds.path}",
         x=[s.image for s in found.samples],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -148,6 +148,45 @@ def load_coco(
     return CocoDataset(tuple(kept), categories, truth, skipped)
 
 
+class Companions:
+    """Each image of a folder, in name order, with its companion file (a mask, a target) from
+    ``companion_of``: at most ``limit`` pairs; an image whose companion is missing is counted
+    in :attr:`skipped` when ``skip_missing``, else an error naming the file."""
+
+    def __init__(
+        self,
+        images: Path,
+        companion_of: Callable[[Path], Path],
+        what: str,
+        limit: int | None,
+        skip_missing: bool,
+    ) -> None:
+        if not images.is_dir():
+            raise DatasetError(f"{images}: no such folder of images")
+        self.found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not self.found:
+            raise DatasetError(f"{images}: no images ({', '.join(IMAGE_SUFFIXES)})")
+        self.companion_of = companion_of
+        self.what = what
+        self.limit = limit
+        self.skip_missing = skip_missing
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[tuple[Path, Path]]:
+        given = 0
+        for image in self.found:
+            if self.limit is not None and given >= self.limit:
+                return
+            companion = self.companion_of(image)
+            if not companion.is_file():
+                if self.skip_missing:
+                    self.skipped += 1
+                    continue
+                raise DatasetError(f"{companion}: the {self.what} of {image} is missing")
+            given += 1
+            yield image, companion
+
+
 # ------------------------------------------------------------------------- segmentation
 
 
@@ -175,22 +214,10 @@ def load_masks(
     palette, whose indices are the classes) and the image's size."""
     from PIL import Image
 
-    if not images.is_dir():
-        raise DatasetError(f"{images}: no such folder of images")
-    found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not found:
-        raise DatasetError(f"{images}: no images ({', '.join(IMAGE_SUFFIXES)})")
+    walk = Companions(images, lambda image: masks / f"{image.stem}.png", "mask", limit,
+                      skip_missing)  # fmt: skip
     kept: list[MaskedImage] = []
-    skipped = 0
-    for image in found:
-        if limit is not None and len(kept) >= limit:
-            break
-        mask = masks / f"{image.stem}.png"
-        if not mask.is_file():
-            if skip_missing:
-                skipped += 1
-                continue
-            raise DatasetError(f"{mask}: the mask of {image} is missing")
+    for image, mask in walk:
         try:
             with Image.open(image) as i, Image.open(mask) as m:
                 image_size, mask_size, mode = i.size, m.size, m.mode
@@ -206,7 +233,7 @@ def load_masks(
                 f"{image_size[0]}x{image_size[1]}"
             )
         kept.append(MaskedImage(image, mask))
-    return MaskDataset(tuple(kept), skipped)
+    return MaskDataset(tuple(kept), walk.skipped)
 
 
 # ------------------------------------------------------------------------- image to image
@@ -238,23 +265,10 @@ def load_pairs(
     for super-resolution); a pair of another factor is an error naming both sizes."""
     from PIL import Image
 
-    if not images.is_dir():
-        raise DatasetError(f"{images}: no such folder of images")
-    found = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not found:
-        raise DatasetError(f"{images}: no images ({', '.join(IMAGE_SUFFIXES)})")
+    walk = Companions(images, lambda image: targets / image.name, "target", limit, skip_missing)
     kept: list[ImagePair] = []
-    skipped = 0
     scale: Fraction | None = None
-    for image in found:
-        if limit is not None and len(kept) >= limit:
-            break
-        target = targets / image.name
-        if not target.is_file():
-            if skip_missing:
-                skipped += 1
-                continue
-            raise DatasetError(f"{target}: the target of {image} is missing")
+    for image, target in walk:
         try:
             with Image.open(image) as i, Image.open(target) as t:
                 (iw, ih), (tw, th) = i.size, t.size
@@ -266,7 +280,7 @@ def load_pairs(
             raise DatasetError(f"{target}: {tw}x{th} pixels, but {image} is {iw}x{ih}{expected}")
         scale = mine
         kept.append(ImagePair(image, target))
-    return PairDataset(tuple(kept), scale or Fraction(1), skipped)
+    return PairDataset(tuple(kept), scale or Fraction(1), walk.skipped)
 
 
 # ----------------------------------------------------------------------------------- text
