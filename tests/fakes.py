@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from mlmodelscope.contract.kube import Kube, KubeError
+from mlmodelscope.contract.kube import Kube, KubeError, request_kind
 
 CLUSTER_SCOPED: Final = frozenset(
     {"namespaces", "nodes", "customresourcedefinitions", "clusterroles", "clusterrolebindings"}
@@ -104,7 +104,7 @@ class Request:
     @property
     def key(self) -> tuple[str, str]:
         """(verb, resource), as :attr:`FakeApiServer.requests` counts it."""
-        return request_key(self.method, self.target)
+        return request_kind(self.method, self.path)
 
 
 def parse_path(path: str) -> Target:
@@ -123,15 +123,6 @@ def parse_path(path: str) -> Target:
     if len(rest) == 1:
         return Target(group, rest[0], "*")  # a list across namespaces
     raise ValueError(f"unsupported API path: {path}")
-
-
-def request_key(method: str, target: Target) -> tuple[str, str]:
-    """(verb, resource) as the API server's audit log names a request: ``get``, ``list``,
-    ``create``, ``patch``, ``delete``; ``modelevaluations/status`` for a subresource."""
-    verbs = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
-    verb = verbs.get(method, "get" if target.name else "list")
-    sub = f"/{target.subresource}" if target.subresource else ""
-    return verb, target.resource + sub
 
 
 def now() -> str:
@@ -236,7 +227,7 @@ class FakeApiServer:
     def handle(self, method: str, path: str, body: Any, params: Mapping[str, str]) -> Any:
         """Serve one request as the API server would; raises KubeError on non-2xx."""
         target = parse_path(path)
-        self.requests[request_key(method, target)] += 1
+        self.requests[request_kind(method, path)] += 1
         if self.before is not None and not self._in_hook:
             self._in_hook = True
             try:
@@ -463,6 +454,6 @@ class FakeKube(Kube):
         if "?" in path:
             path, _, raw = path.partition("?")
             query.update(dict(p.split("=", 1) for p in raw.split("&") if "=" in p))
-        self.requests[request_key(method, parse_path(path))] += 1
+        self.requests[request_kind(method, path)] += 1
         answer = self.server.handle(method, path, copy.deepcopy(body), query)
         return json.loads(json.dumps(answer))

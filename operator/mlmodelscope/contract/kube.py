@@ -116,9 +116,6 @@ class ServiceAccount:
 
 
 VERBS: Final = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
-CLUSTER_SCOPED: Final = frozenset(
-    {"namespaces", "nodes", "customresourcedefinitions", "clusterroles", "clusterrolebindings"}
-)
 
 RequestObserver = Callable[[str, str, int], None]
 """Called after each request with its verb, resource (see :func:`request_kind`) and HTTP
