@@ -118,8 +118,8 @@ class Context:
         """
         path = evaluation_path(namespace, name)
         with self.lock(namespace, name):
+            held = known if known is not None else self.watched.get(namespace, name)
             for attempt in range(1, CONFLICT_ATTEMPTS + 1):
-                held = known if known is not None else self.watched.get(namespace, name)
                 if attempt == 1 and held is not None:
                     current: dict[str, Any] | None = dict(held)
                 else:
