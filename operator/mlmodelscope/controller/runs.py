@@ -122,9 +122,14 @@ def owned_configmap(
 def published_outcome(
     ctx: Context, namespace: str, name: str, uid: str | None, generation: int
 ) -> results.Outcome | None:
-    """What the agent published for ``generation`` in the evaluation's own results ConfigMap
-    (an outcome that names another generation, or none, is not this run's)."""
-    outcome = results.outcome_from_configmap(owned_configmap(ctx, namespace, name, uid), generation)
+    """What the agent published for ``generation`` in the evaluation's own results ConfigMap."""
+    return published_in(owned_configmap(ctx, namespace, name, uid), generation)
+
+
+def published_in(configmap: Mapping[str, Any] | None, generation: int) -> results.Outcome | None:
+    """The outcome the results ConfigMap holds for ``generation`` (an outcome that names
+    another generation, or none, is not this run's)."""
+    outcome = results.outcome_from_configmap(configmap, generation)
     if outcome is None or outcome.generation != generation:
         return None
     return outcome

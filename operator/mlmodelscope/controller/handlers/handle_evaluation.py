@@ -15,7 +15,7 @@ from typing import Any
 
 from mlmodelscope.contract.kube import configmap_path, evaluation_path, job_path
 from mlmodelscope.contract.redact import redact_text
-from mlmodelscope.controller import agent_access, builders, job_state, names, results, runs, status
+from mlmodelscope.controller import agent_access, builders, job_state, names, runs, status
 from mlmodelscope.controller.admission.admit import admit, enforce_policy
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import ForeignChildError, InvalidSpecError
@@ -73,8 +73,8 @@ def finish_published_run(
     name = evaluation.metadata.name
     generation = builders.generation_of(evaluation)
     job_name = names.job_name(name, generation)
-    published = results.outcome_from_configmap(results_configmap, generation)
-    if published is None or published.generation != generation:
+    published = runs.published_in(results_configmap, generation)
+    if published is None:
         return None
     if ctx.kube.get_or_none(job_path(namespace, job_name)) is not None:
         return None  # not run yet, or its Job still exists and its events finish it
