@@ -102,7 +102,7 @@ def test_a_backlog_of_evaluations_drains_with_the_operator_responsive_and_lists_
     assert per_kind + report.edited < EVALUATIONS / 2
     # The operator's own requests, counted by its client: a Job created per run, and the
     # evaluation read once per reconcile and once more per admission from the queue, plus
-    # what conflicts cost (about 3.5 per run here; the watch feeds every other read).
+    # what conflicts cost (the watch feeds every other read).
     own = report.operator_requests_per_run
     assert 0.9 <= own["create jobs"] <= 1.2, own
     assert own.get("get modelevaluations", 0) <= 5, own
