@@ -588,6 +588,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit-per-namespace", type=int, default=0, help="0: no limit")
     parser.add_argument("--resync-seconds", type=float, default=30.0)
     parser.add_argument(
+        "--reconcile-workers",
+        type=int,
+        help="the operator's MLMS_OPERATOR_RECONCILE_WORKERS (default: the operator's own)",
+    )
+    parser.add_argument(
         "--node-pods",
         type=int,
         default=KWOK_PODS,
@@ -617,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "node_pods": args.node_pods,
             "resync_seconds": args.resync_seconds,
+            "reconcile_workers": args.reconcile_workers,
             "runs": [asdict(r) for r in reports],
         }
         args.out.write_text(json.dumps(document, indent=2))
@@ -646,6 +652,8 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
                 "MLMS_OPERATOR_RESYNC_SECONDS": str(args.resync_seconds),
                 "MLMS_OPERATOR_METRICS_PORT": str(metrics_port),
             }
+            if args.reconcile_workers:
+                env["MLMS_OPERATOR_RECONCILE_WORKERS"] = str(args.reconcile_workers)
             log = (Path(tmp) / "operator.log").open("wb")
             import subprocess
 

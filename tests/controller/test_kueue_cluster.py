@@ -212,7 +212,7 @@ def test_queued_for_kueue_takes_no_slot_and_runs_once_unsuspended(
     assert ev["status"]["results"][0]["top1"] > 0.85
     assert condition(ev, "Queued")["reason"] == "Admitted"
     reasons = {e["reason"] for e in events_with(kube, namespace, "kueued", "Succeeded")}
-    assert {"Queued", "Admitted", "Running", "Succeeded"} <= reasons
+    assert {"Queued", "Admitted", "Succeeded"} <= reasons
     assert "JobCreated" not in reasons
 
 

@@ -347,4 +347,3 @@ def test_an_evaluation_whose_node_disappears_says_so_and_reruns_when_a_node_retu
     assert second["metadata"]["name"] != first["metadata"]["name"]
     assert ev["status"]["results"][0]["top1"] > 0.85
     assert ev["status"]["stack"]["node"] == EXEC_NODE
-    assert "Running" in reasons(kube, namespace, name, "Succeeded")

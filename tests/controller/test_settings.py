@@ -18,6 +18,7 @@ def test_defaults_need_no_environment() -> None:
     assert settings.job_service_account is None
     assert settings.results_access == "per-evaluation"
     assert settings.image_pull_policy == "IfNotPresent"
+    assert settings.reconcile_workers == 16
     image = settings.image_for(FrameworkName.ONNXRUNTIME, Device.CPU)
     assert image == f"ghcr.io/mlmodelscope/agent-onnxruntime:{__version__}-cpu"
     assert settings.image_for(FrameworkName.PYTORCH, Device.GPU).endswith("-gpu")
@@ -39,6 +40,7 @@ def test_every_variable_is_read() -> None:
         "MLMS_OPERATOR_POD_FAILURE_POLICY": "false",
         "MLMS_OPERATOR_JOB_TTL_SECONDS": "never",
         "MLMS_OPERATOR_RUN_AS_USER": "1000",
+        "MLMS_OPERATOR_RECONCILE_WORKERS": "4",
     }
     s = OperatorSettings.from_env(env)
     assert s.image_for(FrameworkName.ONNXRUNTIME, Device.GPU) == "registry.local/ort:1-gpu"
@@ -53,6 +55,7 @@ def test_every_variable_is_read() -> None:
     assert s.pod_failure_policy is False
     assert s.job_ttl_seconds is None
     assert s.run_as_user == 1000
+    assert s.reconcile_workers == 4
     assert s.image_pull_policy == "Always"
 
 
@@ -64,6 +67,7 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
         "MLMS_OPERATOR_OTLP_ENDPOINT": "otel:4318",
         "MLMS_OPERATOR_PEERING": "Not_A_Name",
         "MLMS_OPERATOR_MAX_RUNING": "3",
+        "MLMS_OPERATOR_RECONCILE_WORKERS": "0",
     }
     with pytest.raises(SettingsError) as info:
         OperatorSettings.from_env(env)
@@ -74,7 +78,8 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
     assert "MLMS_OPERATOR_OTLP_ENDPOINT='otel:4318': expected an http:// or https:// URL" in text
     assert "MLMS_OPERATOR_PEERING" in text
     assert "MLMS_OPERATOR_MAX_RUNING is not an operator setting; did you mean" in text
-    assert len(info.value.problems) == 6
+    assert "MLMS_OPERATOR_RECONCILE_WORKERS='0': expected a whole number >= 1" in text
+    assert len(info.value.problems) == 7
 
 
 def test_fetch_settings_are_checked_like_the_agent_checks_them() -> None:

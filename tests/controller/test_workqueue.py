@@ -11,6 +11,7 @@ import pytest
 from waiting import wait_for
 
 from mlmodelscope.controller import workqueue
+from mlmodelscope.controller.slim import decompress
 from mlmodelscope.controller.workqueue import Entry, WorkQueue, entry_of
 
 
@@ -37,7 +38,18 @@ def body(
 
 def test_a_new_evaluation_is_created_work() -> None:
     entry = entry_of(body(), None)
-    assert entry == Entry("ns", "ev", "u1", 1, "created")
+    assert entry is not None
+    assert (entry.namespace, entry.name, entry.uid, entry.generation) == ("ns", "ev", "u1", 1)
+    assert entry.reason == "created"
+
+
+def test_the_entry_carries_the_event_so_the_first_reconcile_reads_nothing() -> None:
+    event = body()
+    event["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+    entry = entry_of(event, None)
+    assert entry is not None
+    del event["metadata"]["managedFields"]
+    assert decompress(entry.body) == event
 
 
 def test_an_unfinished_run_found_at_start_is_resumed() -> None:
@@ -141,6 +153,7 @@ def test_a_transient_failure_is_retried_and_a_permanent_one_is_not() -> None:
     try:
         queue.offer(body())
         wait_for("the retry", lambda: len(recorder.seen) == 2)
+        assert recorder.seen[0].body and not recorder.seen[1].body, "a retry reads it fresh"
         time.sleep(0.3)
         assert len(recorder.seen) == 2, "a permanent failure was retried"
         queue.offer(body(generation=2))  # ...until the spec changes

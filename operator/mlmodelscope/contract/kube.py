@@ -22,11 +22,12 @@ from mlmodelscope.contract.paths import container_path
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 LIST_PAGE: Final = 500
-POOL_SIZE: Final = 32
+POOL_SIZE: Final = 48
 """Connections kept open to the API server. The client's default is 5 per CPU (10 on two
-cores), fewer than the operator's threads that may call at once (four reconciles, six Job and
-pod handlers, the resync, the retries); past it urllib3 drops each extra connection after its
-request ("Connection pool is full") and the next one opens a new TLS connection."""
+cores), fewer than the operator's threads that may call at once (16 reconciles by default,
+six Job and pod handlers, the resync, the retries); past it urllib3 drops each extra
+connection after its request ("Connection pool is full") and the next one opens a new TLS
+connection."""
 """Objects per LIST page (Kopf's own listings use ``settings.watching.chunk_size``)."""
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"

@@ -60,6 +60,7 @@ from mlmodelscope.controller.handlers import (
 from mlmodelscope.controller.instrument import Instruments, StartupError
 from mlmodelscope.controller.object_events import ObjectEvents
 from mlmodelscope.controller.settings import DEFAULT_PEERING_NAME, OperatorSettings
+from mlmodelscope.controller.slim import decompress
 from mlmodelscope.controller.tracing import Run
 from mlmodelscope.spec.document import PLURAL
 from mlmodelscope.spec.sweep import LABEL_SWEEP, SWEEP_PLURAL
@@ -154,8 +155,9 @@ def evaluation_reconciler(ctx: Context, measured: Instruments) -> workqueue.Reco
     }
 
     def run(entry: workqueue.Entry) -> str:
-        queued = {"metadata": {"namespace": entry.namespace, "name": entry.name,
-                               "uid": entry.uid, "generation": entry.generation}}  # fmt: skip
+        queued = decompress(entry.body) if entry.body else {
+            "metadata": {"namespace": entry.namespace, "name": entry.name,
+                         "uid": entry.uid, "generation": entry.generation}}  # fmt: skip
         try:
             return str(measured_by_reason[entry.reason](body=queued))
         except kopf.PermanentError as exc:
@@ -187,6 +189,7 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     evaluation_resync = resync.EvaluationResync(threads_ctx)
     reconciles = workqueue.WorkQueue(
         evaluation_reconciler(threads_ctx, measured),
+        workers=ctx.settings.reconcile_workers,
         retry_delay=TRANSIENT_DELAY,
         acting=ctx.acting,
     )

@@ -134,6 +134,10 @@ class OperatorSettings:
     """How long an evaluation pod may fail to start (a missing Secret or ServiceAccount, an
     image that cannot be pulled) before the evaluation ends Failed with the reason; a pod that
     merely waits for a node (Unschedulable) is not a start failure."""
+    reconcile_workers: int = 16
+    """Threads that reconcile evaluations (create their children and Job). Each spends nearly
+    all its time waiting on the API server, so this, not the CPU, bounds how many evaluations a
+    second become Jobs."""
     resync_seconds: float = 30.0
     """How often evaluations whose run has not ended are reconciled against their Jobs (Job
     events that were lost, Jobs deleted while the operator was away, pods that never start)."""
@@ -200,6 +204,7 @@ class OperatorSettings:
             kueue_poll_seconds=reader.seconds("KUEUE_POLL_SECONDS", 5.0),
             start_timeout_seconds=reader.seconds("START_TIMEOUT_SECONDS", 300.0),
             resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
+            reconcile_workers=reader.count("RECONCILE_WORKERS", 16, minimum=1),
             default_memory_limit=reader.memory("DEFAULT_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
             fetch=reader.fetch_policy(),
             policy=reader.policy(),
@@ -232,6 +237,7 @@ KNOWN_VARIABLES: Final = (
     "KUEUE_POLL_SECONDS",
     "START_TIMEOUT_SECONDS",
     "RESYNC_SECONDS",
+    "RECONCILE_WORKERS",
     "DEFAULT_MEMORY_LIMIT",
     "FETCH_ALLOW",
     "FETCH_DENY",

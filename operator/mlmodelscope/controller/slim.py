@@ -11,6 +11,7 @@ copies) waits encoded (:class:`Packed`).
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Hashable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
@@ -46,6 +47,17 @@ def slim_evaluation(evaluation: Mapping[str, Any]) -> dict[str, Any]:
     its memory limit), and it reads the evaluation again when the spec is missing
     (:func:`..handlers.handle_job.job_changed`)."""
     return slim({k: v for k, v in evaluation.items() if k != "spec"})
+
+
+def compress(body: Mapping[str, Any]) -> bytes:
+    """``body`` without managedFields as deflated compact JSON: an evaluation with its spec in
+    about a fifth of its JSON text, for the time it waits for a reconcile."""
+    return zlib.compress(json.dumps(slim(body), separators=(",", ":")).encode(), 1)
+
+
+def decompress(packed: bytes) -> dict[str, Any]:
+    decoded: dict[str, Any] = json.loads(zlib.decompress(packed))
+    return decoded
 
 
 class Packed(MutableMapping[K, dict[str, Any]]):

@@ -636,7 +636,9 @@ def pod_disrupted(
 def running(
     status: Mapping[str, Any], generation: int, job_name: str, timestamp: str
 ) -> StatusChange:
-    """Running: the agent's pod is up."""
+    """Running: the agent's pod is up. No Event: the phase, ``startTime`` and the ``Running``
+    condition say so, and the pod's own Events say when its container started, as a Job posts
+    none when its pods run."""
     if not _active(status, generation, job_name) or status.get("phase") == Phase.RUNNING.value:
         return NO_CHANGE
     message = f"evaluation pod of Job {job_name} is running"
@@ -654,7 +656,7 @@ def running(
             timestamp,
         ),
     }
-    return StatusChange(patch, Event("Normal", Phase.RUNNING.value, message))
+    return StatusChange(patch)
 
 
 def _headline(outcome: Outcome) -> str:

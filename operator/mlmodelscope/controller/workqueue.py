@@ -1,16 +1,14 @@
-"""Evaluations waiting for a reconcile, held as keys rather than bodies.
+"""Evaluations waiting for a reconcile, held as keys with the packed event that queued them.
 
-Kopf runs create/update/resume handlers in a worker per object, and each waits there, holding
-the decoded body, its diff and the handler's arguments, until one of Kopf's threads is free.
-Creates can arrive much faster than Jobs can be made: 5,000 evaluations applied in 37 s, Jobs
-made at about 25 per second. The waiting bodies then piled up, and the operator grew by about
-0.2 MiB per waiting evaluation (docs/benchmarks.md, "What the 5,000 run shows").
-
-Here a watch event only decides *whether* an evaluation needs a reconcile: its generation was
-not taken yet and its run has not ended. If it does, the event queues the evaluation's
-(namespace, name). A few threads take the keys in arrival order, read each evaluation fresh
-and reconcile it (:func:`..handlers.handle_evaluation.evaluation_changed`, level-based). What
-waits is a key, and a key queued twice is queued once, as in client-go's work queue.
+A watch event only decides *whether* an evaluation needs a reconcile: its generation was not
+taken yet and its run has not ended. If it does, the event queues the evaluation's (namespace,
+name) with the event's body, deflated (:func:`..slim.compress`, about 1 KiB). Threads
+(``MLMS_OPERATOR_RECONCILE_WORKERS``) take the keys in arrival order and reconcile each
+(:func:`..handlers.handle_evaluation.evaluation_changed`, level-based) from that body, so the
+first reconcile of a generation reads nothing; a retry reads the evaluation fresh. A key queued
+twice is queued once, with the newer body, as in client-go's work queue. Nearly all of a
+reconcile is waiting on the API server, so the number of threads, not the CPU, bounds how many
+evaluations a second get their Job.
 
 Kopf's handler bookkeeping is kept in memory instead of in annotations:
 - **Generation taken, per uid.** RetryTimer events of the same generation, such as our own status
@@ -26,12 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from mlmodelscope.controller import status
 from mlmodelscope.controller.keyed import KeyedQueue
 from mlmodelscope.controller.retry_timer import RetryTimer
+from mlmodelscope.controller.slim import compress
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,8 @@ Key = tuple[str, str]
 """(namespace, name) of an evaluation."""
 
 WORKERS: Final = 4
-"""Reconcile threads; :mod:`.object_events` has six for Job and pod events beside them."""
+"""Reconcile threads when none are given (the operator gives its setting's number);
+:mod:`.object_events` has six for Job and pod events beside them."""
 
 
 class TransientError(Exception):
@@ -60,6 +60,8 @@ class Entry:
     uid: str
     generation: int
     reason: str
+    body: bytes = b""
+    """The event's body, deflated (:func:`..slim.compress`); empty: read it fresh."""
 
     @property
     def key(self) -> Key:
@@ -86,7 +88,7 @@ def entry_of(body: Mapping[str, Any], taken: int | None) -> Entry | None:
     reason = "spec-changed" if taken is not None else "resumed" if current else "created"
     return Entry(
         str(meta.get("namespace") or "default"), str(meta["name"]), str(meta["uid"]),
-        generation, reason,
+        generation, reason, compress(body),
     )  # fmt: skip
 
 
@@ -137,11 +139,12 @@ class WorkQueue(KeyedQueue[Key, Entry]):
             self._taken[uid] = generation
 
     def requeue(self, entry: Entry) -> None:
-        """Queue ``entry`` again unless a newer generation was taken meanwhile."""
+        """Queue ``entry`` again, to be read fresh, unless a newer generation was taken
+        meanwhile."""
         with self._cond:
             if self._stopped or self._taken.get(entry.uid) != entry.generation:
                 return
-            self._add(entry.key, entry)
+            self._add(entry.key, replace(entry, body=b""))
 
     # ---------------------------------------------------------------- the threads
 

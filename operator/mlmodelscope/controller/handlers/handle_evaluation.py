@@ -27,12 +27,15 @@ log = logging.getLogger(__name__)
 
 def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
     """Reconcile one evaluation at the generation ``body`` names; returns what it did (for
-    logs). Raises InvalidSpecError. Only ``body``'s metadata is read: the spec comes from a
-    fresh read, so the caller may pass what it queued instead of the whole object."""
+    logs). Raises InvalidSpecError. ``body`` is the whole object (the watch event that queued
+    it), or only its metadata, and then the evaluation is read fresh. A whole body that is older
+    than the API server's object is safe: children are created only if absent, status writes
+    carry the resourceVersion they were computed from, and a newer generation queues its own
+    reconcile."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     generation = int(meta.get("generation") or 1)
-    current = ctx.kube.get_or_none(evaluation_path(namespace, name))
+    current = body if "spec" in body else ctx.kube.get_or_none(evaluation_path(namespace, name))
     if current is None or current["metadata"].get("deletionTimestamp"):
         return "gone"
     if int(current["metadata"].get("generation") or 1) != generation:
