@@ -4,19 +4,21 @@ Kopf's bookkeeping (handler progress, the last handled spec, a finalizer if one 
 needed) lives under the project's API group instead of kopf.zalando.org, so `kubectl get -o
 yaml` shows whose annotations they are. Jobs and Pods are watched with a server-side label
 selector: the operator never receives other workloads' pods. Lifecycle transitions are posted as
-Events with their own reasons (Queued, JobCreated, Running, Succeeded, InvalidSpec, ...).
+Events with their own reasons (Queued, JobCreated, Succeeded, InvalidSpec, ...).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 import kopf
 
 from mlmodelscope import API_GROUP
 from mlmodelscope.contract.kube import LIST_PAGE
 from mlmodelscope.controller import names
+from mlmodelscope.spec.sweep import SWEEP_KIND
 
 MAX_WORKERS = 8
 """Kopf's threads for its synchronous handlers (EvaluationSweeps, an evaluation's DELETED event);
@@ -24,10 +26,22 @@ evaluations, Jobs and pods have the operator's own queues (:mod:`..workqueue`,
 :mod:`..object_events`)."""
 
 
+class SweepDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """Kopf's last-handled spec, for EvaluationSweeps only: the one kind with create/update
+    handlers. Kopf builds this essence (a deep copy of the object) for every event of every
+    kind it watches, and evaluations, Jobs and pods, which have only event handlers, never
+    use it; for them it is empty."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        if body.get("kind") != SWEEP_KIND:
+            return kopf.BodyEssence()
+        return super().build(body=body, extra_fields=extra_fields)
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = f"{API_GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = SweepDiffBase(
         prefix=API_GROUP, key="last-handled-configuration", ignored_fields=["status"]
     )
     settings.posting.reporting_component = names.MANAGED_BY
