@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "devtools": {"spec", "contract", "agent", "telemetry", "devcluster", "zoo"},  # gpukit
     "report": {"spec", "contract", "store", "analysis"},
     "store": {"spec", "contract"},
-    "server": {"spec", "contract", "store", "report", "analysis"},
+    "server": {"spec", "contract", "store", "report", "analysis", "agent"},  # Try: agent.trial
     "analysis": set(),  # graph costs, DLBricks, Benanza, XSP correction and `mlms analyze`
     "zoo": {"spec", "contract", "agent", "analysis"},  # caches like agent.digits; cards: costs
 }

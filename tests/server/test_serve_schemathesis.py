@@ -55,6 +55,7 @@ def test_the_api_keeps_its_openapi_document(api_schema: Any, live_server: LiveSe
         "GET /api/v1/compare",
         "GET /api/v1/leaderboard",
         "GET /api/v1/models/{model}/history",
+        "POST /api/v1/try",
     }
     for operation in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):

@@ -102,6 +102,33 @@ def digits_split(split: str, cache_dir: Path | None = None) -> tuple[np.ndarray,
     return images, labels
 
 
+DIGITS_SHAPE = (8, 8, 1)
+"""One digits sample: HWC, one grey channel, float32 values 0..16."""
+DIGITS_INK = 16.0
+"""A digits pixel counts the ink in a 4x4 block of the scanned 32x32 bitmap: 0..16."""
+
+
+def digits_image(data: bytes) -> np.ndarray:
+    """An encoded image as a sample of the digits dataset: (8, 8, 1) float32, 0..16.
+
+    The image is made grey (Pillow's ``L``), shrunk to 8x8 by averaging boxes of pixels (the
+    dataset's own reduction: ink counted in 4x4 blocks), and 0..255 maps to 0..16, so a digit
+    is light ink on a dark ground, as the dataset draws it. Raises PIL's errors for bytes it
+    cannot decode.
+    """
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        grey = img.convert("L")
+    height, width = DIGITS_SHAPE[:2]
+    if grey.size != (width, height):
+        grey = grey.resize((width, height), Image.Resampling.BOX)
+    pixels = np.asarray(grey, dtype=np.float32) * np.float32(DIGITS_INK / 255.0)
+    return np.ascontiguousarray(pixels[..., np.newaxis])
+
+
 _UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
 """What reading a missing, truncated or foreign cache file raises."""
 

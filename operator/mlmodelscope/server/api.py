@@ -469,7 +469,7 @@ def model_history(
     store = store_of(request)
     where = RunFilter(framework=framework, device=device, gpu=gpu, status=status)
     points = queries.history(store, model, batch_size=batch_size, where=where, limit=limit)
-    if not points and queries.count_runs(store, RunFilter(model=model)) == 0:
+    if not points and not queries.model_known(store, model):
         raise HTTPException(404, detail=f"no recorded run of model {model!r}")
     return History(model=model, batch_size=batch_size, points=points)
 

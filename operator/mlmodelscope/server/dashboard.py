@@ -7,6 +7,11 @@
 - ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger;
 - ``/runs/{run_id}/analysis``: `mlms analyze` of one run traced at framework level (tables,
   and PNG plots embedded when matplotlib is installed); 404 for a run without a correction.
+- ``/leaderboard``: per task (primary metric), the best Succeeded run per model and hardware,
+  ranked by the primary metric, p50 or p99 latency or throughput, filtered by a GET form
+  (the API's ranking, :mod:`.pages.leaderboard`);
+- ``/models/{name}/history``: a model's runs oldest first, with SVG plots of the primary
+  metric and p50 latency over time; 404 naming a model with no recorded run;
 - ``/launch``, ``/launches``, ``/launches/{launch_id}``: the Launch form and the launches,
   whose states update without reloading (:mod:`.pages.launch`, the one page script).
 
@@ -22,7 +27,8 @@ with ``?token=...``). Errors are HTML pages, not JSON.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, Final
+from dataclasses import replace
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -42,8 +48,11 @@ from mlmodelscope.report.html import esc
 from mlmodelscope.server import auth
 from mlmodelscope.server.launch_queue import LaunchQueue
 from mlmodelscope.server.pages import launch, render
+from mlmodelscope.server.pages import leaderboard as board
 from mlmodelscope.server.state import settings_of, store_of
 from mlmodelscope.spec.resources import FileModels
+from mlmodelscope.store import queries
+from mlmodelscope.store.store import RunFilter
 
 COOKIE: Final = auth.COOKIE
 """The browser's copy of the read (or write) token."""
@@ -52,6 +61,7 @@ MAX_LIMIT: Final = 1000
 OPTIONS_FROM: Final = 1000
 """The filter menus offer the values of this many newest runs."""
 MAX_COMPARED: Final = 50
+MAX_BATCH: Final = 1_000_000
 CSP: Final = (
     "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
     "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -255,6 +265,91 @@ def analysis_page(request: Request, run_id: str) -> HTMLResponse:
     except AnalysisExtraMissingError as exc:
         figures = f'<p class="note">{esc(exc)}</p>'
     return html(request, render.analysis_page(loaded, analysis, figures))
+
+
+Rank = Literal["metric_value", "p50_ms", "p99_ms", "throughput"]
+
+
+@router.get("/leaderboard", response_class=HTMLResponse, dependencies=READ)
+def leaderboard_page(
+    request: Request,
+    metric_name: str | None = None,
+    framework: str | None = None,
+    device: str | None = None,
+    gpu: str | None = None,
+    rank: Rank = "metric_value",
+    batch_size: str | None = None,
+) -> HTMLResponse:
+    """Per task (primary metric), :func:`~mlmodelscope.store.queries.leaderboard`, the API's
+    ranking, ordered best first across models."""
+    store = store_of(request)
+    size = _batch_size(batch_size) or 1
+    chosen = {
+        "metric_name": _given(metric_name),
+        "framework": _given(framework),
+        "device": _given(device),
+        "gpu": _given(gpu),
+    }
+    tasks = queries.metric_names(store)
+    where = RunFilter(framework=chosen["framework"], device=chosen["device"], gpu=chosen["gpu"])
+    boards = [
+        (
+            task,
+            queries.best_first(
+                queries.leaderboard(
+                    store, metric=rank, batch_size=size, where=replace(where, metric=task)
+                ),
+                rank,
+            ),
+        )
+        for task in ([chosen["metric_name"]] if chosen["metric_name"] else tasks)
+    ]
+    options = {
+        **render.filter_options(store.list_runs(limit=OPTIONS_FROM)),
+        "metric_name": tasks,
+    }
+    return html(request, board.leaderboard_page(boards, chosen, options, rank, size))
+
+
+@router.get("/models/{model:path}/history", response_class=HTMLResponse, dependencies=READ)
+def history_page(
+    request: Request,
+    model: str,
+    framework: str | None = None,
+    device: str | None = None,
+    gpu: str | None = None,
+    status: str | None = None,
+    batch_size: str | None = None,
+) -> HTMLResponse:
+    """The model's runs oldest first (:func:`~mlmodelscope.store.queries.history`, as the
+    API's); 404 naming a model with no recorded run."""
+    store = store_of(request)
+    size = _batch_size(batch_size)
+    chosen = {
+        "framework": _given(framework),
+        "device": _given(device),
+        "gpu": _given(gpu),
+        "status": _given(status),
+    }
+    where = RunFilter(**chosen)
+    points = queries.history(store, model, batch_size=size, where=where, limit=MAX_LIMIT)
+    if not points and not queries.model_known(store, model):
+        raise HTTPException(404, f"No recorded run of model {model!r}.")
+    options = render.filter_options(store.list_runs(model=model, limit=OPTIONS_FROM))
+    return html(request, board.history_page(model, points, chosen, options, size))
+
+
+def _batch_size(value: str | None) -> int | None:
+    """A form's batch size; None when the field is empty."""
+    if not value:
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        raise HTTPException(400, f"batch_size: {value!r} is not a whole number.") from None
+    if not 1 <= size <= MAX_BATCH:
+        raise HTTPException(400, f"batch_size: {size} is not between 1 and {MAX_BATCH}.")
+    return size
 
 
 @router.get("/launch", response_class=HTMLResponse, dependencies=READ)

@@ -2,9 +2,10 @@
 
 :func:`~mlmodelscope.server.app.create_app` puts the :class:`ServeSettings` in
 ``app.state.settings``, one open :class:`~mlmodelscope.store.Store` in ``app.state.store`` and
-the launch workers in ``app.state.launches``;
-the API, the dashboard and the token checks reach them through :func:`settings_of` and
-:func:`store_of` (and :func:`launches_of`), so none of them imports the app that includes it.
+the launch workers in ``app.state.launches``, the Try page's loaded models and rate limit in
+``app.state.trials``; the API, the dashboard and the token checks reach them through
+:func:`settings_of` and :func:`store_of` (and :func:`launches_of`, :func:`trials_of`), so none
+of them imports the app that includes it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from mlmodelscope.store import Store
 
 if TYPE_CHECKING:
     from mlmodelscope.server.launch_queue import LaunchWorkers
+    from mlmodelscope.server.trials import Trials
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,14 @@ class ServeSettings:
     """Files and folders of Model manifests a launch may name (``--catalog``)."""
     launch_workers: int = 1
     """Launches run at once (``--launch-workers``); 0: this server queues, runs none."""
+    try_max_bytes: int = 1024 * 1024
+    """Largest image file ``POST /api/v1/try`` and the Try page take, in bytes."""
+    try_max_pixels: int = 2048 * 2048
+    """Largest image they decode (width x height), checked before the pixels are read."""
+    try_per_minute: int = 30
+    """Tries one client may start a minute: a burst of as many, then one every 60/N s."""
+    try_models: int = 6
+    """(Model, framework) pairs kept loaded between tries; the least recently used goes."""
 
 
 def store_of(request: Request) -> Store:
@@ -51,3 +61,8 @@ def settings_of(request: Request) -> ServeSettings:
 def launches_of(request: Request) -> LaunchWorkers:
     workers: LaunchWorkers = request.app.state.launches
     return workers
+
+
+def trials_of(request: Request) -> Trials:
+    trials: Trials = request.app.state.trials
+    return trials

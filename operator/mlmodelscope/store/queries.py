@@ -160,6 +160,25 @@ def leaderboard(
     return [LeaderboardEntry(**{**row, "started_at": as_utc(row["started_at"])}) for row in found]
 
 
+def best_first(entries: list[LeaderboardEntry], metric: Metric) -> list[LeaderboardEntry]:
+    """:func:`leaderboard`'s entries ranked across models: best ``metric`` first (lowest
+    latency, highest throughput or metric); ties keep :func:`leaderboard`'s order."""
+    return sorted(entries, key=lambda entry: entry.value, reverse=not LOWER_IS_BETTER[metric])
+
+
+def metric_names(store: Store) -> list[str]:
+    """The primary metrics' names of the Succeeded runs, sorted: one leaderboard each, since
+    only runs of the same metric (the same task) rank against each other."""
+    query = (
+        sa.select(runs.c.metric)
+        .where(runs.c.status == SUCCEEDED, runs.c.metric.is_not(None))
+        .distinct()
+        .order_by(runs.c.metric)
+    )
+    with store.engine.connect() as conn:
+        return [str(name) for name in conn.execute(query).scalars()]
+
+
 @dataclass(frozen=True)
 class HistoryPoint:
     """One run of a model, with its numbers at one batch size (None where the run did not
@@ -240,6 +259,12 @@ def history(
     with store.engine.connect() as conn:
         found = conn.execute(query).mappings().all()
     return [HistoryPoint(**{**row, "started_at": as_utc(row["started_at"])}) for row in found]
+
+
+def model_known(store: Store, model: str) -> bool:
+    """Whether any run of ``model`` is recorded: an empty :func:`history` of a known model
+    means its filters matched nothing, of an unknown one that there is no such model."""
+    return count_runs(store, RunFilter(model=model)) > 0
 
 
 CSV_COLUMNS: Final = (

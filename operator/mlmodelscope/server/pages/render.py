@@ -85,6 +85,7 @@ form.launch label.check{flex-direction:row;align-items:center;gap:4px;font-size:
 .error-text,.field-error{color:#c62828;font-size:.85em;display:block}
 .state-succeeded{color:#1a7f37}.state-failed{color:#c62828}.state-running{color:#b26a00}
 .state-cancelled,.state-interrupted{color:#777}pre.message{white-space:pre-wrap;margin:0}
+th.ranked{background:#dce7f3}a.model{font-weight:600}
 [hidden]{display:none!important}
 """
 )
@@ -101,7 +102,8 @@ def page(title: str, body: str) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)} · mlmodelscope</title><style>{STYLE}</style></head><body>"
         '<header><a class="brand" href="/">mlmodelscope results</a>'
-        '<a href="/">runs</a><a href="/launch">launch</a><a href="/launches">launches</a>'
+        '<a href="/">runs</a><a href="/leaderboard">leaderboard</a>'
+        '<a href="/launch">launch</a><a href="/launches">launches</a><a href="/try">try</a>'
         '<a href="/openapi.json">API (OpenAPI)</a></header>'
         f"<main><h1>{esc(title)}</h1>{body}</main>"
         f"<footer>mlmodelscope {esc(__version__)}</footer></body></html>\n"
@@ -161,6 +163,17 @@ def _select(name: str, options: Sequence[str], chosen: str | None) -> str:
     return f'<label>{esc(name)}<select name="{esc(name)}">{items}</select></label>'
 
 
+def history_url(model: str) -> str:
+    """The page of ``model``'s runs over time."""
+    return f"/models/{quote(model, safe='')}/history"
+
+
+def model_link(model: str | None) -> str:
+    if not model:
+        return "-"
+    return f'<a class="model" href="{esc(history_url(model))}">{esc(model)}</a>'
+
+
 def _run_row(run: RunSummary) -> str:
     first: BatchResult | None = run.results[0] if run.results else None
     batch = p50 = p99 = throughput = None
@@ -187,7 +200,7 @@ def _run_row(run: RunSummary) -> str:
         f'aria-label="select {esc(label)} ({esc(run.run_id[:8])})"></td>'
         f'<td><a href="{esc(run_url(run.run_id))}" title="{esc(run.run_id)}">'
         f"<code>{esc(run.run_id[:8])}</code></a></td>"
-        f'<td class="wrap">{esc(label)}</td><td>{esc(run.model_name or "-")}</td>'
+        f'<td class="wrap">{esc(label)}</td><td>{model_link(run.model_name)}</td>'
         f"<td>{esc(framework)}</td><td>{esc(device)}</td><td>{esc(run.scenario or '-')}</td>"
         f"<td>{status}</td>"
         + report.number("metric_value", run.metric_value, _metric(run.metric, run.metric_value))
@@ -477,8 +490,14 @@ def run_page(run: LoadedRun, jaeger_url: str | None) -> str:
     doc = run.document
     run_id = doc.run_id or ""
     api = f"/api/v1/runs/{quote(run_id, safe='')}"
+    history = (
+        f' · <a href="{esc(history_url(doc.model.name))}">History of model '
+        f"{esc(doc.model.name)}</a>"
+        if doc.model is not None and doc.model.name
+        else ""
+    )
     parts = [
-        f'<p><a href="{esc(api)}">Raw result document (JSON)</a></p>',
+        f'<p><a href="{esc(api)}">Raw result document (JSON)</a>{history}</p>',
         _facts(doc),
         _trace(doc, jaeger_url),
     ]

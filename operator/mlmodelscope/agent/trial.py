@@ -1,0 +1,180 @@
+"""One uploaded image through one evaluation's model, as the evaluation itself would run it.
+
+`mlms serve`'s Try page and ``POST /api/v1/try`` use it. The model is fetched and loaded by
+the framework's backend, the image goes through the spec's own preprocessing
+(:class:`~mlmodelscope.agent.processing.Preprocessor`) and postprocessing
+(:class:`~mlmodelscope.agent.processing.Postprocessor`), and only ``backend.predict`` of the
+one sample is timed (``time.perf_counter_ns``), as a measured query is.
+
+An upload becomes the raw sample the evaluation's dataset yields: the encoded bytes when the
+preprocessing starts with ``decode``, the digits dataset's 8x8 grey array
+(:func:`~mlmodelscope.agent.digits.digits_image`) for a digits Model. Classification only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+
+from mlmodelscope.agent.backends import Backend, BackendInfo, create_backend
+from mlmodelscope.agent.datasets import RawSample
+from mlmodelscope.agent.processing import Postprocessor, Preprocessor, topk
+from mlmodelscope.spec.base import SpecError
+from mlmodelscope.spec.evaluation import DatasetType, EvaluationSpec, TaskType
+
+
+class UploadKind(StrEnum):
+    """What an uploaded image becomes before the spec's preprocessing."""
+
+    ENCODED = "encoded"
+    """The file's bytes: the preprocessing decodes them (its first step is ``decode``)."""
+    DIGITS = "digits"
+    """A sample of the digits dataset, (8, 8, 1) float32 0..16."""
+
+
+def upload_kind(spec: EvaluationSpec) -> UploadKind:
+    """How an image reaches ``spec``'s model; :class:`SpecError` for a spec that takes none
+    (a task other than classification, or samples that are neither images nor digits)."""
+    if spec.task.type != TaskType.CLASSIFICATION:
+        raise SpecError(
+            "spec.task.type",
+            f"trying an image shows classification only; this Model's task is "
+            f"{spec.task.type.value}",
+        )
+    if spec.preprocessing and spec.preprocessing[0].decode is not None:
+        return UploadKind.ENCODED
+    if spec.dataset.type == DatasetType.DIGITS:
+        return UploadKind.DIGITS
+    raise SpecError(
+        "spec.preprocessing",
+        "this Model takes arrays, not images: its preprocessing does not start with decode "
+        "and its dataset is not digits",
+    )
+
+
+def raw_sample(kind: UploadKind, image: bytes) -> RawSample:
+    """The upload as the dataset of ``kind`` would yield it."""
+    if kind == UploadKind.DIGITS:
+        from mlmodelscope.agent.digits import digits_image
+
+        return digits_image(image)
+    return image
+
+
+@dataclass(frozen=True)
+class ClassScore:
+    """One of the best classes: its index, its name (the index when none is known), its
+    score (a probability when the postprocessing has a softmax, else the raw output)."""
+
+    index: int
+    label: str
+    score: float | None
+    """None when the model outputs class indices, not scores."""
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """What one image through the model gave, and how long each stage took."""
+
+    top: tuple[ClassScore, ...]
+    probabilities: bool
+    """Whether the scores are softmax probabilities."""
+    latency_ns: int
+    """``backend.predict`` of the one sample: the inference alone."""
+    preprocess_ns: int
+    postprocess_ns: int
+    warmup_ns: int | None
+    """The untimed first inference of a freshly loaded model (None once it has run one)."""
+
+
+class TrialModel:
+    """A spec's model, loaded, ready to classify one image at a time (not thread-safe:
+    callers run one trial at a time)."""
+
+    def __init__(
+        self, spec: EvaluationSpec, kind: UploadKind, backend: Backend, load_ns: int
+    ) -> None:
+        self.spec = spec
+        self.kind = kind
+        self.backend = backend
+        self.load_ns = load_ns
+        """Fetching and loading the model, importing the framework included."""
+        self.info: BackendInfo = backend.info()
+        self.pre = Preprocessor(spec.preprocessing, layout=spec.dataset.layout)
+        self.post = Postprocessor(spec.postprocessing)
+        self._warm = False
+
+    @classmethod
+    def load(cls, spec: EvaluationSpec, *, cache_dir: Path | None = None) -> TrialModel:
+        """Check the spec takes an image, then fetch and load its model. Raises
+        :class:`SpecError` for what the spec must change,
+        :class:`~mlmodelscope.agent.backends.MissingExtraError` for a framework not
+        installed, :class:`~mlmodelscope.agent.backends.ModelLoadError` for a model that
+        does not load."""
+        from mlmodelscope.agent.digits import DIGITS_SHAPE
+        from mlmodelscope.agent.sources import fetch_model
+
+        kind = upload_kind(spec)
+        pre = Preprocessor(spec.preprocessing, layout=spec.dataset.layout)
+        raw_shape = DIGITS_SHAPE if kind == UploadKind.DIGITS else None
+        pre.check_model_input(spec.model.inputs[0], raw_shape, "float32" if raw_shape else None)
+        start = time.perf_counter_ns()
+        fetched = fetch_model(spec.model, cache_dir=cache_dir)
+        backend = create_backend(spec.framework.name)
+        try:
+            backend.import_framework()
+            backend.load(fetched.path, spec)
+        except BaseException:
+            backend.close()
+            raise
+        return cls(spec, kind, backend, time.perf_counter_ns() - start)
+
+    def run(self, image: bytes, k: int) -> TrialResult:
+        """Classify ``image``: its ``k`` best classes, best first (ties to the lower index).
+        A freshly loaded model first runs the sample once untimed (``warmup_ns``), so the
+        timed inference is not the framework's first."""
+        start = time.perf_counter_ns()
+        sample = self.pre(raw_sample(self.kind, image))
+        batch = [sample[np.newaxis]]
+        preprocess_ns = time.perf_counter_ns() - start
+        warmup_ns = None
+        with self.backend.measuring():
+            if not self._warm:
+                start = time.perf_counter_ns()
+                self.backend.predict(batch)
+                warmup_ns = time.perf_counter_ns() - start
+                self._warm = True
+            start = time.perf_counter_ns()
+            outputs = self.backend.predict(batch)
+            latency_ns = time.perf_counter_ns() - start
+        start = time.perf_counter_ns()
+        predictions = self.post(outputs)
+        if predictions.scores is None:  # the model outputs class indices
+            best = predictions.topk_indices[0, :k]
+            scores: list[float | None] = [None] * len(best)
+        else:
+            row = predictions.scores[:1]
+            best = topk(row, k)[0]
+            scores = row[0, best].astype(np.float64).tolist()
+        names = predictions.names(best)
+        postprocess_ns = time.perf_counter_ns() - start
+        top = tuple(
+            ClassScore(int(index), name, score)
+            for index, name, score in zip(best.tolist(), names, scores, strict=True)
+        )
+        return TrialResult(
+            top=top,
+            probabilities=predictions.scores is not None
+            and any(step.softmax is not None for step in self.spec.postprocessing),
+            latency_ns=latency_ns,
+            preprocess_ns=preprocess_ns,
+            postprocess_ns=postprocess_ns,
+            warmup_ns=warmup_ns,
+        )
+
+    def close(self) -> None:
+        self.backend.close()

@@ -1,0 +1,411 @@
+"""Trying an image on a catalog Model: what an upload must pass, the rate limit, and the models
+kept loaded between tries (``app.state.trials``).
+
+An upload is held in memory only, never written by this module and never kept: it is checked
+(:func:`check_image`: size, then Pillow reads the header and verifies the file, with the pixel
+count bounded before any pixel is decoded), then run through each framework's model by
+:class:`mlmodelscope.agent.trial.TrialModel`, the spec being the one a launch of that Model
+would run (:func:`~mlmodelscope.server.launches.build_documents`). Tries run one at a time on
+one thread of their own, so one's latency never includes another's inference and a framework's
+per-thread state, warmed up once, stays warm; a refused request is a :class:`TryError` naming
+the form field at fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, Literal
+
+from pydantic import BaseModel
+
+from mlmodelscope.contract.redact import redact_text
+from mlmodelscope.server.launches import (
+    DATASETS_BY_NAME,
+    InvalidLaunchError,
+    LaunchForm,
+    build_documents,
+)
+from mlmodelscope.spec.base import SpecError
+from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.spec.resources import FileModels
+
+if TYPE_CHECKING:
+    from mlmodelscope.agent.trial import TrialModel
+
+Framework = Literal["onnxruntime", "pytorch", "tensorflow"]
+"""The frameworks a try may name (:data:`~mlmodelscope.server.launches.FRAMEWORKS`)."""
+FORMATS: Final = ("PNG", "JPEG", "BMP", "GIF", "WEBP")
+"""Image formats Pillow may open for an upload; no other decoder is tried."""
+MEDIA_TYPES: Final = {
+    "PNG": "image/png",
+    "JPEG": "image/jpeg",
+    "BMP": "image/bmp",
+    "GIF": "image/gif",
+    "WEBP": "image/webp",
+}
+MAX_K: Final = 10
+FORM_OVERHEAD: Final = 64 * 1024
+"""Bytes a request body may hold beyond the image: the other fields and the part headers."""
+PLACEHOLDER_DATASET: Final = {"type": "imagefolder", "path": "upload"}
+"""The dataset a try's spec names for a Model no dataset is known for: never read, the upload
+takes its place."""
+
+
+class TryError(Exception):
+    """A try refused: HTTP ``status`` and, per form field, what is wrong (field "" for the
+    request as a whole)."""
+
+    def __init__(
+        self,
+        status: int,
+        problems: Sequence[tuple[str, str]],
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.status = status
+        self.problems = list(problems)
+        self.headers = headers or {}
+        super().__init__("; ".join(f"{f}: {m}" if f else m for f, m in self.problems))
+
+
+def body_bound(max_bytes: int) -> int:
+    """The largest request body a try may send (the image and the rest of the form)."""
+    return max_bytes + FORM_OVERHEAD
+
+
+def check_length(content_length: str | None, max_bytes: int) -> None:
+    """Refuse a body too large before it is read: 411 without a Content-Length (the bound
+    is checked on it), 413 above :func:`body_bound`."""
+    if content_length is None or not content_length.isdigit():
+        raise TryError(411, [("", "send the upload with a Content-Length header")])
+    if int(content_length) > body_bound(max_bytes):
+        raise TryError(413, [("file", _too_large(max_bytes))])
+
+
+def _too_large(max_bytes: int) -> str:
+    return f"the image is larger than this server takes: at most {max_bytes} bytes"
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """What the upload turned out to be."""
+
+    format: str
+    width: int
+    height: int
+    bytes: int
+
+    @property
+    def media_type(self) -> str:
+        return MEDIA_TYPES[self.format]
+
+
+def check_image(data: bytes, *, max_bytes: int, max_pixels: int) -> ImageFacts:
+    """The upload as an image of :data:`FORMATS`, or a :class:`TryError` on field ``file``:
+    413 above ``max_bytes`` or ``max_pixels``, 415 for what Pillow cannot read or verify
+    (not an image, another format, truncated or corrupt)."""
+    from PIL import Image
+
+    if not data:
+        raise TryError(422, [("file", "the file is empty")])
+    if len(data) > max_bytes:
+        raise TryError(413, [("file", _too_large(max_bytes))])
+    try:
+        with Image.open(io.BytesIO(data), formats=FORMATS) as img:
+            width, height, kind = img.width, img.height, img.format
+            if width * height > max_pixels:
+                raise TryError(
+                    413,
+                    [
+                        (
+                            "file",
+                            f"the image is {width}x{height} pixels; this server decodes at "
+                            f"most {max_pixels} pixels",
+                        )
+                    ],
+                )
+            img.verify()
+        with Image.open(io.BytesIO(data), formats=FORMATS) as img:
+            img.load()  # verify() leaves truncated pixel data to decoding
+    except TryError:
+        raise
+    except Exception as exc:  # whatever a decoder raises on untrusted bytes: not an image
+        raise TryError(
+            415, [("file", f"not an image this server reads ({', '.join(FORMATS)}): {exc}")]
+        ) from None
+    assert kind in MEDIA_TYPES
+    return ImageFacts(format=kind, width=width, height=height, bytes=len(data))
+
+
+@dataclass
+class RateLimiter:
+    """A token bucket per client: ``per_minute`` tries at once, then one every 60/N s."""
+
+    per_minute: int
+    clock: Callable[[], float] = time.monotonic
+    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """client -> (tokens left, when counted)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    MAX_CLIENTS: Final = 10_000
+    """Past this many buckets, the full ones (clients idle for a minute) are forgotten."""
+
+    def take(self, client: str) -> float | None:
+        """Spend one of ``client``'s tokens: None when it had one, else the seconds until it
+        has one again."""
+        if self.per_minute <= 0:
+            return math.inf
+        rate = self.per_minute / 60.0
+        with self._lock:
+            now = self.clock()
+            tokens, then = self._buckets.get(client, (float(self.per_minute), now))
+            tokens = min(float(self.per_minute), tokens + (now - then) * rate)
+            if tokens < 1:
+                self._buckets[client] = (tokens, now)
+                return (1 - tokens) / rate
+            self._buckets[client] = (tokens - 1, now)
+            if len(self._buckets) > self.MAX_CLIENTS:
+                self._forget_full(now, rate)
+            return None
+
+    def _forget_full(self, now: float, rate: float) -> None:
+        full = [
+            c
+            for c, (tokens, then) in self._buckets.items()
+            if tokens + (now - then) * rate >= self.per_minute
+        ]
+        for client in full:
+            del self._buckets[client]
+
+
+# ----------------------------------------------------------------------------- the answer
+
+
+class TopClass(BaseModel):
+    """One of the best classes, best first."""
+
+    index: int
+    label: str
+    """The class's name from the Model's labels, else its index."""
+    score: float | None
+    """A probability when ``probabilities``, else the model's raw output; None when the
+    model outputs class indices."""
+
+
+class FrameworkTry(BaseModel):
+    """The image through the Model in one framework, or why that failed."""
+
+    framework: str
+    evaluation: str
+    """The evaluation a launch of this Model in this framework would be."""
+    ok: bool
+    top: list[TopClass]
+    probabilities: bool
+    latency_ms: float | None
+    """``predict`` of this one image (batch 1), monotonic clock; loading excluded."""
+    preprocess_ms: float | None
+    postprocess_ms: float | None
+    load_ms: float | None
+    """Fetching and loading the model (framework import included) when this try loaded it;
+    None when it was already loaded."""
+    warmup_ms: float | None
+    """The untimed first inference of a model this try loaded."""
+    framework_version: str | None
+    device: str | None
+    error: str | None
+    error_field: str | None
+    """The spec field the error is about, when it is one."""
+
+
+class ImageInfo(BaseModel):
+    format: str
+    width: int
+    height: int
+    bytes: int
+
+
+class TryAnswer(BaseModel):
+    """Each framework's top classes for the uploaded image, side by side."""
+
+    model: str
+    k: int
+    image: ImageInfo
+    results: list[FrameworkTry]
+    """In the order the frameworks were given."""
+    agree: bool
+    """Whether every framework that ran put the same classes in the same order."""
+    kept: bool = False
+    """Whether the server kept the upload: never."""
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+# ------------------------------------------------------------------------------ running
+
+
+@dataclass(frozen=True)
+class TrySpec:
+    """One framework of a try: the evaluation a launch would run."""
+
+    framework: str
+    name: str
+    spec: EvaluationSpec
+    """Resolved against the catalog: the Model's file, processing and labels."""
+
+    @property
+    def key(self) -> str:
+        text = self.spec.model_dump_json(by_alias=True, exclude_none=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def try_specs(catalog: FileModels, model: str, frameworks: Sequence[str]) -> list[TrySpec]:
+    """The evaluation of ``model`` in each framework, as a launch builds it; a
+    :class:`TryError` (422) naming the field for an unknown Model, a framework given twice
+    or one the Model has no file for, or a Model that takes no image."""
+    from mlmodelscope.agent.trial import upload_kind
+
+    manifest = catalog.models.get(model)
+    known = manifest is not None and (manifest.spec.dataset or "") in DATASETS_BY_NAME
+    dataset = None if known else dict(PLACEHOLDER_DATASET)
+    form = LaunchForm(model=model, frameworks=list(frameworks), dataset=dataset)
+    try:
+        built = build_documents(form, catalog)
+    except InvalidLaunchError as exc:
+        raise TryError(
+            422,
+            [
+                (".".join(str(p) for p in problem.loc[1:]), problem.message)
+                for problem in exc.problems
+            ],
+        ) from None
+    specs = [TrySpec(b.framework, b.name, b.evaluation.spec) for b in built]
+    try:
+        upload_kind(specs[0].spec)
+    except SpecError as exc:
+        raise TryError(422, [("model", f"{model}: {exc.message}")]) from None
+    return specs
+
+
+class Trials:
+    """The try path of one app: its bounds, its rate limit and the models it keeps loaded
+    (the ``try_*`` fields of :class:`~mlmodelscope.server.state.ServeSettings`)."""
+
+    def __init__(self, *, max_bytes: int, max_pixels: int, per_minute: int, keep: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_pixels = max_pixels
+        self.per_minute = per_minute
+        self.keep = keep
+        self.limiter = RateLimiter(per_minute)
+        self._models: OrderedDict[tuple[str, str], TrialModel] = OrderedDict()
+        self._runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mlms-try")
+        """The one thread that loads and runs models: one try at a time."""
+
+    def admit(self, client: str) -> None:
+        """Count one try of ``client``; 429 with ``Retry-After`` past the rate limit."""
+        wait = self.limiter.take(client)
+        if wait is not None:
+            per_minute = self.per_minute
+            if math.isinf(wait):
+                raise TryError(
+                    429, [("", "this server takes no tries (try_per_minute is 0)")],
+                    {"Retry-After": "3600"},
+                )  # fmt: skip
+            raise TryError(
+                429,
+                [("", f"too many tries: at most {per_minute} a minute; try again in "
+                      f"{math.ceil(wait)} s")],
+                {"Retry-After": str(math.ceil(wait))},
+            )  # fmt: skip
+
+    def attempt(
+        self,
+        catalog: FileModels,
+        client: str,
+        model: str,
+        frameworks: Sequence[str],
+        k: int,
+        data: bytes,
+    ) -> TryAnswer:
+        """Admit the try, check the image and the form, then run the image through the Model
+        in each framework."""
+        self.admit(client)
+        facts = check_image(data, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+        specs = try_specs(catalog, model, frameworks)
+        results = self._runner.submit(self._run_all, specs, data, k).result()
+        ran = [tuple(c.index for c in r.top) for r in results if r.ok]
+        return TryAnswer(
+            model=model,
+            k=k,
+            image=ImageInfo(
+                format=facts.format, width=facts.width, height=facts.height, bytes=facts.bytes
+            ),
+            results=results,
+            agree=bool(ran) and len(set(ran)) == 1,
+        )
+
+    def _run_all(self, specs: Sequence[TrySpec], data: bytes, k: int) -> list[FrameworkTry]:
+        return [self._run(one, data, k) for one in specs]
+
+    def _run(self, one: TrySpec, data: bytes, k: int) -> FrameworkTry:
+        from mlmodelscope.agent.trial import TrialModel
+
+        loaded: TrialModel | None = None
+        load_ms = None
+        try:
+            key = (one.name, one.key)
+            loaded = self._models.get(key)
+            if loaded is None:
+                loaded = TrialModel.load(one.spec)
+                load_ms = _ms(loaded.load_ns)
+                self._keep(key, loaded)
+            else:
+                self._models.move_to_end(key)
+            result = loaded.run(data, k)
+        except Exception as exc:  # one framework failing leaves the others' answers
+            return FrameworkTry(
+                framework=one.framework, evaluation=one.name, ok=False, top=[],
+                probabilities=False, latency_ms=None, preprocess_ms=None, postprocess_ms=None,
+                load_ms=load_ms, warmup_ms=None,
+                framework_version=loaded.info.framework_version if loaded else None,
+                device=loaded.info.device if loaded else None,
+                error=redact_text(f"{type(exc).__name__}: {exc}"),
+                error_field=exc.field if isinstance(exc, SpecError) else None,
+            )  # fmt: skip
+        return FrameworkTry(
+            framework=one.framework,
+            evaluation=one.name,
+            ok=True,
+            top=[TopClass(index=c.index, label=c.label, score=c.score) for c in result.top],
+            probabilities=result.probabilities,
+            latency_ms=_ms(result.latency_ns),
+            preprocess_ms=_ms(result.preprocess_ns),
+            postprocess_ms=_ms(result.postprocess_ns),
+            load_ms=load_ms,
+            warmup_ms=_ms(result.warmup_ns),
+            framework_version=loaded.info.framework_version,
+            device=loaded.info.device,
+            error=None,
+            error_field=None,
+        )
+
+    def _keep(self, key: tuple[str, str], model: TrialModel) -> None:
+        self._models[key] = model
+        while len(self._models) > max(self.keep, 1):
+            _, gone = self._models.popitem(last=False)
+            gone.close()
+
+    def close(self) -> None:
+        """Wait for the try running, then release every loaded model."""
+        self._runner.shutdown(wait=True, cancel_futures=True)
+        while self._models:
+            _, model = self._models.popitem()
+            model.close()

@@ -1,0 +1,218 @@
+"""Try an image on a catalog Model: ``POST /api/v1/try`` and the dashboard's Try page (``/try``).
+
+Both take one image and a Model of the server's catalog with the frameworks to run it in, and
+answer each framework's top-k classes, the latency of that one inference and how long loading
+took (:mod:`.trials`). Both need the server's write token: the API in the ``Authorization``
+header, the page in a form field typed on the page (the dashboard's cookie only reads, so no
+other site can make a browser try). The page's POST is also refused when the browser says it
+comes from another site (``Sec-Fetch-Site``) or its ``Origin`` is not this server.
+
+A body larger than the image bound plus :data:`~.trials.FORM_OVERHEAD` is refused (413) from
+its ``Content-Length``, before any of it is read; the form is validated field by field, and a
+refused upload names the field (``file``, ``model``, ``frameworks``, ``k``, ``token``).
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any, Final
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, Depends, File, Form, HTTPException, Request, Response, UploadFile
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile as StarletteUpload
+from starlette.formparsers import MultiPartException
+
+from mlmodelscope.server import auth
+from mlmodelscope.server.api import Problem
+from mlmodelscope.server.dashboard import READ, HtmlErrors, html
+from mlmodelscope.server.launches import FRAMEWORKS
+from mlmodelscope.server.pages import try_page
+from mlmodelscope.server.state import settings_of, trials_of
+from mlmodelscope.server.trials import (
+    MAX_K,
+    MEDIA_TYPES,
+    Framework,
+    TryAnswer,
+    TryError,
+    check_length,
+)
+from mlmodelscope.spec.resources import FileModels
+
+MAX_FIELDS: Final = 16
+MAX_FIELD_BYTES: Final = 4096
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _read_upload(upload: StarletteUpload, max_bytes: int) -> bytes:
+    """At most one byte more than the bound, so a larger file is told from one that fits."""
+    upload.file.seek(0)
+    return upload.file.read(max_bytes + 1)
+
+
+class BoundedBody(APIRoute):
+    """Refuses a body over the server's try bound from its Content-Length, before the
+    multipart parser reads any of it (411 without one)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def bounded(request: Request) -> Response:
+            try:
+                check_length(
+                    request.headers.get("content-length"), settings_of(request).try_max_bytes
+                )
+            except TryError as exc:
+                raise HTTPException(exc.status, detail=str(exc)) from None
+            return await handler(request)
+
+        return bounded
+
+
+router = APIRouter(prefix="/api/v1", tags=["try"], route_class=BoundedBody)
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"model": Problem, "description": description}
+
+
+@router.post(
+    "/try",
+    summary="Classify one image with a catalog Model in each framework given (write token)",
+    dependencies=[Depends(auth.require_write)],
+    responses={
+        400: _problem("The body is no multipart form that can be read."),
+        401: _problem("No bearer token, or an unknown one."),
+        403: _problem("The token may not write, or the server takes no writes."),
+        411: _problem("The body has no Content-Length."),
+        413: _problem("The image (or the body) is larger than the server takes."),
+        415: _problem("The file is not an image the server reads."),
+        429: _problem("Too many tries from this client; see Retry-After."),
+    },
+)
+def try_image(
+    request: Request,
+    file: Annotated[UploadFile, File(description="The image: PNG, JPEG, BMP, GIF or WebP.")],
+    model: Annotated[
+        str, Form(min_length=1, max_length=253, description="A Model of the server's catalog.")
+    ],
+    frameworks: Annotated[
+        list[Framework],
+        Form(min_length=1, max_length=len(FRAMEWORKS), description="Frameworks to run it in."),
+    ],
+    k: Annotated[int, Form(ge=1, le=MAX_K, description="How many best classes to answer.")] = 3,
+) -> TryAnswer:
+    """The image is held in memory for this request only and never kept. 422 names the form
+    field at fault (``["body", "model"]``); a framework that fails answers its ``error``
+    while the others answer their classes."""
+    settings = settings_of(request)
+    data = _read_upload(file, settings.try_max_bytes)
+    catalog = FileModels.read(settings.catalog)
+    try:
+        return trials_of(request).attempt(catalog, _client(request), model, frameworks, k, data)
+    except TryError as exc:
+        if exc.status == 422:
+            detail: Any = [
+                {"loc": ["body", *_location(field)], "msg": msg, "type": "value_error"}
+                for field, msg in exc.problems
+            ]
+        else:
+            detail = str(exc)
+        raise HTTPException(exc.status, detail=detail, headers=exc.headers) from None
+
+
+def _location(field: str) -> list[str | int]:
+    """``frameworks.1`` -> ``["frameworks", 1]``, as FastAPI locates a list's item."""
+    return [int(part) if part.isdigit() else part for part in field.split(".")]
+
+
+# ---------------------------------------------------------------------------------- page
+
+
+pages = APIRouter(include_in_schema=False, route_class=HtmlErrors)
+
+
+def _models(request: Request) -> list[str]:
+    return sorted(FileModels.read(settings_of(request).catalog).models)
+
+
+@pages.get("/try", dependencies=READ)
+def try_form(request: Request) -> Response:
+    return html(request, try_page.try_page(_models(request), try_page.TryValues()))
+
+
+def same_site(request: Request) -> bool:
+    """Whether a form post comes from this server's own pages: the browser's
+    ``Sec-Fetch-Site`` (when sent) is same-origin, and ``Origin`` (when sent) is this host."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "")
+    return urlsplit(origin).netloc == host and origin != "null"
+
+
+@pages.post("/try")
+async def try_post(request: Request) -> Response:
+    """The form's answer: the results beside the form, or the form with each problem next
+    to its field (and the status the API would answer)."""
+    if not same_site(request):
+        raise HTTPException(403, "Refused: this form was posted from another site.")
+    settings = settings_of(request)
+    models = _models(request)
+    values = try_page.TryValues()
+
+    def again(
+        status: int, errors: dict[str, list[str]], headers: dict[str, str] | None = None
+    ) -> Response:
+        body = try_page.try_page(models, values, errors=errors)
+        response = html(request, body, status)
+        response.headers.update(headers or {})
+        return response
+
+    try:
+        check_length(request.headers.get("content-length"), settings.try_max_bytes)
+    except TryError as exc:
+        return again(exc.status, try_page.by_field(exc.problems))
+    try:
+        form = await request.form(max_files=1, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
+    except MultiPartException as exc:
+        return again(400, {"": [f"the form could not be read: {exc.message}"]})
+    try:
+        values, errors = try_page.read_form(form, models)
+        if errors:
+            return again(422, errors)
+        upload = form.get("file")
+        assert isinstance(upload, StarletteUpload)  # read_form checked it
+        credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=values.token)
+        try:
+            auth.require_write(request, auth.token_role(request, credentials))
+        except HTTPException as exc:
+            return again(exc.status_code, {"token": [str(exc.detail)]})
+        data = await run_in_threadpool(_read_upload, upload, settings.try_max_bytes)
+        catalog = FileModels.read(settings.catalog)
+        try:
+            answer = await run_in_threadpool(
+                trials_of(request).attempt,
+                catalog,
+                _client(request),
+                values.model,
+                values.frameworks,
+                values.k,
+                data,
+            )
+        except TryError as exc:
+            return again(exc.status, try_page.by_field(exc.problems), exc.headers)
+    finally:
+        await form.close()
+    media = MEDIA_TYPES[answer.image.format]
+    image = f"data:{media};base64,{base64.b64encode(data).decode()}"
+    return html(request, try_page.try_page(models, values, answer=answer, image=image))

@@ -1,0 +1,80 @@
+"""The Try page in real headless Chromium: upload a digit of scikit-learn's digits as a PNG
+through the plain form, and see ONNX Runtime, PyTorch and TensorFlow give the same top 3,
+led by the digit's label. The pages' CSP is on; any CSP violation or script error fails the
+test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser import chromium, screenshot_dir, serve
+from launch_fixtures import CATALOG
+from serve_fixtures import READ_TOKEN, WRITE_TOKEN
+from try_fixtures import FRAMEWORKS, digit_png
+
+from mlmodelscope.server.app import ServeSettings, create_app
+
+pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
+
+
+def test_upload_a_digit_and_see_three_frameworks_agree(
+    sqlite_url: str, pvc_root: Path, tmp_path: Path
+) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    image, label = digit_png(3)
+    upload = tmp_path / "digit.png"
+    upload.write_bytes(image)
+    settings = ServeSettings(
+        store_url=sqlite_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG),),
+        launch_workers=0,
+    )
+    shots = screenshot_dir(tmp_path)
+    problems: list[str] = []
+    with serve(create_app(settings)) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.on("console", lambda message: _script_problem(message, problems))
+        page.goto(f"{base}/try?token={READ_TOKEN}")
+        page.set_input_files('input[name="file"]', str(upload))
+        page.select_option('select[name="model"]', "digits-cnn")
+
+        page.fill('input[name="token"]', READ_TOKEN)  # refused, next to its field
+        page.get_by_role("button", name="Try").click()
+        expect(page.locator('[data-errors-for="token"]')).to_contain_text("may only read")
+
+        page.set_input_files('input[name="file"]', str(upload))  # a new page: choose again
+        page.fill('input[name="token"]', WRITE_TOKEN)
+        page.get_by_role("button", name="Try").click()
+        verdict = page.locator("#verdict")
+        expect(verdict).to_contain_text(
+            "The 3 frameworks that ran agree on the top 3", timeout=120_000
+        )
+        columns = page.locator("#results section.framework")
+        expect(columns).to_have_count(3)
+        tops = []
+        for framework in FRAMEWORKS:
+            section = page.locator(f'section[data-framework="{framework}"]')
+            labels = section.locator("table.top td.label").all_inner_texts()
+            tops.append(labels)
+            expect(section.locator("td.latency")).to_contain_text(" ms")
+        assert len(tops[0]) == 3 and tops[0][0] == str(label)
+        assert tops == [tops[0]] * 3
+        expect(page.locator("img.upload")).to_be_visible()
+        page.screenshot(path=str(shots / "try-1-three-frameworks.png"), full_page=True)
+        browser.close()
+    assert problems == []
+
+
+def _script_problem(message: Any, problems: list[str]) -> None:
+    """Keep a console error (a CSP violation says "Refused to ..."), but not the browser's
+    note on an HTTP error answer (the 403 this test asks for, the favicon's 404)."""
+    if message.type == "error" and not message.text.startswith("Failed to load resource"):
+        problems.append(message.text)
