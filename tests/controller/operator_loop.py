@@ -3,14 +3,16 @@
 :class:`OperatorLoop` delivers the fake's watch events to the same handlers the operator's
 watches feed (evaluations through the work queue's triage and reconciler, Jobs and pods
 through their handlers), one at a time, until nothing new happens. The test plays the rest of
-the cluster: the Job controller and kubelet (:meth:`OperatorLoop.start`,
-:meth:`OperatorLoop.complete`, ...) and the agent (:meth:`OperatorLoop.publish`).
+the cluster: the Job controller, scheduler and kubelet (:meth:`OperatorLoop.start`,
+:meth:`OperatorLoop.complete`, ...) and the agent (:meth:`OperatorLoop.publish`). Time passes
+only when the test says so (:meth:`OperatorLoop.pass_time`): the handlers' delayed calls
+(``ctx.retries``) run then, on the test's thread.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +27,46 @@ from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_delete, handle_job, handle_pod
 from mlmodelscope.controller.instrument import Instruments
 from mlmodelscope.controller.main import api_event_poster, evaluation_reconciler
+from mlmodelscope.controller.retry_timer import RetryTimer
 from mlmodelscope.controller.settings import OperatorSettings
 
 NAMESPACE = "team-a"
 NOW = "2026-11-22T08:00:00Z"
 MANAGED_SELECTOR = names.MANAGED_SELECTOR
+
+
+class ManualTimer(RetryTimer):
+    """``ctx.retries`` without a thread: due calls run when the test passes time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.calls: dict[Hashable, tuple[float, Callable[[], object]]] = {}
+
+    def call(self, key: Hashable, delay: float, action: Callable[[], object]) -> None:
+        self.calls[key] = (self.now + delay, action)
+
+    def call_once(self, key: Hashable, delay: float, action: Callable[[], object]) -> bool:
+        if key in self.calls:
+            return False
+        self.call(key, delay, action)
+        return True
+
+    def cancel(self, key: Hashable) -> bool:
+        return self.calls.pop(key, None) is not None
+
+    def pending(self) -> int:
+        return len(self.calls)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self.calls.clear()
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for key, (due, action) in sorted(self.calls.items(), key=lambda item: item[1][0]):
+            if due <= self.now and self.calls.get(key, (None,))[0] == due:
+                del self.calls[key]
+                action()
 
 
 @dataclass(frozen=True)
@@ -61,6 +98,7 @@ class OperatorLoop:
             kube=self.operator_kube,
             post_event=api_event_poster(self.operator_kube),
             clock=lambda: NOW,
+            retries=ManualTimer(),
         )
         self._reconcile = evaluation_reconciler(self.ctx, Instruments())
         if self.server.objects.get(("", "namespaces", "", NAMESPACE)) is None:
@@ -79,6 +117,13 @@ class OperatorLoop:
             self._cursor += 1
             self._deliver(event)
         raise AssertionError(f"still busy after {limit} events: {self.handled[-10:]}")
+
+    def pass_time(self, seconds: float) -> list[Handled]:
+        """Run the delayed calls that come due, then deliver what they caused."""
+        timer = self.ctx.retries
+        assert isinstance(timer, ManualTimer)
+        timer.advance(seconds)
+        return self.settle()
 
     def restart(self) -> OperatorLoop:
         """A new operator process on the same API server: nothing in memory, every object
@@ -171,8 +216,9 @@ class OperatorLoop:
     def _job_status(self, job: str, status: Mapping[str, Any]) -> None:
         self.kube.merge_patch(job_path(NAMESPACE, job) + "/status", {"status": dict(status)})
 
-    def start(self, job: str, node: str = "node-a") -> str:
-        """The Job controller creates a pod, the scheduler binds it, the kubelet runs it."""
+    def start(self, job: str, node: str = "node-a", run: bool = True) -> str:
+        """The Job controller creates a pod, the scheduler binds it, the kubelet runs it
+        (``run``; else its image is still being pulled: :meth:`run`)."""
         body = self.kube.get(job_path(NAMESPACE, job))
         template = body["spec"]["template"]["metadata"]
         attempt = len(self.kube.list(pod_path(NAMESPACE), f"{names.JOB_NAME_LABEL}={job}"))
@@ -186,19 +232,29 @@ class OperatorLoop:
             "controller": True,
         }
         meta = {"name": pod_name, "labels": labels, "ownerReferences": [owner]}
-        self.kube.create(
-            pod_path(NAMESPACE), {"apiVersion": "v1", "metadata": meta, "spec": {"nodeName": node}}
-        )
+        self.kube.create(pod_path(NAMESPACE), {"apiVersion": "v1", "metadata": meta, "spec": {}})
+        self.place(pod_name, node)
+        if run:
+            self.run(job, pod_name)
+        return pod_name
+
+    def run(self, job: str, pod: str) -> None:
+        """The kubelet runs the placed pod; the Job controller counts it ready."""
         conditions = [
             {"type": "PodScheduled", "status": "True"},
             {"type": "Ready", "status": "True"},
         ]
         self.kube.merge_patch(
-            pod_path(NAMESPACE, pod_name) + "/status",
+            pod_path(NAMESPACE, pod) + "/status",
             {"status": {"phase": "Running", "conditions": conditions}},
         )
         self._job_status(job, {"active": 1, "ready": 1, "startTime": NOW})
-        return pod_name
+
+    def place(self, pod: str, node: str = "node-a") -> None:
+        """The scheduler binds the pod to ``node``; its containers are still being created."""
+        self.kube.merge_patch(pod_path(NAMESPACE, pod), {"spec": {"nodeName": node}})
+        placed = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        self.kube.merge_patch(pod_path(NAMESPACE, pod) + "/status", {"status": placed})
 
     def publish(self, name: str = "e", generation: int = 1, **fields: Any) -> None:
         """The agent writes its summary into the evaluation's results ConfigMap."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from waiting import wait_for
+
 from fakes import FakeApiServer, FakeKube
 from mlmodelscope.contract.kube import evaluation_path
-from mlmodelscope.controller import names, runs
+from mlmodelscope.controller import names, runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_pod
 from mlmodelscope.controller.pod_memo import PodMemo
@@ -40,7 +43,9 @@ def stored_status(kube: FakeKube) -> dict[str, Any]:
     return found
 
 
-def pod(uid: str = "pod-1", node: str | None = "cpu-0", unschedulable: str = "") -> dict:
+def pod(
+    uid: str = "pod-1", node: str | None = "cpu-0", unschedulable: str = "", phase: str = "Pending"
+) -> dict:
     if unschedulable:
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                 "message": unschedulable}  # fmt: skip
@@ -56,31 +61,52 @@ def pod(uid: str = "pod-1", node: str | None = "cpu-0", unschedulable: str = "")
             "ownerReferences": [{"kind": "Job", "name": "e-g1"}],
         },
         "spec": {"nodeName": node} if node and not unschedulable else {},
-        "status": {"phase": "Running", "conditions": [cond]},
+        "status": {"phase": phase, "conditions": [cond]},
     }
 
 
-def test_a_repeated_scheduled_state_reads_nothing_and_deleted_forgets_the_pod() -> None:
+def test_a_running_pods_placement_is_left_to_the_running_transition() -> None:
+    """The Running transition sets Scheduled too: a pod seen running costs no request, and
+    the watch's event loop spends no thread on it."""
     ctx, kube = world()
-    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
-    assert kube.requests == {GETS: 1, PATCHES: 1}
-    for _ in range(3):  # started, finished, ... : the same state
+    running = pod(phase="Running")
+    assert handle_pod.pod_changed(running, ctx) == "scheduled, shown when it runs"
+    assert handle_pod.repeats_what_is_shown(running, ctx.pod_memo)
+    assert kube.requests == {} and ctx.retries.pending() == 0
+
+
+def test_a_placed_pod_is_shown_after_the_grace_unless_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handle_pod, "SCHEDULED_GRACE_SECONDS", 0.05)
+    ctx, kube = world()
+    ctx.watched.observe(FakeKube(kube.server).get(PATH))
+    assert handle_pod.pod_changed(pod(), ctx) == "scheduled, written unless it runs soon"
+    assert handle_pod.pod_changed(pod(), ctx) == "scheduled, written unless it runs soon"
+    assert kube.requests == {}, "nothing is written within the grace"
+    wait_for("the placement written", lambda: kube.requests[PATCHES] == 1)
+    scheduled = [c for c in stored_status(kube)["conditions"] if c["type"] == "Scheduled"]
+    assert scheduled[0]["status"] == "True" and "cpu-0" in scheduled[0]["message"]
+    assert ctx.retries.pending() == 0 and kube.requests[PATCHES] == 1, "once for both events"
+    for _ in range(3):  # the same state again reads nothing
         assert handle_pod.pod_changed(pod(), ctx) == "scheduled, already shown"
-    assert kube.requests == {GETS: 1, PATCHES: 1}
+    assert kube.requests[PATCHES] == 1 and GETS not in kube.requests
     assert handle_pod.pod_changed(pod(), ctx, deleted=True) == "scheduled, already shown"
-    assert len(ctx.pod_memo) == 0 and kube.requests == {GETS: 1, PATCHES: 1}
+    assert len(ctx.pod_memo) == 0
+    ctx.retries.stop()
 
 
-def test_a_state_the_run_ignored_is_not_remembered() -> None:
-    """The pod's event can come before the status names its Job: nothing is written then,
-    so the next event must read again."""
-    ctx, kube = world(job_name=None)
+def test_a_placement_the_run_shows_by_then_is_not_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(handle_pod, "SCHEDULED_GRACE_SECONDS", 0.05)
+    ctx, kube = world()
+    ctx.watched.observe(FakeKube(kube.server).get(PATH))
     handle_pod.pod_changed(pod(), ctx)
-    assert kube.requests[PATCHES] == 0 and len(ctx.pod_memo) == 0
-    FakeKube(kube.server).merge_patch(PATH + "/status", {"status": {"jobName": "e-g1"}})
-    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
-    assert kube.requests[PATCHES] == 1 and len(ctx.pod_memo) == 1
-    assert kube.requests[GETS] == 2, "nothing was remembered: the second event read again"
+    ctx.update_status("a", "e", lambda st: status.running(st, 1, "e-g1", "2026-11-24T00:00:01Z"))
+    wait_for("the grace", lambda: ctx.retries.pending() == 0)
+    assert kube.requests[PATCHES] == 1, "only the Running transition wrote"
+    ctx.retries.stop()
 
 
 def test_unschedulable_then_scheduled_both_reach_the_status() -> None:
@@ -89,7 +115,7 @@ def test_unschedulable_then_scheduled_both_reach_the_status() -> None:
     assert handle_pod.pod_changed(waiting, ctx) == "unschedulable"
     handle_pod.pod_changed(waiting, ctx)
     assert kube.requests == {GETS: 1, PATCHES: 1}
-    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"
+    assert handle_pod.pod_changed(pod(), ctx) == "scheduled"  # at once: clears the refusal
     assert kube.requests[PATCHES] == 2
     scheduled = [c for c in stored_status(kube)["conditions"] if c["type"] == "Scheduled"]
     assert scheduled[0]["status"] == "True"
@@ -108,12 +134,26 @@ def test_the_event_loop_skips_a_pod_event_only_when_it_repeats_what_is_shown() -
     """handle_pod.repeats_what_is_shown decides in the watch's event loop, without a request,
     which pod events need no thread (controller/object_events.py)."""
     ctx, _ = world()
-    assert not handle_pod.repeats_what_is_shown(pod(), ctx.pod_memo)  # not yet shown
-    handle_pod.pod_changed(pod(), ctx)
-    assert handle_pod.repeats_what_is_shown(pod(), ctx.pod_memo)
-    assert not handle_pod.repeats_what_is_shown(pod(node="cpu-1"), ctx.pod_memo)
-    disrupted = pod()
+    waiting = pod(unschedulable="0/3 nodes are available")
+    assert not handle_pod.repeats_what_is_shown(waiting, ctx.pod_memo)  # not yet shown
+    handle_pod.pod_changed(waiting, ctx)
+    assert handle_pod.repeats_what_is_shown(waiting, ctx.pod_memo)
+    assert not handle_pod.repeats_what_is_shown(pod(), ctx.pod_memo)  # now placed
+    disrupted = pod(phase="Running")
     disrupted["status"]["conditions"].append(
         {"type": runs.DISRUPTION_TARGET, "status": "True", "reason": "DeletionByPodGC"}
     )
     assert not handle_pod.repeats_what_is_shown(disrupted, ctx.pod_memo)
+
+
+def test_a_state_the_run_ignored_is_not_remembered() -> None:
+    """The pod's event can come before the status names its Job: nothing is written then,
+    so the next event must read again."""
+    ctx, kube = world(job_name=None)
+    waiting = pod(unschedulable="0/3 nodes are available")
+    handle_pod.pod_changed(waiting, ctx)
+    assert kube.requests[PATCHES] == 0 and len(ctx.pod_memo) == 0
+    FakeKube(kube.server).merge_patch(PATH + "/status", {"status": {"jobName": "e-g1"}})
+    assert handle_pod.pod_changed(waiting, ctx) == "unschedulable"
+    assert kube.requests[PATCHES] == 1 and len(ctx.pod_memo) == 1
+    assert kube.requests[GETS] == 2, "nothing was remembered: the second event read again"

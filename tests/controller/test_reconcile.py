@@ -14,6 +14,7 @@ from operator_loop import NAMESPACE, OperatorLoop
 
 from mlmodelscope.contract.kube import job_path, pod_path
 from mlmodelscope.controller import names
+from mlmodelscope.controller.handlers.handle_pod import SCHEDULED_GRACE_SECONDS
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.status import ConditionType, Reason
 
@@ -46,6 +47,7 @@ def running(loop: OperatorLoop) -> OperatorLoop:
     created(loop)
     loop.start("e-g1")
     loop.settle()
+    loop.pass_time(SCHEDULED_GRACE_SECONDS)  # the placement's delayed write finds it shown
     return loop
 
 
@@ -314,7 +316,7 @@ FIRST_TIME_SUCCESS = {
     ("create", "rolebindings"): 1,
     ("create", "jobs"): 1,
     ("get", "namespaces"): 1,  # its policy annotations (cached for 10 s per namespace)
-    ("patch", "modelevaluations/status"): 4,  # Pending, Scheduled, Running, Succeeded
+    ("patch", "modelevaluations/status"): 3,  # Pending, Running (and Scheduled), Succeeded
     ("create", "events"): 2,  # JobCreated, Succeeded
     ("get", "configmaps"): 1,  # the agent's result
 }
@@ -326,3 +328,22 @@ def test_a_first_time_success_makes_only_the_requests_it_needs() -> None:
     loop = succeeded(OperatorLoop())
     made = dict(loop.operator_kube.requests)
     assert made == FIRST_TIME_SUCCESS, made
+
+
+def test_a_pod_that_waits_for_its_image_shows_its_node_before_it_runs() -> None:
+    """Placed but not running after the grace (a large image being pulled): the Scheduled
+    condition names the node then, one patch more than a pod that starts at once."""
+    loop = created(OperatorLoop())
+    pod = loop.start("e-g1", node="gpu-3", run=False)
+    loop.settle()
+    assert loop.condition("e", ConditionType.SCHEDULED) is None
+    loop.pass_time(SCHEDULED_GRACE_SECONDS)
+    scheduled = loop.condition("e", ConditionType.SCHEDULED)
+    assert scheduled is not None and scheduled["status"] == "True"
+    assert "gpu-3" in scheduled["message"] and loop.status()["phase"] == "Pending"
+    loop.run("e-g1", pod)
+    loop.publish()
+    loop.complete("e-g1")
+    loop.settle()
+    assert loop.status()["phase"] == "Succeeded"
+    assert loop.operator_kube.requests[("patch", "modelevaluations/status")] == 4

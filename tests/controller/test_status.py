@@ -241,3 +241,14 @@ def test_a_run_replaced_before_it_ended_is_kept_in_history_with_the_phase_it_had
         (1, "Running"),
     ]
     assert all("completionTime" not in h for h in st["history"])
+
+
+def test_a_failure_after_the_job_completed_says_the_pod_was_placed() -> None:
+    """A pod may end before its run was shown Running (a simulated node, a fast crash): the
+    Job's completion says it was on a node."""
+    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
+    change = status.failed(st, 1, "e-g1", "ResultsMissing", "no results", T1, placed=True)
+    kinds = {c["type"]: c for c in apply(st, change)["conditions"]}
+    assert kinds["Scheduled"]["status"] == "True" and kinds["Failed"]["status"] == "True"
+    unplaced = apply(st, status.failed(st, 1, "e-g1", "JobDeleted", "gone", T1))
+    assert "Scheduled" not in {c["type"] for c in unplaced["conditions"]}

@@ -47,6 +47,15 @@ class RetryTimer:
                 self._thread.start()
             self._cond.notify()
 
+    def call_once(self, key: Hashable, delay: float, action: Callable[[], object]) -> bool:
+        """Like :meth:`call`, unless a call for ``key`` is already pending (which keeps its
+        time); whether this one was added."""
+        with self._cond:
+            if key in self._pending:
+                return False
+        self.call(key, delay, action)
+        return True
+
     def cancel(self, key: Hashable) -> bool:
         """Drop the pending call for ``key``; whether there was one."""
         with self._cond:

@@ -729,10 +729,14 @@ def failed(
     message: str,
     timestamp: str,
     outcome: Outcome | None = None,
+    placed: bool = False,
 ) -> StatusChange:
-    """Failed with ``reason`` (DeadlineExceeded, BackoffLimitExceeded, ResultsMissing, ...)."""
+    """Failed with ``reason`` (DeadlineExceeded, BackoffLimitExceeded, ResultsMissing, ...).
+    ``placed``: the run's pod was on a node (its Job completed), which the Scheduled condition
+    says when no earlier transition did."""
     if not _active(status, generation, job_name):
         return NO_CHANGE
+    ran = [Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED)] if placed else []
     patch = {
         "phase": Phase.FAILED.value,
         "completionTime": timestamp,
@@ -741,6 +745,7 @@ def failed(
         "conditions": merge_conditions(
             _conditions_of(status),
             [
+                *ran,
                 Cond(ConditionType.RUNNING, "False", reason, message),
                 Cond(ConditionType.SUCCEEDED, "False", reason, message),
                 Cond(ConditionType.FAILED, "True", reason, message),

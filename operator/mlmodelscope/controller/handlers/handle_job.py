@@ -187,7 +187,9 @@ def job_changed(
         ctx.update_status(
             namespace,
             name,
-            lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
+            lambda st: status.failed(
+                st, generation, job_name, reason, message, now(), outcome, placed=True
+            ),
             known=evaluation,
         )
         recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))

@@ -8,18 +8,27 @@ that was evicted) carries a DisruptionTarget condition; its agent never reports,
 replaces the pod (the operator's podFailurePolicy does not count that against
 ``spec.retries``), so the run goes back to Pending with a PodDisrupted Warning naming the pod,
 its node and Kubernetes' reason, until the replacement runs.
+
+"Scheduled" is written :data:`SCHEDULED_GRACE_SECONDS` after the pod was first seen placed, and
+only if its run does not show Running by then: the Running transition sets the condition too,
+so a pod that starts within the grace costs no write of its own, while one whose image takes
+minutes to pull shows the node it waits on. A pod that was Unschedulable is shown placed at
+once, so the scheduler's old message does not stay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from mlmodelscope.contract.kube import pod_path
 from mlmodelscope.controller import runs, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.names import JOB_NAME_LABEL, owner_of
-from mlmodelscope.controller.pod_memo import PodMemo
+from mlmodelscope.controller.pod_memo import STARTED_PHASES, PodMemo
+
+SCHEDULED_GRACE_SECONDS: Final = 5.0
+"""How long a placed pod may take to run before its placement is written on its own."""
 
 
 def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -36,14 +45,19 @@ def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def repeats_what_is_shown(pod: Mapping[str, Any], memo: PodMemo) -> bool:
-    """The pod's scheduling state is the one its evaluation's status was seen to show, and it
-    shows no disruption: its event needs nothing. No request, so the watch's event loop asks
-    before a thread is spent on it (:mod:`..object_events`)."""
+    """The pod's scheduling state is the one its evaluation's status was seen to show, or the
+    pod runs (its placement is the Running transition's), and it shows no disruption: its
+    event needs nothing. No request, so the watch's event loop asks before a thread is spent
+    on it (:mod:`..object_events`)."""
     uid = str((pod.get("metadata") or {}).get("uid") or "")
     state = scheduling_state(pod)
     if not uid or state is None or runs.disruption(pod) is not None:
         return False
-    return memo.shown(uid, state)
+    return (_started(pod) and state[0] == "scheduled") or memo.shown(uid, state)
+
+
+def _started(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in STARTED_PHASES
 
 
 def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
@@ -69,6 +83,19 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     kind, detail = state
     if shown:
         return f"{kind}, already shown"
+    if kind == "scheduled":
+        if deleted:
+            return "nothing to do"
+        if _started(pod):
+            return "scheduled, shown when it runs"  # the Running transition says it
+        current = (ctx.watched.get(namespace, name) or {}).get("status") or {}
+        if not _shows_unschedulable(current, generation, job_name):
+            ctx.retries.call_once(
+                ("scheduled", uid),
+                SCHEDULED_GRACE_SECONDS,
+                lambda: _write_scheduled(ctx, namespace, name, generation, job_name, uid, detail),
+            )
+            return "scheduled, written unless it runs soon"
     if kind == "unschedulable":
         evaluation, _ = ctx.update_status(
             namespace,
@@ -91,6 +118,32 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     ):
         ctx.pod_memo.remember(uid, state)
     return kind
+
+
+def _shows_unschedulable(current: Mapping[str, Any], generation: int, job_name: str) -> bool:
+    """The run's status still carries the scheduler's refusal."""
+    scheduled = status.condition(current, status.ConditionType.SCHEDULED) or {}
+    return (
+        status.is_current(current, generation)
+        and current.get("jobName") == job_name
+        and scheduled.get("reason") == status.Reason.UNSCHEDULABLE
+    )
+
+
+def _write_scheduled(
+    ctx: Context, namespace: str, name: str, generation: int, job_name: str, uid: str, node: str
+) -> None:
+    """The delayed placement write (see the module): nothing when the run shows it by now or
+    has ended (no longer held as watched: nothing to read)."""
+    if ctx.watched.get(namespace, name) is None:
+        return
+    evaluation, _ = ctx.update_status(
+        namespace, name, lambda st: status.scheduled(st, generation, job_name, node, ctx.clock())
+    )
+    if evaluation is not None and status.shows_pod_state(
+        evaluation.get("status") or {}, generation, job_name, "scheduled", node
+    ):
+        ctx.pod_memo.remember(uid, ("scheduled", node))
 
 
 def _disrupted(
