@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_evaluations import apply, evaluation, events_with, get, gone, wait_phase
 from operator_process import OperatorProcess
-from test_operator_cluster import apply, evaluation, events_with, get, gone, wait_phase
 
 from mlmodelscope.contract.kube import Kube, KubeError, configmap_path, namespaced, pod_path
 from mlmodelscope.contract.wire import RESULT_KEY, SUMMARY_KEY

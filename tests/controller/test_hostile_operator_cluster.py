@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_evaluations import condition, evaluation, events_with, get, wait_phase
 from operator_process import OperatorProcess
-from test_operator_cluster import condition, evaluation, events_with, get, wait_phase
 
 from mlmodelscope.contract.kube import Kube
 from mlmodelscope.devcluster.cluster import Cluster

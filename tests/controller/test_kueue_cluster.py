@@ -28,8 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_process import OperatorProcess
-from test_operator_cluster import (
+from cluster_evaluations import (
     EXEC_CPU,
     apply,
     condition,
@@ -38,6 +37,7 @@ from test_operator_cluster import (
     phase_of,
     wait_phase,
 )
+from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube, evaluation_path, job_path, pod_path
 from mlmodelscope.controller import names

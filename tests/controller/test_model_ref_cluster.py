@@ -13,9 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
+from cluster_evaluations import (
+    ENDED,
+    EXEC_CPU,
+    apply,
+    children,
+    sweep_manifest,
+    sweep_status,
+    wait_sweep,
+)
 from operator_process import OperatorProcess
-from test_operator_cluster import EXEC_CPU, apply
-from test_sweep_cluster import ENDED, children, sweep_manifest, sweep_status, wait_sweep
 
 from mlmodelscope.contract.kube import Kube, configmap_path, evaluation_path, model_path
 from mlmodelscope.contract.wire import RESULT_KEY, SPEC_KEY

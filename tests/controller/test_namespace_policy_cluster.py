@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from operator_process import OperatorProcess
-from test_operator_cluster import (
+from cluster_evaluations import (
     apply,
     condition,
     evaluation,
@@ -23,6 +22,7 @@ from test_operator_cluster import (
     jobs,
     wait_phase,
 )
+from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube
 from mlmodelscope.controller import namespace_policy

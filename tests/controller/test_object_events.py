@@ -8,10 +8,9 @@ import threading
 import time
 from typing import Any
 
-from waiting import wait_for
-
 from mlmodelscope.controller.object_events import ObjectEvents
 from mlmodelscope.controller.runs import Handled
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 
 def job(uid: str = "j1", *, ended: str | None = None, ready: int = 0) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_process import OperatorProcess
-from test_operator_cluster import (
+from cluster_evaluations import (
     apply,
     condition,
     evaluation,
@@ -30,6 +29,7 @@ from test_operator_cluster import (
     jobs,
     wait_phase,
 )
+from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube, configmap_path, job_path, pod_path
 from mlmodelscope.controller.runs import JOB_NAME_LABEL

@@ -9,7 +9,6 @@ pod's command, `mlms agent ...`, really runs from this venv on the digits model.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import urllib.request
@@ -19,6 +18,21 @@ from typing import Any
 
 import pytest
 import yaml
+from cluster_evaluations import (
+    EXEC_CPU,
+    SIMULATED_TOLERATION,
+    apply,
+    condition,
+    evaluation,
+    events,
+    events_with,
+    free_port,
+    get,
+    gone,
+    jobs,
+    phase_of,
+    wait_phase,
+)
 from meval_docs import merge
 from operator_process import OperatorProcess
 
@@ -26,7 +40,6 @@ from mlmodelscope.contract.kube import (
     Kube,
     KubeError,
     configmap_path,
-    evaluation_path,
     job_path,
     pod_path,
 )
@@ -36,136 +49,11 @@ from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
-EXEC_CPU = {"mlmodelscope.io/simulation": "exec", "mlmodelscope.io/pool": "cpu"}
-SIMULATED_TOLERATION = {
-    "key": "mlmodelscope.io/simulation",
-    "operator": "Equal",
-    "value": "kwok",
-    "effect": "NoSchedule",
-}
-QUICK_SCENARIO: dict[str, Any] = {
-    "batchSizes": [1],
-    "warmup": 2,
-    "minQueryCount": 20,
-    "minDuration": "20ms",
-    "stability": {"maxWindows": 2},
-}
-
-
-# ------------------------------------------------------------------------------- fixtures
-
 
 @pytest.fixture
 def operator(start_operator: Callable[..., OperatorProcess], agent_rbac: str) -> OperatorProcess:
     """An operator whose Jobs run as the agent ServiceAccount."""
     return start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
-
-
-# -------------------------------------------------------------------------------- helpers
-
-
-def evaluation(name: str, digits_onnx: Path, **spec: Any) -> dict[str, Any]:
-    """A digits ModelEvaluation that runs for real on the CPU exec node in about a second
-    (``hardware``, when given, replaces the exec node selector instead of merging with it)."""
-    hardware = spec.pop("hardware", {"nodeSelector": EXEC_CPU})
-    base = {
-        "model": {
-            "name": "digits",
-            "uri": f"file://{digits_onnx}",
-            "format": "onnx",
-            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-            "outputs": [{"name": "logits", "shape": [-1, 10]}],
-        },
-        "preprocessing": [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}],
-        "framework": {"name": "onnxruntime", "intraOpThreads": 1},
-        "dataset": {"type": "digits"},
-        "scenario": QUICK_SCENARIO,
-        "hardware": hardware,
-        "timeout": "5m",
-    }
-    metadata: dict[str, Any] = {"name": name}
-    if "labels" in spec:
-        metadata["labels"] = spec.pop("labels")
-    return {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "ModelEvaluation",
-        "metadata": metadata,
-        "spec": merge(base, spec),
-    }
-
-
-def apply(cluster: Cluster, namespace: str, manifest: dict[str, Any]) -> str:
-    return cluster.kubectl(
-        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest)
-    ).stdout
-
-
-def get(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    return kube.get(evaluation_path(namespace, name))
-
-
-def phase_of(kube: Kube, namespace: str, name: str) -> str | None:
-    phase = (get(kube, namespace, name).get("status") or {}).get("phase")
-    return str(phase) if phase else None
-
-
-def wait_phase(
-    kube: Kube, namespace: str, name: str, phases: tuple[str, ...], timeout: float = 120.0
-) -> dict[str, Any]:
-    """Wait until the evaluation reaches one of ``phases`` and return it."""
-    wait_for(
-        f"{namespace}/{name} to reach {'/'.join(phases)}",
-        lambda: phase_of(kube, namespace, name) in phases,
-        timeout,
-    )
-    return get(kube, namespace, name)
-
-
-def jobs(kube: Kube, namespace: str) -> list[dict[str, Any]]:
-    return kube.list(job_path(namespace), names.MANAGED_SELECTOR)
-
-
-def events(kube: Kube, namespace: str, name: str) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in kube.list(f"/api/v1/namespaces/{namespace}/events")
-        if e["involvedObject"].get("kind") == "ModelEvaluation"
-        and e["involvedObject"].get("name") == name
-    ]
-
-
-def events_with(
-    kube: Kube, namespace: str, name: str, *reasons: str, timeout: float = 15.0
-) -> list[dict[str, Any]]:
-    """The evaluation's events once every one of ``reasons`` is among them. The operator posts
-    an event right after the status patch it describes, so a test that has just seen the new
-    status may list the events a moment before that one is created."""
-    found: list[dict[str, Any]] = []
-
-    def present() -> bool:
-        found[:] = events(kube, namespace, name)
-        return set(reasons) <= {e["reason"] for e in found}
-
-    wait_for(f"events {', '.join(reasons)} on {namespace}/{name}", present, timeout)
-    return found
-
-
-def condition(ev: dict[str, Any], kind: str) -> dict[str, Any]:
-    for cond in (ev.get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return dict(cond)
-    raise AssertionError(f"no {kind} condition in {ev.get('status')}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def gone(kube: Kube, path: str) -> bool:
-    return kube.get_or_none(path) is None
 
 
 # ---------------------------------------------------------------------------------- tests

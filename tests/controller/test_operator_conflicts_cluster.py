@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_process import OperatorProcess
-from test_operator_cluster import (
+from cluster_evaluations import (
     REPO,
     apply,
     condition,
@@ -27,6 +26,7 @@ from test_operator_cluster import (
     jobs,
     wait_phase,
 )
+from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube, KubeError, configmap_path, evaluation_path, pod_path
 from mlmodelscope.controller import names

@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_process import OperatorProcess
-from result_docs import row, summary
-from test_operator_cluster import (
+from cluster_evaluations import (
     apply,
     condition,
     evaluation,
@@ -26,6 +24,8 @@ from test_operator_cluster import (
     jobs,
     wait_phase,
 )
+from operator_process import OperatorProcess
+from result_docs import row, summary
 
 from mlmodelscope.contract.kube import Kube, configmap_path, job_path, pod_path
 from mlmodelscope.contract.wire import CONTAINER_NAME, SUMMARY_KEY

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_process import OperatorProcess
-from test_operator_cluster import (
+from cluster_evaluations import (
     apply,
     condition,
     evaluation,
@@ -23,6 +22,7 @@ from test_operator_cluster import (
     jobs,
     wait_phase,
 )
+from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube, job_path
 from mlmodelscope.devcluster.cluster import Cluster

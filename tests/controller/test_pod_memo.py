@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from waiting import wait_for
 
 from fakes import FakeApiServer, FakeKube
 from mlmodelscope.contract.kube import evaluation_path
@@ -15,6 +14,7 @@ from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_pod
 from mlmodelscope.controller.pod_memo import PodMemo
 from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 PATH = evaluation_path("a", "e")
 GETS = ("get", "modelevaluations")

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_evaluations import apply, evaluation, events, events_with, get, wait_phase
 from operator_process import OperatorProcess
-from test_operator_cluster import apply, evaluation, events, events_with, get, wait_phase
 
 from mlmodelscope.contract.kube import Kube, configmap_path, evaluation_path
 from mlmodelscope.controller import recording

@@ -17,11 +17,20 @@ from typing import Any
 
 import pytest
 import yaml
+from cluster_evaluations import (
+    ENDED,
+    EXEC_CPU,
+    apply,
+    children,
+    get_sweep,
+    gone,
+    sweep_manifest,
+    wait_sweep,
+)
 from operator_process import OperatorProcess
-from test_operator_cluster import EXEC_CPU, apply, gone
 
 from mlmodelscope.contract.kube import Kube, KubeError, configmap_path, evaluation_path, job_path
-from mlmodelscope.controller import names, sweeps
+from mlmodelscope.controller import names
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 from mlmodelscope.spec.sweep import LABEL_SWEEP
@@ -30,8 +39,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).resolve().parents[2]
 PITFALLS = REPO / "examples" / "sweeps" / "digits-pitfalls.yaml"
-QUICK = {"warmup": 2, "minQueryCount": 20, "minDuration": "20ms", "stability": {"maxWindows": 2}}
-ENDED = ("Succeeded", "Failed")
 WRONG_SHA256 = "0" * 64
 
 
@@ -71,53 +78,6 @@ def model_entry(name: str, models: Path, **extra: Any) -> dict[str, Any]:
             {"format": "savedmodel", "uri": f"file://{models / 'digits_savedmodel'}"},
         ],
     }
-
-
-def sweep_manifest(name: str, matrix: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    """A sweep whose children run on the CPU exec node in a second or two each."""
-    return {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "EvaluationSweep",
-        "metadata": {"name": name},
-        "spec": {
-            "matrix": matrix,
-            "template": {
-                "preprocessing": [
-                    {"scale": {"factor": 0.0625}},
-                    {"layout": {"from": "HWC", "to": "CHW"}},
-                ],
-                "dataset": {"type": "digits"},
-                "scenario": {"batchSizes": [1], **QUICK},
-                "hardware": {"nodeSelector": EXEC_CPU},
-                "timeout": "5m",
-            },
-            **spec,
-        },
-    }
-
-
-def get_sweep(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    return kube.get(sweeps.sweep_path(namespace, name))
-
-
-def sweep_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    return dict(get_sweep(kube, namespace, name).get("status") or {})
-
-
-def wait_sweep(
-    kube: Kube,
-    namespace: str,
-    name: str,
-    done: Callable[[dict[str, Any]], bool],
-    what: str,
-    timeout: float = 300.0,
-) -> dict[str, Any]:
-    wait_for(f"sweep {name}: {what}", lambda: done(sweep_status(kube, namespace, name)), timeout)
-    return sweep_status(kube, namespace, name)
-
-
-def children(kube: Kube, namespace: str, sweep: str) -> list[dict[str, Any]]:
-    return kube.list(evaluation_path(namespace), f"{LABEL_SWEEP}={sweep}")
 
 
 def ended(child: dict[str, Any]) -> bool:

@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_evaluations import (
+    ENDED,
+    EXEC_CPU,
+    QUICK_SCENARIO,
+    apply,
+    children,
+    get,
+    sweep_status,
+    wait_phase,
+    wait_sweep,
+)
 from operator_process import OperatorProcess
-from test_operator_cluster import EXEC_CPU, QUICK_SCENARIO, apply, get, wait_phase
-from test_sweep_cluster import ENDED, children, sweep_status, wait_sweep
 
 from mlmodelscope.agent.tasks.reference import ensure_task_models
 from mlmodelscope.contract.kube import Kube

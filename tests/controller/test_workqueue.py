@@ -8,11 +8,11 @@ import time
 from typing import Any
 
 import pytest
-from waiting import wait_for
 
 from mlmodelscope.controller import workqueue
 from mlmodelscope.controller.slim import decompress
 from mlmodelscope.controller.workqueue import Entry, WorkQueue, entry_of
+from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 
 def body(

@@ -35,8 +35,11 @@ def wait_for(
     interval: float = 0.25,
 ) -> T:
     """Poll ``fn`` until it returns something truthy; on timeout fail naming ``what`` (and
-    ``detail()``, e.g. the operator's log). Cluster tests wait on controllers, never sleep."""
+    ``detail()``, e.g. the operator's log). Tests wait on threads and controllers, never
+    sleep: the first polls come 10 ms apart, doubling up to ``interval``, so a wait on a
+    thread ends within milliseconds and one on a controller polls no more than it needs."""
     deadline = time.monotonic() + timeout
+    pause = min(0.01, interval)
     while True:
         value = fn()
         if value:
@@ -44,7 +47,8 @@ def wait_for(
         if time.monotonic() > deadline:
             extra = f"\n{detail()}" if detail else ""
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
-        time.sleep(interval)
+        time.sleep(pause)
+        pause = min(pause * 2, interval)
 
 
 def _runs_dir() -> Path:
