@@ -1,11 +1,11 @@
-"""DLBricks estimate vs measured, and the Benanza lower bound, across the zoo in ONNX Runtime.
+"""DLBricks estimate vs measured, and the per-layer roofline, across the zoo in ONNX Runtime.
 
     python benchmarks/analysis_zoo.py --quick --out analysis.json --markdown analysis.md
 
 Builds (or reuses) the full-size zoo models as ONNX, then on this CPU at ``--threads``:
 1. DLBricks on ORT's optimized graph: each unique brick benchmarked once across the zoo, each
    model's estimate, its end-to-end p50 under the same protocol, error and benchmarking time;
-2. Benanza: this CPU's roofs measured (``devices.measure_cpu``), the raw graph's per-layer
+2. The roofline: this CPU's roofs measured (``devices.measure_cpu``), the raw graph's per-layer
    bricks as measured layer times, the sequential and critical-path bounds per model, and the
    top opportunities for two models. ``--quick`` (10 runs, 2 warm-up) fits in ~6 minutes here.
 """
@@ -92,11 +92,11 @@ def markdown(result: dict[str, Any]) -> str:
         f"saved {saved:.2f} s ({d['end_to_end_bench_s'] / max(d['brick_bench_s'], 1e-9):.1f}x). "
         f"ORT's per-run overhead, which every brick pays: {d['run_overhead_ms'] * 1e3:.1f} µs.",
         "",
-        f"Benanza lower bound on this CPU (roofs measured: {result['cpu']['peak_flops'] / 1e9:.1f} "
+        f"Roofline on this CPU (roofs measured: {result['cpu']['peak_flops'] / 1e9:.1f} "
         f"GFLOP/s, {result['cpu']['bandwidth'] / 1e9:.1f} GB/s; raised per model to the fastest "
         "measured layer where that is higher):",
         "",
-        "| model | GFLOPs | roof GFLOP/s | lower bound ms | critical path ms "
+        "| model | GFLOPs | roof GFLOP/s | roofline ms | critical path ms "
         "| layers measured ms | measured ms | measured / bound |",
         "|---|---|---|---|---|---|---|---|",
     ]

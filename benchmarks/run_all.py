@@ -86,6 +86,7 @@ STEPS: tuple[Step, ...] = (
     Step("gate-rates", "gate_rates.py", ("--quick",), quick_only=True),
     Step("gate-rates", "gate_rates.py", (), full_only=True),
     Step("analysis-zoo", "analysis_zoo.py", ("--quick",), doc=ANALYSIS_DOC),
+    Step("benanza-measured", "benanza_measured.py", ("--quick",), doc=ANALYSIS_DOC),
     Step("xsp-residual", "xsp_residual.py", ("--quick",), doc=PIPELINE_DOC),
 )
 

@@ -1094,23 +1094,7 @@ def dlbricks(
     except ValueError as exc:
         fail(str(exc))
         raise typer.Exit(2) from None
-    opened = None
-    if not no_store:
-        try:
-            from mlmodelscope.store import StoreError, open_store
-        except ImportError as exc:
-            errors.print(
-                f"[yellow]![/yellow] {escape(str(exc))}: bricks not reused; install "
-                "mlmodelscope[store], or pass --no-store",
-                soft_wrap=True,
-                highlight=False,
-            )
-        else:
-            try:
-                opened = open_store(store)
-            except StoreError as exc:
-                fail(f"{exc} (or pass --no-store)")
-                raise typer.Exit(1) from None
+    opened = None if no_store else _brick_store(store)
     try:
         report = estimate(models, config, store=opened)
     finally:
@@ -1145,8 +1129,9 @@ def bound(
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per layer (cpu).")] = 20,
     out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
 ) -> None:
-    """Benanza: the model's lower-bound latency on a device and, on cpu, the measured layers'
-    gaps to it: the optimization opportunities."""
+    """The roofline: per layer max(FLOPs / peak, bytes / bandwidth) on a device, summed, and
+    on cpu the measured layers' gaps to it: the optimization opportunities. Benanza's bound
+    as the paper defines it (the best measured implementation per layer) is `mlms benanza`."""
     import json
 
     from mlmodelscope.analysis.benanza import bound as lower_bound
@@ -1168,7 +1153,7 @@ def bound(
         layers, measured = run.per_layer_ms, run.measured_ms
     report = lower_bound(model, dev, measured_layers=layers, measured_ms=measured)
     console.print(
-        f"{report.model} on {dev.name}: lower bound {report.sequential_bound_ms:.3f} ms "
+        f"{report.model} on {dev.name}: roofline {report.sequential_bound_ms:.3f} ms "
         f"(critical path {report.critical_path_bound_ms:.3f} ms)"
         + (f", measured {measured:.3f} ms" if measured is not None else ""),
         highlight=False,
@@ -1177,6 +1162,117 @@ def bound(
         console.print(f"  {item.kind}: {item.detail}", soft_wrap=True, highlight=False)
     if out is not None:
         out.write_text(json.dumps(report.to_dict(), indent=2, default=str) + "\n")
+
+
+@app.command()
+def benanza(
+    models: Annotated[list[str], typer.Argument(help="ONNX files or zoo model names.")],
+    small: Annotated[bool, typer.Option("--small", help="Zoo models at their test size.")] = False,
+    framework: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--framework", help="onnxruntime, pytorch, tensorflow (repeat; default: all three)."
+        ),
+    ] = None,
+    threads: Annotated[
+        int, typer.Option("--threads", help="Intra-op threads in every framework.")
+    ] = 1,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per layer and model.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed runs first.")] = 3,
+    device: Annotated[
+        str, typer.Option("--device", help="The roofline's device: cpu (measured now) or a GPU.")
+    ] = "cpu",
+    no_roofline: Annotated[
+        bool, typer.Option("--no-roofline", help="Skip the roofline column.")
+    ] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the reports as JSON.")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to reuse brick timings from and record new ones in.",
+        ),
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Measure every brick; store nothing.")
+    ] = False,
+) -> None:
+    """Benanza's bound, measured: each layer timed alone in ONNX Runtime (three optimization
+    levels), PyTorch and TensorFlow; the bound is the sum of each layer's best. Prints, per
+    model and implementation, end to end, the sum of its layers, the bound, the gap and the
+    roofline, and the three layers farthest from their best implementation."""
+    import json
+
+    from mlmodelscope.analysis.implementations import FRAMEWORKS, BoundConfig, measure
+    from mlmodelscope.analysis.measuredbound import table
+
+    try:
+        config = BoundConfig(threads, warmup, runs, frameworks=tuple(framework or FRAMEWORKS))
+    except ValueError as exc:
+        fail(str(exc))
+        raise typer.Exit(2) from None
+    named: list[tuple[str, Path]] = []
+    for model in models:
+        if Path(model).is_file():
+            named.append((Path(model).stem, Path(model)))
+            continue
+        from mlmodelscope.zoo import ENTRIES, ensure_zoo_model
+
+        if model not in ENTRIES:
+            fail(f"models: {model} is neither an ONNX file nor a zoo model ({sorted(ENTRIES)})")
+            raise typer.Exit(2)
+        named.append((model, ensure_zoo_model(model, small=small).path))
+    roof = None
+    if not no_roofline:
+        from mlmodelscope.analysis.devices import device as lookup
+
+        try:
+            roof = lookup(device, threads)
+        except ValueError as exc:
+            fail(str(exc))
+            raise typer.Exit(2) from None
+    opened = None if no_store else _brick_store(store)
+    try:
+        results = [measure(path, config, name, store=opened, roofline=roof) for name, path in named]
+    finally:
+        if opened is not None:
+            opened.close()
+    for line in table(results):
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    threads_used = results[0].conditions["threads"] if results else {}
+    console.print(
+        f"median of {runs} runs after {warmup} warm-up; threads (intra, inter) "
+        + ", ".join(
+            f"{name} {t['intra_op_threads']}/{t['inter_op_threads']}"
+            for name, t in threads_used.items()
+        )
+        + (f"; roofline on {roof.name}" if roof is not None else ""),
+        soft_wrap=True,
+        highlight=False,
+    )
+    if out is not None:
+        out.write_text(json.dumps([r.to_dict() for r in results], indent=2, default=str) + "\n")
+
+
+def _brick_store(url: str | None) -> Any:
+    """The results store brick timings are reused from and recorded in; None (with a warning)
+    where the `store` extra is missing. A store that cannot be opened is an error."""
+    try:
+        from mlmodelscope.store import StoreError, open_store
+    except ImportError as exc:
+        errors.print(
+            f"[yellow]![/yellow] {escape(str(exc))}: bricks not reused; install "
+            "mlmodelscope[store], or pass --no-store",
+            soft_wrap=True,
+            highlight=False,
+        )
+        return None
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        fail(f"{exc} (or pass --no-store)")
+        raise typer.Exit(1) from None
 
 
 def _mount_subcommands() -> None:

@@ -178,7 +178,7 @@ def test_cli_dlbricks_and_bound(
     assert "0 measured" in again.output and "4 reused from the store" in again.output
     assert json.loads(out.read_text())["reuse_saved_s"] > 0
     gpu = CliRunner().invoke(app, ["bound", str(model), "--device", "Tesla-T4"])
-    assert gpu.exit_code == 0 and "lower bound" in gpu.output and "measured" not in gpu.output
+    assert gpu.exit_code == 0 and "roofline" in gpu.output and "measured" not in gpu.output
     bad = CliRunner().invoke(app, ["bound", str(tmp_path / "none.onnx")])
     assert bad.exit_code == 2 and "model: no ONNX file" in bad.output
 

@@ -1,4 +1,8 @@
-"""Benanza (Li et al.): a "lower-bound" latency from the graph, and the gap to what runs.
+"""A roofline from the graph (after Benanza, Li et al.), and the gap to what runs.
+
+This is the roofline, not Benanza's bound: the paper's bound is the best *measured*
+implementation of each layer across frameworks, which ``measuredbound`` composes from the
+timings ``implementations`` takes (``mlms benanza``). The roofline stays beside it.
 
 Per layer of the exported graph: bound = max(FLOPs / peak FLOP/s, bytes / bandwidth) on a
 device from ``devices``; the measured layer time is its DLBricks brick (``graph="raw"``: the

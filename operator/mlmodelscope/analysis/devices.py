@@ -1,4 +1,4 @@
-"""Peak FP32 compute and memory bandwidth per device: the roofs of Benanza's lower bound.
+"""Peak FP32 compute and memory bandwidth per device: the roofs of the roofline.
 
 GPUs: the datasheet figures of the products the node pools name (docs/gpu-node-pools.md's
 ``nvidia.com/gpu.product`` values), each row citing its datasheet. FP32 is the non-Tensor-Core

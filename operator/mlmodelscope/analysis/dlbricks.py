@@ -30,7 +30,7 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,13 +194,19 @@ def optimized_graph(model: Any, threads: int = 1) -> Any:
 
 def time_session(session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig) -> Timing:
     """Warm-up calls excluded; p50, mean and min of ``config.runs`` perf_counter_ns samples."""
+    return time_call(lambda: session.run(None, feeds), config)
+
+
+def time_call(call: Callable[[], object], config: BenchConfig) -> Timing:
+    """``call`` timed as a session is: ``config.warmup`` untimed calls, then p50, mean and min
+    of ``config.runs`` perf_counter_ns samples (any framework's brick or model)."""
     start = time.perf_counter()
     for _ in range(config.warmup):
-        session.run(None, feeds)
+        call()
     samples = []
     for _ in range(config.runs):
         t0 = time.perf_counter_ns()
-        session.run(None, feeds)
+        call()
         samples.append((time.perf_counter_ns() - t0) / 1e6)
     return Timing(
         p50_ms=statistics.median(samples),
@@ -251,7 +257,7 @@ def run_overhead_ms(config: BenchConfig) -> float:
     return time_session(session, {"x": np.zeros(1, np.float32)}, big).p50_ms
 
 
-def _record(model: Any, batch_size: int) -> tuple[Any, dict[str, np.ndarray]]:
+def record_values(model: Any, batch_size: int) -> tuple[Any, dict[str, np.ndarray]]:
     """``model`` at ``batch_size`` and every value of one run with random inputs."""
     import onnx
     import onnxruntime as ort
@@ -284,7 +290,7 @@ def split(model: Any, config: BenchConfig) -> tuple[list[LayerCost], dict[str, B
     proto = load_model(model)
     if config.graph == "optimized":
         proto = optimized_graph(proto, config.threads)
-    fixed, values = _record(proto, config.batch_size)
+    fixed, values = record_values(proto, config.batch_size)
     shapes = {n: (tuple(int(d) for d in v.shape), v.dtype.name) for n, v in values.items()}
     costs = layer_costs(fixed, config.batch_size, shapes=shapes)
     initializers = {init.name: init for init in fixed.graph.initializer}

@@ -1,0 +1,213 @@
+"""Benanza's measured bound: the pure composition on hand-made timings, the lowering of bricks
+to PyTorch and TensorFlow, and the measurement on a zoo model in all three frameworks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from mlmodelscope.analysis.measuredbound import (
+    Implementation,
+    Layer,
+    LayerTiming,
+    describe,
+    measured_bound,
+    table,
+)
+
+ORT = Implementation("onnxruntime", "all")
+TORCH = Implementation("pytorch", "eager")
+TF = Implementation("tensorflow", "tf.function")
+
+
+def hand_made() -> tuple[list[Layer], list[LayerTiming]]:
+    """conv (twice, same signature), relu, gemm; each framework best somewhere."""
+    layers = [
+        Layer("conv1", "conv", "Conv 3x3 s1 at [1,64,56,56]"),
+        Layer("relu1", "relu", "Relu at [1,64,56,56]"),
+        Layer("conv2", "conv", "Conv 3x3 s1 at [1,64,56,56]"),
+        Layer("fc", "gemm", "Gemm at [1,512]"),
+    ]
+    ms = {
+        ORT: {"conv": 0.22, "relu": 0.05, "gemm": 0.10},
+        TORCH: {"conv": 0.30, "relu": 0.02, "gemm": 0.12},
+        TF: {"conv": 0.41, "relu": 0.06},  # no gemm timing: ran 3 of 4 layers
+    }
+    timings = [LayerTiming(sig, impl, t) for impl, row in ms.items() for sig, t in row.items()]
+    return layers, timings
+
+
+def test_bound_is_the_sum_of_each_layers_best_implementation() -> None:
+    layers, timings = hand_made()
+    result = measured_bound("m", layers, timings, end_to_end={ORT: 0.5}, roofline_ms=0.3)
+    assert result.bound_ms == pytest.approx(0.22 * 2 + 0.02 + 0.10)
+    best = {b.layer.name: (b.best, b.best_ms) for b in result.layers}
+    assert best == {"conv1": (ORT, 0.22), "conv2": (ORT, 0.22), "relu1": (TORCH, 0.02),
+                    "fc": (ORT, 0.10)}  # fmt: skip
+    rows = {r.implementation: r for r in result.rows}
+    assert [r.implementation for r in result.rows] == [ORT, TORCH, TF]  # as timed
+    assert rows[ORT].layers_ms == pytest.approx(0.22 * 2 + 0.05 + 0.10)
+    assert rows[ORT].gap_ms == pytest.approx(0.03)
+    assert rows[ORT].end_to_end_gap_ms == pytest.approx(0.5 - result.bound_ms)
+    assert rows[TORCH].end_to_end_ms is None and rows[TORCH].end_to_end_gap_ms is None
+    # TensorFlow ran 3 of the 4 layers: its gap is against the bound over those three
+    assert not rows[TF].complete and rows[TF].layers_run == 3
+    assert rows[TF].bound_ms == pytest.approx(0.22 * 2 + 0.02)
+    for row in result.rows:
+        assert row.bound_ms <= row.layers_ms + 1e-12
+
+
+def test_top_layers_are_farthest_from_their_best_with_the_faster_implementation() -> None:
+    layers, timings = hand_made()
+    rows = {r.implementation: r for r in measured_bound("m", layers, timings).rows}
+    tf_top = rows[TF].top
+    # conv twice at +0.19 ms each, then relu +0.04
+    assert [g.description for g in tf_top] == [
+        "Conv 3x3 s1 at [1,64,56,56]",
+        "Relu at [1,64,56,56]",
+    ]
+    assert tf_top[0].gap_ms == pytest.approx(2 * 0.19) and tf_top[0].best == ORT
+    assert tf_top[0].sentence() == (
+        "Conv 3x3 s1 at [1,64,56,56] (x2): 0.410 ms in tensorflow (tf.function), "
+        "best 0.220 ms in onnxruntime (all)"
+    )
+    torch_top = rows[TORCH].top
+    assert [g.best for g in torch_top] == [ORT, ORT]  # conv +0.16, gemm +0.02; relu is its own
+    assert all(g.implementation == TORCH for g in torch_top)
+    assert [g.description for g in rows[ORT].top] == ["Relu at [1,64,56,56]"]
+    assert len(measured_bound("m", layers, timings, top=1).rows[2].top) == 1
+
+
+def test_unmeasured_layers_table_and_json() -> None:
+    layers, timings = hand_made()
+    layers.append(Layer("odd", "odd", "Odd at [1]"))
+    result = measured_bound("m", layers, timings, roofline_ms=0.3)
+    assert result.unmeasured == ("odd",)
+    text = "\n".join(table([result]))
+    assert "| m | tensorflow (tf.function) (3/5 layers) |" in text
+    assert "| 0.300 |" in text  # the roofline column
+    assert "best 0.220 ms in onnxruntime (all)" in text and "no implementation ran: odd" in text
+    doc = json.loads(json.dumps(result.to_dict()))
+    assert doc["rows"][2]["top"][0]["sentence"].startswith("Conv 3x3 s1")
+    assert doc["unmeasured"] == ["odd"]
+
+
+def test_describe_names_kernel_stride_group_and_shape() -> None:
+    attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "group": 32, "pads": [1] * 4}
+    assert describe("Conv", attrs, (1, 32, 56, 56)) == "Conv 3x3 s2 g32 at [1,32,56,56]"
+    assert describe("Gemm", {}, (1, 512)) == "Gemm at [1,512]"
+    assert describe("Relu", {}, None) == "Relu"
+
+
+@pytest.mark.frameworks
+def test_bricks_lower_to_torch_and_tf_with_the_ort_result() -> None:
+    """Every op the zoo's CNNs use gives ONNX Runtime's numbers in PyTorch (NCHW) and
+    TensorFlow (NHWC in a ``tf.function``, compared after transposing back)."""
+    import onnxruntime as ort
+    import tensorflow as tf
+    import torch
+    from onnx import TensorProto, helper, numpy_helper
+
+    from mlmodelscope.analysis.lowering import Operand, tf_feed, tf_node, torch_node
+
+    rng = np.random.default_rng(0)
+    x = rng.random((1, 8, 9, 9), dtype=np.float32)
+    cases = [
+        ("Conv", {"pads": [1, 1, 1, 1], "strides": [2, 2]}, [rng.random((4, 8, 3, 3), np.float32),
+                                                             rng.random(4, np.float32)]),
+        ("Conv", {"pads": [1, 1, 1, 1], "group": 8}, [rng.random((8, 1, 3, 3), np.float32)]),
+        ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, []),
+        ("AveragePool", {"kernel_shape": [2, 2], "strides": [2, 2]}, []),
+        ("GlobalAveragePool", {}, []),
+        ("Add", {}, [rng.random((1, 8, 1, 1), np.float32)]),
+        ("Mul", {}, [rng.random((1, 8, 9, 9), np.float32)]),
+        ("Relu", {}, []), ("Sigmoid", {}, []),
+        ("Clip", {}, [np.float32(0.2), np.float32(0.7)]),
+        ("Softmax", {"axis": 1}, []),
+    ]  # fmt: skip
+    for op, attrs, consts in cases:
+        names = [f"c{i}" for i in range(len(consts))]
+        node = helper.make_node(op, ["x", *names], ["y"], **attrs)
+        inits = [
+            numpy_helper.from_array(np.asarray(c), n) for c, n in zip(consts, names, strict=True)
+        ]
+        graph = helper.make_graph(
+            [node], op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+        )  # fmt: skip
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+        want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+        operands = [Operand("x", x, False)] + [
+            Operand(n, np.asarray(c), True) for n, c in zip(names, consts, strict=True)
+        ]
+        torch_fn = torch_node(op, attrs, operands)
+        tf_fn = tf_node(op, attrs, operands, nhwc=True)
+        assert torch_fn is not None and tf_fn is not None, op
+        got = torch_fn({"x": torch.from_numpy(x)}).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"pytorch {op}")
+        nhwc = tf.function(tf_fn)({"x": tf.constant(tf_feed(x, True))}).numpy()  # grappler too
+        back = nhwc.transpose(0, 3, 1, 2) if nhwc.ndim == 4 else nhwc
+        np.testing.assert_allclose(back, want, rtol=1e-4, atol=1e-5, err_msg=f"tensorflow {op}")
+
+
+@pytest.mark.frameworks
+def test_measured_bound_on_a_zoo_model_in_three_frameworks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The small ResNet-18 through `mlms benanza`: every layer has a best implementation, the
+    bound is at most each implementation's sum of its own layers, and each names its three
+    layers farthest from their best with the faster implementation. Timings are not asserted."""
+    from mlmodelscope.analysis.implementations import IMPLEMENTATIONS
+    from mlmodelscope.cli import app
+    from mlmodelscope.zoo import ensure_zoo_model
+
+    monkeypatch.setenv("MLMS_DATA_DIR", str(tmp_path / "data"))  # a fresh default store
+    ensure_zoo_model("resnet18", small=True)
+    out = tmp_path / "bound.json"
+    args = ["benanza", "resnet18", "--small", "--runs", "3", "--warmup", "1", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--device", "Tesla-T4"])
+    assert result.exit_code == 0, result.output
+    (doc,) = json.loads(out.read_text())
+    assert doc["model"] == "resnet18" and not doc["unmeasured"]
+    assert all(layer["best"] is not None for layer in doc["layers"])
+    labels = [row["label"] for row in doc["rows"]]
+    assert labels == [i.label for i in IMPLEMENTATIONS]  # every layer lowered everywhere
+    assert {row["implementation"]["framework"] for row in doc["rows"]} == {
+        "onnxruntime", "pytorch", "tensorflow"
+    }  # fmt: skip
+    for row in doc["rows"]:
+        assert row["layers_run"] == row["layers_total"] == len(doc["layers"])
+        assert row["bound_ms"] == pytest.approx(doc["bound_ms"])
+        assert doc["bound_ms"] <= row["layers_ms"] + 1e-9
+        assert row["end_to_end_ms"] is not None and row["end_to_end_ms"] > 0
+        for gap in row["top"]:
+            assert gap["implementation"] == row["implementation"]
+            assert gap["best"] != gap["implementation"] and gap["best_ms"] < gap["ms"]
+            assert f"best {gap['best_ms']:.3f} ms in " in gap["sentence"]
+    assert any(len(row["top"]) == 3 for row in doc["rows"])
+    assert doc["roofline_ms"] > 0 and doc["conditions"]["roofline_device"] == "Tesla-T4"
+    assert "| resnet18 | pytorch (eager) |" in result.output
+    assert "roofline ms" in result.output and "best " in result.output
+    assert "pytorch 1/1" in result.output
+
+    # the store keeps the bricks per implementation: a second run measures none
+    again = CliRunner().invoke(app, [*args, "--no-roofline"])
+    assert again.exit_code == 0, again.output
+    (second,) = json.loads(out.read_text())
+    assert (
+        second["conditions"]["bricks_reused"] == len(IMPLEMENTATIONS) * doc["conditions"]["bricks"]
+    )
+    assert second["roofline_ms"] is None
+
+
+def test_cli_benanza_rejects_what_it_cannot_run(tmp_path: Path) -> None:
+    from mlmodelscope.cli import app
+
+    missing = CliRunner().invoke(app, ["benanza", str(tmp_path / "none.onnx"), "--no-store"])
+    assert missing.exit_code == 2 and "neither an ONNX file nor a zoo model" in missing.output
+    bad = CliRunner().invoke(app, ["benanza", "mlp", "--framework", "jax", "--no-store"])
+    assert bad.exit_code == 2 and "frameworks: ['jax']" in bad.output
