@@ -37,6 +37,7 @@ from mlmodelscope.contract.kube import KubeError, namespaced
 from mlmodelscope.controller import job_state, names, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.periodic import Periodic
+from mlmodelscope.spec.status import Phase
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +339,7 @@ class KueueWatch(Periodic):
         shows_it = (
             status.is_current(current, job.generation)
             and current.get("jobName") == job.job_name
-            and current.get("phase") == "Queued"
+            and current.get("phase") == Phase.QUEUED
         )
         if shows_it:
             # Remembered only once the status shows this Job queued: a Job event that has

@@ -31,7 +31,9 @@ from mlmodelscope.spec.status import Phase, RecordState, RunRecord, Summary
 
 MESSAGE_LIMIT: Final = 4096
 HISTORY_LIMIT: Final = 10
-TERMINAL: Final = (Phase.SUCCEEDED.value, Phase.FAILED.value)
+TERMINAL: Final = (Phase.SUCCEEDED, Phase.FAILED)
+UNFINISHED: Final = (Phase.QUEUED, Phase.PENDING, Phase.RUNNING)
+"""Phases of a run that has not ended."""
 PHASES: Final = tuple(p.value for p in Phase)
 
 

@@ -34,8 +34,7 @@ from mlmodelscope.spec import ModelEvaluation, SpecValidationError
 
 log = logging.getLogger(__name__)
 
-UNFINISHED: Final = ("Queued", "Pending", "Running")
-"""Phases of a run that has not ended."""
+UNFINISHED: Final = status.UNFINISHED
 
 
 def enforce_policy(ctx: Context, evaluation: ModelEvaluation) -> None:

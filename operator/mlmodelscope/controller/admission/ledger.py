@@ -22,6 +22,7 @@ from typing import Any
 
 from mlmodelscope.controller import job_state, names, status
 from mlmodelscope.controller.admission import fifo
+from mlmodelscope.spec.status import Phase
 
 Key = tuple[str, str]
 
@@ -35,7 +36,10 @@ def waiting_entry(evaluation: Mapping[str, Any]) -> fifo.QueueEntry | None:
     st = evaluation.get("status") or {}
     if meta.get("deletionTimestamp") or names.kueue_queue(meta.get("labels")):
         return None
-    if not status.is_current(st, int(meta.get("generation") or 1)) or st.get("phase") != "Queued":
+    if (
+        not status.is_current(st, int(meta.get("generation") or 1))
+        or st.get("phase") != Phase.QUEUED
+    ):
         return None
     return fifo.QueueEntry.of(evaluation)
 

@@ -36,7 +36,8 @@ from mlmodelscope.controller.admission.admit import admit_queued
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.names import JOB_NAME_LABEL
 from mlmodelscope.controller.runs import Handled
-from mlmodelscope.controller.status import Reason
+from mlmodelscope.controller.status import ConditionType, Reason
+from mlmodelscope.spec.status import Phase
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ def job_changed(
     current = evaluation.get("status") or {}
     if not status.is_current(current, generation) or current.get("jobName") != job_name:
         return Handled.OTHER_GENERATION
-    if current.get("phase") not in ("Queued", "Pending", "Running"):
+    if current.get("phase") not in status.UNFINISHED:
         if ctx.recorder is not None and not current.get("record") and job_state.has_ended(job):
             found = recording.record_finished(
                 ctx, namespace, name, generation, current.get("runId")
@@ -227,7 +228,7 @@ def job_changed(
             known=evaluation,
         )
         return Handled.SUSPENDED
-    if current.get("phase") == "Queued":
+    if current.get("phase") == Phase.QUEUED:
         unsuspended, _ = ctx.update_status(
             namespace,
             name,
@@ -286,7 +287,7 @@ def _a_live_pod_is_ready(
     lost pod may still count as ready (its node is gone, nobody updates it) until the pod
     garbage collector deletes it; then only a ready pod without a DisruptionTarget counts,
     or the status would flap between Running and PodDisrupted on every event."""
-    running = next((c for c in current.get("conditions") or [] if c.get("type") == "Running"), None)
+    running = status.condition(current, ConditionType.RUNNING)
     if running is None or running.get("reason") != Reason.POD_DISRUPTED:
         return True
     pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
