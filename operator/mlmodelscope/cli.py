@@ -908,6 +908,15 @@ def serve(
             help="Launches run at once, each in its own `mlms run` process; 0: queue only.",
         ),
     ] = 1,
+    launch_namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--launch-namespace",
+            help="Create launches as ModelEvaluations in this namespace through the Kubernetes "
+            "API (the pod's ServiceAccount, else $KUBECONFIG), for the operator to run, "
+            "instead of running them here (--launch-workers is then 0).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the results store over HTTP: the JSON API (/api/v1, OpenAPI at /openapi.json)
     and the web dashboard (/), and run the evaluations launched there."""
@@ -954,6 +963,7 @@ def serve(
         jaeger_url=jaeger_url,
         catalog=tuple(str(path.resolve()) for path in catalog or []),
         launch_workers=launch_workers,
+        launch_namespace=launch_namespace,
     )
     reads = "bearer token" if read_token else "open (loopback only)"
     writes = "bearer token" if write_token else "disabled"

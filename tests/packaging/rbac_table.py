@@ -142,6 +142,7 @@ class When(Enum):
     NAMESPACED_PEERING = "namespaced install with Kopf peering"
     PER_EVALUATION = "per-evaluation results access (evaluationJobs.resultsAccess, the default)"
     SHARED_ACCOUNT = "a shared job ServiceAccount (evaluationJobs.resultsAccess: service-account)"
+    LAUNCHES = "the results server launches into the cluster (server.launch.namespace)"
 
 
 OWN_RESULTS = "<evaluation>-results"
@@ -238,6 +239,22 @@ EVALUATION_AGENT: tuple[Grant, ...] = (
 """An evaluation's own ServiceAccount (``<evaluation>-agent``), created by the operator."""
 
 
+SERVER: tuple[Grant, ...] = (
+    Grant(EVALUATIONS, ("create",), Scope.RUNS, When.LAUNCHES,
+          "server.launch_cluster.ClusterLaunches.submit: a launch's ModelEvaluations"),
+    Grant(EVALUATIONS, ("get", "list"), Scope.RUNS, When.LAUNCHES,
+          "ClusterLaunches.current (GET of one launch) and .sync (LIST by launch label)"),
+    Grant(EVALUATIONS, ("watch",), Scope.RUNS, When.LAUNCHES,
+          "the read side of issue 32's grant (create/get/list/watch); the slice polls, a watch "
+          "may replace it"),
+    Grant(EVALUATIONS, ("delete",), Scope.RUNS, When.LAUNCHES,
+          "ClusterLaunches.cancel, and undoing a launch refused half way (uid precondition)"),
+)  # fmt: skip
+"""The results server's ServiceAccount (``<fullname>-server``), which exists only with
+``server.launch.namespace``; RUNS is that namespace (the server's own, the release namespace,
+is another place unless they are the same)."""
+
+
 @dataclass(frozen=True)
 class Install:
     """The chart values that change the RBAC."""
@@ -246,6 +263,7 @@ class Install:
     store: bool = False
     peering: bool = False
     shared_account: bool = False
+    launches: bool = False
 
     def holds(self, when: When) -> bool:
         return {
@@ -257,6 +275,7 @@ class Install:
             When.NAMESPACED_PEERING: self.peering and self.namespaced,
             When.PER_EVALUATION: not self.shared_account,
             When.SHARED_ACCOUNT: self.shared_account,
+            When.LAUNCHES: self.launches,
         }[when]
 
 

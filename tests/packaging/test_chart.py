@@ -33,6 +33,7 @@ from rbac_table import (
     CHECKED,
     EVALUATION_AGENT,
     OPERATOR,
+    SERVER,
     Install,
     Pair,
     Place,
@@ -495,6 +496,11 @@ def test_a_shared_evaluation_account_may_only_patch_configmaps(helm: Path) -> No
     assert default_ns == {NAMESPACE}
 
 
+SERVER_LAUNCHES = (
+    "server.enabled=true",
+    "server.auth.existingSecret=results-tokens",
+    "server.launch.namespace=team-a",
+)
 STORE_URL = "store.url=postgresql://mlmodelscope:pw@db.example.com:5432/mlmodelscope"
 RBAC_INSTALLS = {
     "cluster-wide": (Install(), ()),
@@ -518,6 +524,14 @@ RBAC_INSTALLS = {
     "namespaced-shared-account": (
         Install(namespaced=True, shared_account=True),
         ("watchNamespaces={team-a,team-b}", "evaluationJobs.resultsAccess=service-account"),
+    ),
+    "namespaced-server-launches": (
+        Install(namespaced=True, store=True, launches=True),
+        ("watchNamespaces={team-a,team-b}", STORE_URL, *SERVER_LAUNCHES),
+    ),
+    "cluster-wide-server-launches": (
+        Install(store=True, launches=True),
+        (STORE_URL, *SERVER_LAUNCHES),
     ),
 }
 OTHER_NAMESPACES = ["kube-system", "default"]
@@ -569,13 +583,20 @@ def test_rendered_rbac_grants_exactly_the_table(helm: Path, variant: str) -> Non
             got = _allowed(manifests, agent, place, namespace)
             wrong += [(f"agent@{home}", namespace, "missing", str(r), v) for r, v in want - got]
             wrong += [(f"agent@{home}", namespace, "ALLOWED", str(r), v) for r, v in got - want]
+    server = (NAMESPACE, "mlms-mlmodelscope-server")
+    launch_namespaces = ["team-a"] if install.launches else []
+    for place, namespace in _places(launch_namespaces, [NAMESPACE, *job_namespaces]):
+        want = expected(SERVER, install, place)
+        got = _allowed(manifests, server, place, namespace)
+        wrong += [("server", namespace, "missing", str(r), v) for r, v in want - got]
+        wrong += [("server", namespace, "ALLOWED", str(r), v) for r, v in got - want]
     assert not wrong, wrong
 
 
 def test_every_rendered_grant_is_in_the_table(helm: Path) -> None:
     """Nothing in the chart's Roles and ClusterRoles escapes the table's checks: each rule names
     a resource of CHECKED and a verb the table grants on it."""
-    grants = OPERATOR + AGENT + EVALUATION_AGENT
+    grants = OPERATOR + AGENT + EVALUATION_AGENT + SERVER
     table = {(g.resource.group, g.resource.rule_name, v) for g in grants for v in g.verbs}
     for _, sets in RBAC_INSTALLS.values():
         for where, rule in _rules(render(helm, sets=sets)):
@@ -660,3 +681,35 @@ def test_policy_values_map_to_settings(helm: Path) -> None:
     assert wide.tolerations == Allowance(names=frozenset({"mlmodelscope.io/pool"}))
     scoped = _settings(render(helm, [CHART / "ci" / "namespaced-values.yaml"])).policy
     assert (scoped.secret_refs, scoped.pvcs, scoped.tolerations) == (ALL, ALL, NONE)
+
+
+def test_only_a_launching_server_holds_kubernetes_credentials(helm: Path) -> None:
+    """Without server.launch.namespace the server pod mounts no token and the chart makes it
+    no ServiceAccount; with it, the pod runs as <fullname>-server, creates launches in that
+    namespace and reads its catalog from the ConfigMap named."""
+    base = (STORE_URL, "server.enabled=true", "server.auth.existingSecret=results-tokens")
+    plain = one(render(helm, sets=base), "Deployment", "mlms-mlmodelscope-server")["spec"]
+    assert plain["template"]["spec"]["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in plain["template"]["spec"]
+    assert not find(render(helm, sets=base), "ServiceAccount", "mlms-mlmodelscope-server")
+    manifests = render(helm, sets=(*base, "server.launch.namespace=team-a",
+                                   "server.launch.catalogConfigMap=models"))  # fmt: skip
+    pod = one(manifests, "Deployment", "mlms-mlmodelscope-server")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "mlms-mlmodelscope-server"
+    assert pod["automountServiceAccountToken"] is True
+    (container,) = pod["containers"]
+    assert "--launch-namespace=team-a" in container["args"]
+    assert "--catalog=/etc/mlmodelscope/catalog" in container["args"]
+    assert {"name": "catalog", "configMap": {"name": "models"}} in pod["volumes"]
+    account = one(manifests, "ServiceAccount", "mlms-mlmodelscope-server")
+    assert account["metadata"]["namespace"] == NAMESPACE
+    role = one(manifests, "Role", "mlms-mlmodelscope-server-launch")
+    assert role["metadata"]["namespace"] == "team-a"
+    no_writes = (*base, "server.auth.writeToken=false", "server.launch.namespace=team-a")
+    refused = subprocess.run(
+        [str(helm), "template", "mlms", str(CHART), *(f"--set={s}" for s in no_writes)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "write token" in refused.stderr, refused.stderr

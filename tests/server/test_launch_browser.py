@@ -1,7 +1,8 @@
 """The Launch page in real headless Chromium, JavaScript on: preview the YAML, launch the
 catalog's digits CNN in ONNX Runtime, and watch the launch page go from queued to succeeded
-without reloading, then follow its link to the recorded run. The pages' CSP is on; any CSP
-violation or script error fails the test."""
+without reloading, then follow its link to the recorded run; launch the same as a sweep over
+two batch sizes and watch the sweep and both children succeed in place. The pages' CSP is on;
+any CSP violation or script error fails the test."""
 
 from __future__ import annotations
 
@@ -73,6 +74,68 @@ def test_launch_from_the_page_and_watch_it_succeed(
         page.wait_for_url(f"{base}/runs/*")
         expect(page.locator("table.facts").first).to_contain_text("digits-cnn-onnxruntime")
         expect(page.locator("table.headline tbody tr")).to_have_count(2)
+        browser.close()
+    assert problems == []
+
+
+def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
+    sqlite_url: str, pvc_root: Path, tmp_path: Path
+) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    settings = ServeSettings(
+        store_url=sqlite_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG),),
+    )
+    shots = screenshot_dir(tmp_path)
+    problems: list[str] = []
+    with serve(create_app(settings)) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.on("console", lambda message: _script_problem(message, problems))
+        page.goto(f"{base}/launch?token={READ_TOKEN}")
+        expect(page.locator("#sweep-devices")).to_be_hidden()
+        page.check('input[name="kind"][value="sweep"]')
+        expect(page.locator("#sweep-devices")).to_be_visible()
+        page.select_option('select[name="model"]', "digits-cnn")
+        page.fill('input[name="batch_sizes"]', "1, 8")
+        page.fill('input[name="minQueryCount"]', "20")
+        page.fill('input[name="minDuration"]', "20ms")
+        page.fill('input[name="warmup"]', "3")
+        page.fill('input[name="token"]', WRITE_TOKEN)
+
+        page.fill('input[name="batch_sizes"]', "8, 8")  # refused by the sweep's own rule
+        page.get_by_role("button", name="Preview").click()
+        expect(page.locator('[data-errors-for="batch_sizes"]')).to_contain_text(
+            "batch sizes must be unique"
+        )
+        page.fill('input[name="batch_sizes"]', "1, 8")
+        page.get_by_role("button", name="Preview").click()
+        preview = page.locator("#preview-yaml")
+        expect(preview).to_contain_text("kind: EvaluationSweep")
+        expect(preview).to_contain_text("modelRef: {name: digits-cnn}")
+        expect(preview).to_contain_text("batchSizes: [1, 8]")
+        page.screenshot(path=str(shots / "launch-3-sweep-preview.png"), full_page=True)
+
+        page.get_by_role("button", name="Launch").click()
+        page.wait_for_url(f"{base}/sweep-launches/*")
+        page.evaluate("window.notReloaded = true")
+        children = page.locator("#sweep-children tbody tr")
+        expect(children).to_have_count(2)
+        expect(page.locator("table.sweep td.state")).to_have_text("succeeded", timeout=180_000)
+        assert page.evaluate("window.notReloaded") is True  # updated in place
+        expect(page.locator("table.sweep td.counts")).to_have_text("2 succeeded")
+        expect(children.locator("td.state")).to_have_text(["succeeded", "succeeded"])
+        expect(children.locator("td.run a")).to_have_count(2)
+        expect(children.locator("td.wrap")).to_have_text(
+            ["digits-cnn-digits-cnn-onnxruntime-b1", "digits-cnn-digits-cnn-onnxruntime-b8"]
+        )
+        expect(page.locator("#cancel-form")).to_be_hidden()
+        page.screenshot(path=str(shots / "launch-4-sweep-succeeded.png"), full_page=True)
         browser.close()
     assert problems == []
 

@@ -58,3 +58,32 @@ def test_launch_pages_show_the_state_and_poll_it(sqlite_url: str) -> None:
         client.headers.pop("Authorization")
         assert client.get("/launch").status_code == 401  # reads need the read token
         assert client.get(f"/launch?token={READ_TOKEN}").status_code == 200
+
+
+def test_a_sweep_launch_page_lists_its_children(sqlite_url: str) -> None:
+    with launch_client(sqlite_url, workers=0) as client:
+        form = {**DIGITS, "kind": "sweep", "frameworks": ["onnxruntime", "pytorch"]}
+        sweep = client.post("/api/v1/launches", json=form, headers=WRITE).json()["sweep"]
+        assert 'name="kind" value="sweep"' in client.get("/launch").text
+        url = f"/sweep-launches/{sweep['sweep_id']}"
+        page = client.get(url)
+        assert page.status_code == 200 and page.headers["content-security-policy"] == CSP
+        text = page.text
+        assert f'data-sweep-id="{sweep["sweep_id"]}" data-final="false"' in text
+        assert '<td class="state state-queued">queued</td>' in text
+        assert '<td class="counts">4 queued</td>' in text
+        for child in sweep["children"]:  # updated from the sweep's poll, not each its own
+            assert f'<tr data-child-id="{child["launch_id"]}" data-final="false">' in text
+        assert "data-launch-id" not in text
+        assert 'id="cancel-form"' in text and "Cancel sweep" in text
+        assert "kind: EvaluationSweep" in text
+        listing = client.get("/launches").text
+        assert listing.count(f'<a href="{url}">digits-cnn</a>') == 4
+        child = client.get(f"/launches/{sweep['children'][0]['launch_id']}").text
+        assert f'<a href="{url}">' in child
+        client.post(f"/api/v1/sweep-launches/{sweep['sweep_id']}/cancel", headers=WRITE)
+        text = client.get(url).text
+        assert 'data-final="true"' in text and 'id="cancel-form"' not in text
+        assert '<td class="counts">4 cancelled</td>' in text
+        missing = client.get("/sweep-launches/00000000-0000-4000-8000-000000000000")
+        assert missing.status_code == 404 and "No sweep launch" in missing.text

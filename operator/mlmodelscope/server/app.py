@@ -1,38 +1,58 @@
 """The ASGI app of `mlms serve`: the JSON API under ``/api/v1`` and the dashboard under ``/``.
 
 One :class:`~mlmodelscope.store.Store` is opened per app and kept in ``app.state.store``, and
-the launch workers (:mod:`.launch_queue`) run while the app does, as do the Try page's loaded
-models (:mod:`.trials`, released at shutdown); routes reach them (and the settings) through
-:mod:`.state`.
+the launch workers (:mod:`.launch_queue`), or with ``settings.launch_namespace`` the follower
+of the launches created in the cluster (:mod:`.launch_cluster`), run while the app does, as do
+the Try page's loaded models (:mod:`.trials`, released at shutdown); routes reach them (and the
+settings) through :mod:`.state`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
 from mlmodelscope import __version__
 from mlmodelscope.server import api, dashboard, launch_api, try_api
-from mlmodelscope.server.launch_queue import LaunchWorkers
+from mlmodelscope.server.launch_cluster import ClusterLaunches
+from mlmodelscope.server.launch_queue import LaunchQueue, LaunchWorkers
+from mlmodelscope.server.launch_target import LaunchTarget, LocalLaunches
 from mlmodelscope.server.state import ServeSettings
 from mlmodelscope.server.trials import Trials
 from mlmodelscope.store import Store, open_store
 
+if TYPE_CHECKING:
+    from mlmodelscope.contract.kube import Kube
+
 __all__ = ["ServeSettings", "create_app"]
 
 
-def create_app(settings: ServeSettings, store: Store | None = None) -> FastAPI:
+def create_app(
+    settings: ServeSettings, store: Store | None = None, kube: Kube | None = None
+) -> FastAPI:
     """The app; it opens ``settings.store_url`` at startup unless given an open ``store``
-    (which it then does not close)."""
+    (which it then does not close). With ``settings.launch_namespace``, launches go to the
+    cluster through ``kube`` (default: the pod's ServiceAccount, else $KUBECONFIG)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = store is None
         app.state.store = store if store is not None else open_store(settings.store_url)
-        workers = LaunchWorkers(app.state.store, settings.catalog, settings.launch_workers)
+        in_cluster = settings.launch_namespace is not None
+        count = 0 if in_cluster else settings.launch_workers
+        workers = LaunchWorkers(app.state.store, settings.catalog, count)
         app.state.launches = workers
+        queue = LaunchQueue(app.state.store)
+        target: LaunchTarget = LocalLaunches(queue, workers)
+        if settings.launch_namespace is not None:
+            from mlmodelscope.contract.kube import Kube
+
+            client = kube if kube is not None else Kube.from_environment()
+            target = ClusterLaunches(queue, client, settings.launch_namespace)
+        app.state.launch_target = target
         app.state.trials = Trials(
             max_bytes=settings.try_max_bytes,
             max_pixels=settings.try_max_pixels,
@@ -40,10 +60,10 @@ def create_app(settings: ServeSettings, store: Store | None = None) -> FastAPI:
             keep=settings.try_models,
         )
         try:
-            workers.start()
+            target.start()
             yield
         finally:
-            workers.stop()
+            target.stop()
             app.state.trials.close()
             if owned:
                 app.state.store.close()

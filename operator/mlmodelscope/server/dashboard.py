@@ -12,8 +12,9 @@
   (the API's ranking, :mod:`.pages.leaderboard`);
 - ``/models/{name}/history``: a model's runs oldest first, with SVG plots of the primary
   metric and p50 latency over time; 404 naming a model with no recorded run;
-- ``/launch``, ``/launches``, ``/launches/{launch_id}``: the Launch form and the launches,
-  whose states update without reloading (:mod:`.pages.launch`, the one page script).
+- ``/launch``, ``/launches``, ``/launches/{launch_id}``, ``/sweep-launches/{sweep_id}``: the
+  Launch form, the launches and a launched sweep with its children, whose states update
+  without reloading (:mod:`.pages.launch`, the one page script).
 
 Every page carries a Content-Security-Policy: scripts, fetches and forms from this app only,
 no inline script, no frames.
@@ -50,6 +51,7 @@ from mlmodelscope.server.launch_queue import LaunchQueue
 from mlmodelscope.server.pages import launch, render
 from mlmodelscope.server.pages import leaderboard as board
 from mlmodelscope.server.state import settings_of, store_of
+from mlmodelscope.server.sweep_launches import SweepLaunches
 from mlmodelscope.spec.resources import FileModels
 from mlmodelscope.store import queries
 from mlmodelscope.store.store import RunFilter
@@ -363,7 +365,8 @@ def launch_form(request: Request) -> HTMLResponse:
 @router.get("/launches", response_class=HTMLResponse, dependencies=READ)
 def launches_page(request: Request) -> HTMLResponse:
     _, rows = LaunchQueue(store_of(request)).page(limit=LAUNCHES_SHOWN)
-    return html(request, launch.launches_page(rows))
+    sweeps = SweepLaunches(store_of(request)).names(r.sweep_id for r in rows if r.sweep_id)
+    return html(request, launch.launches_page(rows, sweeps))
 
 
 @router.get("/launches/{launch_id}", response_class=HTMLResponse, dependencies=READ)
@@ -372,6 +375,14 @@ def launch_page(request: Request, launch_id: str) -> HTMLResponse:
     if found is None:
         raise HTTPException(404, f"No launch {launch_id!r}.")
     return html(request, launch.launch_page(found))
+
+
+@router.get("/sweep-launches/{sweep_id}", response_class=HTMLResponse, dependencies=READ)
+def sweep_launch_page(request: Request, sweep_id: str) -> HTMLResponse:
+    found = SweepLaunches(store_of(request)).get(sweep_id)
+    if found is None:
+        raise HTTPException(404, f"No sweep launch {sweep_id!r}.")
+    return html(request, launch.sweep_page(found))
 
 
 @router.get(launch.SCRIPT_PATH)

@@ -1,5 +1,7 @@
-"""The launch API (``/api/v1/launches``): turn a Launch form into ModelEvaluations, preview
-them, queue them for the server's workers, watch and cancel them.
+"""The launch API (``/api/v1/launches``): turn a Launch form into ModelEvaluations, or one
+EvaluationSweep (``kind: sweep``), preview them, queue them for the server's workers, watch
+and cancel them. A sweep's children are launches like any other; ``/api/v1/sweep-launches/{id}``
+reads the sweep with its children and its state (summed up from theirs), and cancels them all.
 
 Launching and cancelling need the write token; listing and reading need what every read does.
 An invalid form is 422 in FastAPI's shape, one entry per problem, ``loc`` naming the form's
@@ -17,14 +19,25 @@ from pydantic import BaseModel
 from mlmodelscope.server.api import PROBLEMS, Problem
 from mlmodelscope.server.auth import require_read, require_write
 from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchState, NewLaunch
-from mlmodelscope.server.launches import InvalidLaunchError, LaunchForm, as_yaml, build_documents
-from mlmodelscope.server.state import launches_of, settings_of, store_of
+from mlmodelscope.server.launch_target import LaunchRefusedError
+from mlmodelscope.server.launches import (
+    InvalidLaunchError,
+    LaunchForm,
+    as_yaml,
+    build_documents,
+    build_sweep,
+)
+from mlmodelscope.server.state import launch_target_of, launches_of, settings_of, store_of
+from mlmodelscope.server.sweep_launches import SweepLaunches, SweepRow
 from mlmodelscope.spec.resources import FileModels
 
 MAX_PAGE: Final = 1000
 MAX_OFFSET: Final = 1_000_000_000
 NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {
     404: {"model": Problem, "description": "No such launch."}
+}
+NO_SWEEP: Final[dict[int | str, dict[str, Any]]] = {
+    404: {"model": Problem, "description": "No such sweep launch."}
 }
 
 router = APIRouter(
@@ -50,6 +63,13 @@ class LaunchItem(BaseModel):
     finished_at: datetime | None
     spec: str
     """The ModelEvaluation YAML it runs."""
+    namespace: str | None = None
+    """Where it was created as a ModelEvaluation (named ``evaluation``), with `mlms serve
+    --launch-namespace`; None when this server's workers run it."""
+    resource_uid: str | None = None
+    """That ModelEvaluation's uid."""
+    sweep_id: str | None = None
+    """The sweep launch it is a child of (``/api/v1/sweep-launches/{sweep_id}``), if any."""
     location: str
 
     @classmethod
@@ -66,7 +86,41 @@ class LaunchItem(BaseModel):
             started_at=row.started_at,
             finished_at=row.finished_at,
             spec=row.spec,
+            namespace=row.namespace,
+            resource_uid=row.resource_uid,
+            sweep_id=row.sweep_id,
             location=f"{router.prefix}/launches/{row.launch_id}",
+        )
+
+
+class SweepItem(BaseModel):
+    """One launched EvaluationSweep: its children, and its state summed up from theirs."""
+
+    sweep_id: str
+    name: str
+    state: LaunchState
+    """queued while no child has started; running while any is queued or running; then
+    failed if any failed, else interrupted, else cancelled if any was, else succeeded."""
+    counts: dict[str, int]
+    """Children per state."""
+    created_at: datetime
+    spec: str
+    """The EvaluationSweep YAML."""
+    children: list[LaunchItem]
+    """Its ModelEvaluations, in matrix order (models x frameworks x devices x batch sizes)."""
+    location: str
+
+    @classmethod
+    def of(cls, row: SweepRow) -> SweepItem:
+        return cls(
+            sweep_id=row.sweep_id,
+            name=row.name,
+            state=row.state,
+            counts=row.counts,
+            created_at=row.created_at,
+            spec=row.spec,
+            children=[LaunchItem.of(child) for child in row.children],
+            location=f"{router.prefix}/sweep-launches/{row.sweep_id}",
         )
 
 
@@ -74,12 +128,17 @@ class LaunchAnswer(BaseModel):
     """The evaluations a form makes: previewed (``dry_run``) or queued."""
 
     dry_run: bool
+    kind: str = "evaluation"
+    """evaluation or sweep, as the form asked."""
     evaluations: list[str]
-    """Their names, in the order of the form's frameworks."""
+    """Their names, in the order of the form's frameworks (a sweep's: in matrix order)."""
     yaml: str
-    """The ModelEvaluation documents, as `mlms run --models CATALOG` reads them."""
+    """The ModelEvaluation documents, as `mlms run --models CATALOG` reads them; for a sweep,
+    the one EvaluationSweep document (what `mlms validate` and `kubectl apply` take)."""
     launches: list[LaunchItem]
     """One per evaluation; empty for a dry run."""
+    sweep: SweepItem | None = None
+    """The queued sweep with its children (kind sweep, not a dry run)."""
 
 
 class LaunchPage(BaseModel):
@@ -122,6 +181,8 @@ def launch(
 ) -> LaunchAnswer:
     catalog = FileModels.read(settings_of(request).catalog)
     try:
+        if form.kind == "sweep":
+            return _launch_sweep(request, response, form, catalog, dry_run)
         built = build_documents(form, catalog)
     except InvalidLaunchError as exc:
         detail = [
@@ -133,12 +194,49 @@ def launch(
     if dry_run:
         response.status_code = 200
         return LaunchAnswer(dry_run=True, evaluations=names, yaml=text, launches=[])
-    queued = LaunchQueue(store_of(request)).enqueue(
-        [NewLaunch(b.name, b.model, b.framework, as_yaml([b.document])) for b in built]
-    )
-    launches_of(request).wake()
+    try:
+        queued = launch_target_of(request).submit(built)
+    except LaunchRefusedError as exc:
+        raise HTTPException(exc.status, detail=str(exc)) from None
     items = [LaunchItem.of(row) for row in queued]
     return LaunchAnswer(dry_run=False, evaluations=names, yaml=text, launches=items)
+
+
+def _launch_sweep(
+    request: Request, response: Response, form: LaunchForm, catalog: FileModels, dry_run: bool
+) -> LaunchAnswer:
+    """One EvaluationSweep: previewed, or kept with its children queued as its launches."""
+    built = build_sweep(form, catalog)
+    text = as_yaml([built.document])
+    names = [child.name for child in built.children]
+    if dry_run:
+        response.status_code = 200
+        return LaunchAnswer(dry_run=True, kind="sweep", evaluations=names, yaml=text, launches=[])
+    if settings_of(request).launch_namespace is not None:
+        raise HTTPException(
+            501,
+            detail="a sweep runs on this server's own workers only; with --launch-namespace, "
+            "preview it (dry_run) and apply the EvaluationSweep to the cluster",
+        )
+    children = [
+        NewLaunch(
+            child.name,
+            child.document["spec"]["modelRef"]["name"],
+            child.axes["framework"],
+            as_yaml([child.document]),
+        )
+        for child in built.children
+    ]
+    sweep = SweepItem.of(SweepLaunches(store_of(request)).create(built.name, text, children))
+    launches_of(request).wake()
+    return LaunchAnswer(
+        dry_run=False,
+        kind="sweep",
+        evaluations=names,
+        yaml=text,
+        launches=sweep.children,
+        sweep=sweep,
+    )
 
 
 @router.get("/launches", summary="List launches, newest first")
@@ -156,7 +254,7 @@ def list_launches(
 
 @router.get("/launches/{launch_id}", summary="One launch: its state and run", responses=NOT_FOUND)
 def get_launch(request: Request, launch_id: LaunchId) -> LaunchItem:
-    return LaunchItem.of(_launch_key(request, launch_id))
+    return LaunchItem.of(launch_target_of(request).current(_launch_key(request, launch_id)))
 
 
 @router.post(
@@ -170,10 +268,53 @@ def get_launch(request: Request, launch_id: LaunchId) -> LaunchItem:
 )
 def cancel_launch(request: Request, launch_id: LaunchId) -> LaunchItem:
     """A queued launch never starts; a running one's process is stopped (SIGTERM, then
-    SIGKILL) by its worker, which looks every 0.5 s."""
+    SIGKILL) by its worker, which looks every 0.5 s. A launch in the cluster: its
+    ModelEvaluation is deleted."""
     found = _launch_key(request, launch_id)
     queue = LaunchQueue(store_of(request))
-    if not queue.cancel(found.launch_id):
+    try:
+        cancelled = launch_target_of(request).cancel(found)
+    except LaunchRefusedError as exc:
+        raise HTTPException(exc.status, detail=str(exc)) from None
+    if not cancelled:
         ended = queue.get(found.launch_id) or found
         raise HTTPException(409, detail=f"launch {launch_id} has already ended: {ended.state}")
     return LaunchItem.of(queue.get(found.launch_id) or found)
+
+
+SweepId = Annotated[str, Path(description="Sweep launch UUID.", max_length=64)]
+
+
+def _sweep(request: Request, sweep_id: str) -> SweepRow:
+    found = SweepLaunches(store_of(request)).get(sweep_id)
+    if found is None:
+        raise HTTPException(404, detail=f"no sweep launch {sweep_id}")
+    return found
+
+
+@router.get(
+    "/sweep-launches/{sweep_id}",
+    summary="One launched sweep: its state, its children and theirs",
+    responses=NO_SWEEP,
+)
+def get_sweep(request: Request, sweep_id: SweepId) -> SweepItem:
+    return SweepItem.of(_sweep(request, sweep_id))
+
+
+@router.post(
+    "/sweep-launches/{sweep_id}/cancel",
+    summary="Cancel every child of a sweep that has not ended (write token)",
+    dependencies=[Depends(require_write)],
+    responses={
+        **NO_SWEEP,
+        409: {"model": Problem, "description": "Every child has already ended."},
+    },
+)
+def cancel_sweep(request: Request, sweep_id: SweepId) -> SweepItem:
+    """Each child as ``POST /api/v1/launches/{id}/cancel`` does: queued ones never start,
+    running ones are stopped by their workers."""
+    found = _sweep(request, sweep_id)
+    sweeps = SweepLaunches(store_of(request))
+    if not sweeps.cancel(found.sweep_id):
+        raise HTTPException(409, detail=f"sweep launch {sweep_id} has already ended: {found.state}")
+    return SweepItem.of(sweeps.get(found.sweep_id) or found)

@@ -11,6 +11,10 @@ A worker runs ``python -m mlmodelscope run SPEC.yaml --no-store --models CATALOG
 fresh session (its own process group), polls the launch's state while it runs (a cancel from
 any process reaches it), then records the result document in the store itself, as `mlms run`
 does, and keeps the run id.
+
+A launch of `mlms serve --launch-namespace` (:mod:`.launch_cluster`) is a row with its
+``namespace`` and ``resource_uid`` set: its ModelEvaluation runs in the cluster, so workers
+never claim nor interrupt it; :meth:`LaunchQueue.follow` moves it as the evaluation's phase does.
 """
 
 from __future__ import annotations
@@ -80,6 +84,16 @@ class LaunchRow:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    namespace: str | None = None
+    """Where a cluster launch created its ModelEvaluation (named ``evaluation``); None: local."""
+    resource_uid: str | None = None
+    """That ModelEvaluation's uid: the launch follows this object, not a later one of its name."""
+    sweep_id: str | None = None
+    """The launched EvaluationSweep it is a child of (:mod:`.sweep_launches`); None: alone."""
+
+    @property
+    def in_cluster(self) -> bool:
+        return self.namespace is not None
 
     @classmethod
     def of(cls, row: sa.RowMapping) -> LaunchRow:
@@ -98,6 +112,9 @@ class LaunchRow:
             created_at=as_utc(row["created_at"]),
             started_at=when(row["started_at"]),
             finished_at=when(row["finished_at"]),
+            namespace=row["namespace"],
+            resource_uid=row["resource_uid"],
+            sweep_id=None if row["sweep_id"] is None else str(uuid.UUID(str(row["sweep_id"]))),
         )
 
 
@@ -109,6 +126,13 @@ class NewLaunch:
     model_name: str
     framework: str
     spec: str
+    launch_id: str | None = None
+    """Its id when the caller chose one (a cluster launch labels its evaluation with it)."""
+    namespace: str | None = None
+    """Where its ModelEvaluation was created, for a cluster launch."""
+    resource_uid: str | None = None
+    sweep_id: str | None = None
+    """The launched EvaluationSweep it is a child of."""
 
 
 def _now() -> datetime:
@@ -123,7 +147,7 @@ class LaunchQueue:
 
     def enqueue(self, new: Sequence[NewLaunch]) -> list[LaunchRow]:
         now = _now()
-        ids = [str(uuid.uuid4()) for _ in new]
+        ids = [item.launch_id or str(uuid.uuid4()) for item in new]
         rows = [
             {
                 "launch_id": launch_id,
@@ -133,6 +157,9 @@ class LaunchQueue:
                 "state": LaunchState.QUEUED.value,
                 "spec": item.spec,
                 "created_at": now,
+                "namespace": item.namespace,
+                "resource_uid": item.resource_uid,
+                "sweep_id": item.sweep_id,
             }
             for launch_id, item in zip(ids, new, strict=True)
         ]
@@ -186,6 +213,7 @@ class LaunchQueue:
                 candidate = conn.execute(
                     sa.select(launches.c.launch_id)
                     .where(launches.c.state == LaunchState.QUEUED.value)
+                    .where(launches.c.namespace.is_(None))
                     .order_by(launches.c.created_at, launches.c.launch_id)
                     .limit(1)
                 ).scalar_one_or_none()
@@ -211,21 +239,23 @@ class LaunchQueue:
             finished_at=_now(),
         )
 
-    def cancel(self, launch_id: str) -> bool:
+    def cancel(self, launch_id: str, message: str = "cancelled") -> bool:
         """Cancel a queued or running launch; False when it had already ended."""
         return self._move(
             launch_id,
             [LaunchState.QUEUED, LaunchState.RUNNING],
             state=LaunchState.CANCELLED.value,
-            message="cancelled",
+            message=message,
             finished_at=_now(),
         )
 
     def interrupt_running(self) -> int:
-        """Mark every running launch interrupted (a server starting up, or stopping); how many."""
+        """Mark every running local launch interrupted (a server starting up, or stopping); how
+        many. A cluster launch goes on without the server."""
         update = (
             launches.update()
             .where(launches.c.state == LaunchState.RUNNING.value)
+            .where(launches.c.namespace.is_(None))
             .values(
                 state=LaunchState.INTERRUPTED.value,
                 message=INTERRUPTED_MESSAGE,
@@ -234,6 +264,36 @@ class LaunchQueue:
         )
         with self.engine.begin() as conn:
             return int(conn.execute(update).rowcount)
+
+    def in_cluster(self) -> list[LaunchRow]:
+        """Cluster launches not yet ended, oldest first."""
+        query = (
+            launches.select()
+            .where(launches.c.namespace.is_not(None))
+            .where(launches.c.state.in_([LaunchState.QUEUED.value, LaunchState.RUNNING.value]))
+            .order_by(launches.c.created_at, launches.c.launch_id)
+        )
+        with self.engine.connect() as conn:
+            return [LaunchRow.of(r._mapping) for r in conn.execute(query)]
+
+    def follow(
+        self,
+        launch_id: str,
+        state: LaunchState,
+        run_id: str | None = None,
+        message: str | None = None,
+    ) -> bool:
+        """Move a queued or running launch to ``state`` (what its evaluation's phase says);
+        False when it had already ended (a cancel came first). Starting sets ``started_at``,
+        ending ``finished_at``."""
+        values: dict[str, Any] = {"state": state.value, "message": message}
+        if state in FINAL:
+            values.update(run_id=run_id, finished_at=_now())
+        sources = [LaunchState.QUEUED, LaunchState.RUNNING]
+        if state is LaunchState.RUNNING:
+            values["started_at"] = _now()
+            sources = [LaunchState.QUEUED]
+        return self._move(launch_id, sources, **values)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,14 @@
-"""What the Launch form asks for, and the ModelEvaluation documents it becomes.
+"""What the Launch form asks for, and the documents it becomes.
 
 A :class:`LaunchForm` names a Model of the server's catalog (``mlms serve --catalog``), the
 frameworks to run it in, a scenario, batch sizes and a dataset. :func:`build_documents` turns
 it into one ModelEvaluation per framework (``modelRef`` to the Model, as
-``examples/sweeps/digits-catalog.yaml`` does) and validates each with the loader `mlms validate`
-uses (:func:`mlmodelscope.spec.resources.parse_resource`, modelRefs resolved against the
-catalog). Every problem comes back as a :class:`FieldProblem` located on the form's field
-(``["body", "batch_sizes", 0]``) and naming the spec path it came from.
+``examples/sweeps/digits-catalog.yaml`` does); with ``kind: sweep``, :func:`build_sweep` turns
+it into one EvaluationSweep (models x frameworks x devices x batch sizes) and its children, as
+:func:`mlmodelscope.spec.sweep.expand` makes them. Both are validated by the loader
+`mlms validate` uses (:func:`mlmodelscope.spec.resources.parse_resource`, modelRefs resolved
+against the catalog). Every problem comes back as a :class:`FieldProblem` located on the
+form's field (``["body", "batch_sizes", 0]``) and naming the spec path it came from.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,27 +24,49 @@ from pydantic import BaseModel, ConfigDict, Field
 from mlmodelscope.spec.document import API_VERSION_FULL, KIND, ModelEvaluation, SpecValidationError
 from mlmodelscope.spec.manifest import ModelManifest
 from mlmodelscope.spec.resources import FileModels, parse_resource
+from mlmodelscope.spec.sweep import SWEEP_KIND, EvaluationSweep, SweepChild, expand
 
 FRAMEWORKS: Final = ("onnxruntime", "pytorch", "tensorflow")
 SCENARIOS: Final = ("SingleStream", "MultiStream", "Server", "Offline")
+DEVICES: Final = ("cpu", "gpu")
 DATASETS_BY_NAME: Final = {"digits": {"type": "digits", "split": "test"}}
 """A Model's ``spec.dataset`` label -> the dataset a launch uses when the form gives none."""
 
 
 class LaunchForm(BaseModel):
-    """A launch: one ModelEvaluation per framework, each validated by the spec."""
+    """A launch: one ModelEvaluation per framework, or one EvaluationSweep (``kind: sweep``),
+    validated by the spec."""
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["evaluation", "sweep"] = Field(
+        "evaluation",
+        description="evaluation: one ModelEvaluation per framework; sweep: one EvaluationSweep "
+        "over models x frameworks x devices x batch sizes, one child per combination.",
+    )
     model: str = Field(
         min_length=1, max_length=253, description="A Model of the server's catalog (--catalog)."
+    )
+    models: list[str] = Field(
+        [],
+        max_length=16,
+        description="Sweep only: more catalog Models for spec.matrix.models, after model.",
     )
     frameworks: list[str] = Field(
         min_length=1, max_length=8, description="Frameworks to run it in, one evaluation each."
     )
+    devices: list[str] = Field(
+        [],
+        max_length=2,
+        description="Sweep only: spec.matrix.hardware devices (cpu, gpu), one child each; "
+        "none: the template's (cpu).",
+    )
     scenario: str = Field("SingleStream", max_length=32, description="spec.scenario.type.")
     batch_sizes: list[int] = Field(
-        [1], min_length=1, max_length=64, description="spec.scenario.batchSizes."
+        [1],
+        min_length=1,
+        max_length=64,
+        description="spec.scenario.batchSizes; a sweep's spec.matrix.batchSizes (one child each).",
     )
     dataset: dict[str, Any] | None = Field(
         None,
@@ -57,7 +81,8 @@ class LaunchForm(BaseModel):
     name: str | None = Field(
         None,
         max_length=253,
-        description="Prefix of the evaluations' names (default: the model's): NAME-FRAMEWORK.",
+        description="Prefix of the evaluations' names (default: the model's): NAME-FRAMEWORK; "
+        "a sweep's name (its children: NAME-MODEL-FRAMEWORK[-DEVICE]-bBATCH).",
     )
 
 
@@ -135,6 +160,9 @@ def build_documents(form: LaunchForm, catalog: FileModels) -> list[BuiltEvaluati
         if framework in seen:
             problems[(("body", "frameworks", index), f"{framework} is given twice")] = None
         seen.add(framework)
+    for field in ("models", "devices"):
+        if getattr(form, field):
+            problems[(("body", field), 'only for a sweep (kind: "sweep")')] = None
     if problems:
         raise InvalidLaunchError([FieldProblem(loc, msg) for loc, msg in problems])
     assert dataset is not None
@@ -156,6 +184,103 @@ def build_documents(form: LaunchForm, catalog: FileModels) -> list[BuiltEvaluati
     if problems:
         raise InvalidLaunchError([FieldProblem(loc, msg) for loc, msg in problems])
     return built
+
+
+@dataclass(frozen=True)
+class BuiltSweep:
+    """One generated EvaluationSweep, valid, and its children as the spec expands them."""
+
+    name: str
+    document: dict[str, Any]
+    sweep: EvaluationSweep
+    children: list[SweepChild]
+
+
+def entry_name(model: str) -> str:
+    """A Model's name as a ``spec.matrix.models`` entry name (a DNS label of at most 40)."""
+    return re.sub(r"[^a-z0-9]+", "-", model.lower()).strip("-")[:40].rstrip("-") or "model"
+
+
+def sweep_document(form: LaunchForm, dataset: dict[str, Any]) -> dict[str, Any]:
+    """The EvaluationSweep of ``form``, as a GitOps user would commit it: a modelRef entry per
+    Model (each brings its own processing, as ``examples/sweeps/digits-catalog.yaml``), the
+    frameworks, devices and batch sizes as axes, the scenario and dataset in the template."""
+    matrix: dict[str, Any] = {
+        "models": [
+            {"name": entry_name(model), "modelRef": {"name": model}}
+            for model in (form.model, *form.models)
+        ],
+        "frameworks": list(form.frameworks),
+    }
+    if form.devices:
+        matrix["hardware"] = [{"device": device} for device in form.devices]
+    matrix["batchSizes"] = list(form.batch_sizes)
+    return {
+        "apiVersion": API_VERSION_FULL,
+        "kind": SWEEP_KIND,
+        "metadata": {"name": form.name or form.model},
+        "spec": {
+            "matrix": matrix,
+            "template": {
+                "dataset": dataset,
+                "scenario": {"type": form.scenario, **form.scenario_settings},
+            },
+        },
+    }
+
+
+def build_sweep(form: LaunchForm, catalog: FileModels) -> BuiltSweep:
+    """One valid EvaluationSweep of ``form`` (``kind: sweep``) and its children, in matrix
+    order; raises :class:`InvalidLaunchError` naming every problem (each once)."""
+    problems: dict[tuple[tuple[str | int, ...], str], None] = {}
+    known = ", ".join(sorted(catalog.models)) or "none: start mlms serve with --catalog"
+    for loc, model in _model_fields(form):
+        if model not in catalog.models:
+            problems[(loc, f"no Model {model!r} in the catalog ({known})")] = None
+    dataset = default_dataset(form, catalog)
+    if not problems and dataset is None:
+        problems[(("body", "dataset"), _no_dataset(form, catalog))] = None
+    if problems:
+        raise InvalidLaunchError([FieldProblem(loc, msg) for loc, msg in problems])
+    assert dataset is not None
+    document = sweep_document(form, dataset)
+    try:
+        resource = parse_resource(document, "launch (sweep)", catalog)
+    except SpecValidationError as exc:
+        found = [
+            FieldProblem(sweep_location(p.path, form), f"{p.path}: {p.message}")
+            for p in exc.problems
+        ]
+        raise InvalidLaunchError(list(dict.fromkeys(found))) from None
+    assert isinstance(resource, EvaluationSweep)
+    children = expand(resource, catalog.lookup())
+    return BuiltSweep(resource.metadata.name, document, resource, children)
+
+
+def _model_fields(form: LaunchForm) -> list[tuple[tuple[str | int, ...], str]]:
+    """(form field, Model name) of every Model of a sweep, in matrix order."""
+    return [(("body", "model"), form.model)] + [
+        (("body", "models", index), model) for index, model in enumerate(form.models)
+    ]
+
+
+def sweep_location(path: str, form: LaunchForm) -> tuple[str | int, ...]:
+    """The form field a problem of the sweep at ``path`` belongs to."""
+    parts = _parts(path)
+    if parts[:1] == ["metadata"]:
+        return ("body", "name")
+    if parts[:2] == ["spec", "template"]:
+        return form_location(".".join(["spec", *map(str, parts[2:])]), 0)
+    if parts[:2] != ["spec", "matrix"] or len(parts) < 3:
+        return ("body",)
+    axis, index = parts[2], parts[3:4]
+    if axis == "models":
+        fields = _model_fields(form)
+        if index and isinstance(index[0], int) and index[0] < len(fields):
+            return fields[index[0]][0]
+        return ("body", "models")
+    field = {"frameworks": "frameworks", "hardware": "devices", "batchSizes": "batch_sizes"}
+    return ("body", field.get(str(axis), str(axis)), *index)
 
 
 def _no_dataset(form: LaunchForm, catalog: FileModels) -> str:

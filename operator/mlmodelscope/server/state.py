@@ -2,10 +2,11 @@
 
 :func:`~mlmodelscope.server.app.create_app` puts the :class:`ServeSettings` in
 ``app.state.settings``, one open :class:`~mlmodelscope.store.Store` in ``app.state.store`` and
-the launch workers in ``app.state.launches``, the Try page's loaded models and rate limit in
+the launch workers in ``app.state.launches``, where launches run (the workers, or the cluster)
+in ``app.state.launch_target``, the Try page's loaded models and rate limit in
 ``app.state.trials``; the API, the dashboard and the token checks reach them through
-:func:`settings_of` and :func:`store_of` (and :func:`launches_of`, :func:`trials_of`), so none
-of them imports the app that includes it.
+:func:`settings_of` and :func:`store_of` (and :func:`launches_of`, :func:`launch_target_of`,
+:func:`trials_of`), so none of them imports the app that includes it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mlmodelscope.store import Store
 
 if TYPE_CHECKING:
     from mlmodelscope.server.launch_queue import LaunchWorkers
+    from mlmodelscope.server.launch_target import LaunchTarget
     from mlmodelscope.server.trials import Trials
 
 
@@ -38,6 +40,9 @@ class ServeSettings:
     """Files and folders of Model manifests a launch may name (``--catalog``)."""
     launch_workers: int = 1
     """Launches run at once (``--launch-workers``); 0: this server queues, runs none."""
+    launch_namespace: str | None = None
+    """Create launches as ModelEvaluations in this namespace through the Kubernetes API
+    (``--launch-namespace``) instead of running them; None: the workers run them."""
     try_max_bytes: int = 1024 * 1024
     """Largest image file ``POST /api/v1/try`` and the Try page take, in bytes."""
     try_max_pixels: int = 2048 * 2048
@@ -61,6 +66,11 @@ def settings_of(request: Request) -> ServeSettings:
 def launches_of(request: Request) -> LaunchWorkers:
     workers: LaunchWorkers = request.app.state.launches
     return workers
+
+
+def launch_target_of(request: Request) -> LaunchTarget:
+    target: LaunchTarget = request.app.state.launch_target
+    return target
 
 
 def trials_of(request: Request) -> Trials:

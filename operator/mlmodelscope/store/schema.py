@@ -101,12 +101,32 @@ launches: Final = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
+    # where a cluster launch created its ModelEvaluation (revision 0006); NULL when run locally
+    sa.Column("namespace", sa.String(63), nullable=True),
+    sa.Column("resource_uid", sa.String(64), nullable=True),
+    # the launched EvaluationSweep it is a child of (revision 0007); NULL for a lone launch
+    sa.Column("sweep_id", RunId, nullable=True),
     sa.Index("ix_launches_state_created_at", "state", "created_at"),
     sa.Index("ix_launches_created_at", "created_at"),
+    sa.Index("ix_launches_sweep_id", "sweep_id"),
 )
 """The launch queue of `mlms serve` (revision 0004): one row per ModelEvaluation launched from
 the API or the dashboard, its state, and the run it recorded (no foreign key: a run is
-recorded, and may be deleted, on its own)."""
+recorded, and may be deleted, on its own); for a cluster launch (revision 0006), the namespace
+and uid of the ModelEvaluation it created."""
+
+launch_sweeps: Final = sa.Table(
+    "launch_sweeps",
+    metadata,
+    sa.Column("sweep_id", RunId, primary_key=True),
+    sa.Column("name", sa.String(253), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),  # the EvaluationSweep YAML
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("ix_launch_sweeps_created_at", "created_at"),
+)
+"""EvaluationSweeps launched on `mlms serve` (revision 0007): the document, no state of its
+own; its children are ``launches`` rows with its ``sweep_id``, and its state is summed up
+from theirs when read."""
 
 brick_timings: Final = sa.Table(
     "brick_timings",

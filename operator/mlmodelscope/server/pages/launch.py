@@ -1,9 +1,12 @@
 """The dashboard's Launch pages as HTML strings, and the one script they load.
 
-- the Launch form (``/launch``): a catalog Model, frameworks, scenario, batch sizes, dataset,
-  and the write token; Preview shows the ModelEvaluation YAML, Launch queues it;
+- the Launch form (``/launch``): evaluations or one sweep, a catalog Model (a sweep: more
+  Models, devices), frameworks, scenario, batch sizes, dataset, and the write token; Preview
+  shows the ModelEvaluation (or EvaluationSweep) YAML, Launch queues it;
 - the launches (``/launches``) and one launch (``/launches/{id}``): their state, kept current
-  by polling ``GET /api/v1/launches/{id}`` without reloading, and the run once recorded.
+  by polling ``GET /api/v1/launches/{id}`` without reloading, and the run once recorded;
+- one sweep launch (``/sweep-launches/{id}``): the sweep's state, its children's, and their
+  runs, kept current by polling ``GET /api/v1/sweep-launches/{id}``; Cancel cancels them all.
 
 The script is served from this app (``/static/launch.js``), never inline, so the pages' CSP
 allows scripts from ``'self'`` only. It sends the write token the user types in an
@@ -13,14 +16,15 @@ every value from the server with ``textContent``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Final
 from urllib.parse import quote
 
 from mlmodelscope.server.launch_queue import FINAL, LaunchRow
-from mlmodelscope.server.launches import FRAMEWORKS, SCENARIOS
+from mlmodelscope.server.launches import DEVICES, FRAMEWORKS, SCENARIOS
 from mlmodelscope.server.pages.render import esc, page, run_url
+from mlmodelscope.server.sweep_launches import SweepRow
 from mlmodelscope.spec.manifest import ModelManifest
 
 SCRIPT_PATH: Final = "/static/launch.js"
@@ -29,6 +33,10 @@ DATASET_TYPES: Final = ("digits", "synthetic", "imagefolder", "npz", "masks", "t
 
 def launch_url(launch_id: str) -> str:
     return f"/launches/{quote(launch_id, safe='')}"
+
+
+def sweep_url(sweep_id: str) -> str:
+    return f"/sweep-launches/{quote(sweep_id, safe='')}"
 
 
 def _when(value: datetime | None) -> str:
@@ -75,16 +83,38 @@ def launch_form_page(models: Sequence[ModelManifest], catalog_problems: Sequence
         f'<option value="{d}">{d}</option>' for d in DATASET_TYPES
     )
     splits = "".join(f'<option value="{s}">{s}</option>' for s in ("test", "train", "all"))
+    kinds = "".join(
+        f'<label class="check"><input type="radio" name="kind" value="{k}"'
+        f"{' checked' if k == 'evaluation' else ''}>{label}</label>"
+        for k, label in (
+            ("evaluation", "evaluations: one ModelEvaluation per framework"),
+            ("sweep", "a sweep: one EvaluationSweep, a child per combination"),
+        )
+    )
+    more = "".join(
+        f'<label class="check"><input type="checkbox" name="models" '
+        f'value="{esc(m.metadata.name)}">{esc(m.metadata.name)}</label>'
+        for m in models
+    )
+    devices = "".join(
+        f'<label class="check"><input type="checkbox" name="devices" value="{d}">{d}</label>'
+        for d in DEVICES
+    )
     problems = "".join(
         f'<p class="note">Not in the catalog: {esc(problem)}</p>' for problem in catalog_problems
     )
     form = f"""
 <form id="launch-form" class="launch" autocomplete="off">
+<fieldset><legend>Launch</legend>{kinds}{_errors_for("kind")}</fieldset>
 <fieldset><legend>Model</legend>
 <label>model<select name="model">{options}</select></label>{_errors_for("model")}
 <label>name prefix<input name="name" placeholder="the model's name"></label>{_errors_for("name")}
 </fieldset>
+<fieldset class="sweep-only" id="sweep-models" hidden><legend>More models (sweep)</legend>{more}
+{_errors_for("models")}</fieldset>
 <fieldset><legend>Frameworks</legend>{frameworks}{_errors_for("frameworks")}</fieldset>
+<fieldset class="sweep-only" id="sweep-devices" hidden><legend>Devices (sweep; none: cpu)</legend>
+{devices}{_errors_for("devices")}</fieldset>
 <fieldset><legend>Scenario</legend>
 <label>scenario<select name="scenario">{scenarios}</select></label>{_errors_for("scenario")}
 <label>batch sizes<input name="batch_sizes" value="1" placeholder="1, 8, 32"></label>
@@ -109,47 +139,104 @@ def launch_form_page(models: Sequence[ModelManifest], catalog_problems: Sequence
 <button type="submit" id="launch">Launch</button></div>
 <p id="launch-error" class="error" hidden></p>
 </form>
-<h2>Preview</h2><pre class="spec" id="preview-yaml">(Preview shows the ModelEvaluations here.)</pre>
+<h2>Preview</h2><pre class="spec" id="preview-yaml">(Preview shows the documents here.)</pre>
 """
     intro = (
         "<p>Runs the Model in each framework ticked, one ModelEvaluation each, on this server "
-        "(one `mlms run` process per evaluation). Every field is checked as `mlms validate` "
+        "(one `mlms run` process per evaluation); or, as a sweep, one EvaluationSweep over "
+        "models x frameworks x devices x batch sizes (the document you would commit), whose "
+        "children this server runs the same way. Every field is checked as `mlms validate` "
         'checks it. <a href="/launches">All launches</a></p>'
     )
     return page("Launch", intro + problems + NOSCRIPT + form + _script())
 
 
-def _launch_row(row: LaunchRow) -> str:
+def _launch_row(row: LaunchRow, sweeps: Mapping[str, str], watched: str = "launch") -> str:
+    """One launch as a table row; ``watched`` names its data attribute: ``launch`` (the
+    script polls it) or ``child`` (a sweep's, updated from the sweep's one poll)."""
     run = (
         f'<a href="{esc(run_url(row.run_id))}"><code>{esc(row.run_id[:8])}</code></a>'
         if row.run_id
         else ""
     )
     final = "true" if row.state in FINAL else "false"
+    sweep = (
+        f'<a href="{esc(sweep_url(row.sweep_id))}">{esc(sweeps.get(row.sweep_id, "sweep"))}</a>'
+        if row.sweep_id and watched == "launch"
+        else ""
+    )
     return (
-        f'<tr data-launch-id="{esc(row.launch_id)}" data-final="{final}">'
+        f'<tr data-{watched}-id="{esc(row.launch_id)}" data-final="{final}">'
         f'<td><a href="{esc(launch_url(row.launch_id))}"><code>{esc(row.launch_id[:8])}</code>'
         f'</a></td><td class="wrap">{esc(row.evaluation)}</td><td>{esc(row.model_name or "")}'
         f"</td><td>{esc(row.framework or '')}</td>"
         f'<td class="state state-{esc(row.state)}">{esc(row.state)}</td>'
-        f'<td class="run">{run}</td><td>{esc(_when(row.created_at))}</td></tr>'
+        f'<td class="run">{run}</td>'
+        + (f"<td>{sweep}</td>" if watched == "launch" else "")
+        + f"<td>{esc(_when(row.created_at))}</td></tr>"
     )
 
 
-def launches_page(rows: Sequence[LaunchRow]) -> str:
-    """Launches newest first; their states update while the page is open."""
-    link = '<p><a href="/launch">Launch an evaluation</a></p>'
+def launches_page(rows: Sequence[LaunchRow], sweeps: Mapping[str, str] | None = None) -> str:
+    """Launches newest first, each sweep child linking to its sweep (``sweeps``: id -> name);
+    their states update while the page is open."""
+    link = '<p><a href="/launch">Launch an evaluation or a sweep</a></p>'
     if not rows:
         return page("Launches", link + '<p class="note">No launches yet.</p>')
+    columns = ("launch", "evaluation", "model", "framework", "state", "run", "sweep")
+    head = "".join(f"<th>{esc(c)}</th>" for c in (*columns, "created (UTC)"))
+    body = "".join(_launch_row(r, sweeps or {}) for r in rows)
+    table = (
+        f'<div class="scroll"><table class="listing" id="launches"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{body}</tbody></table></div>"
+    )
+    return page("Launches", link + table + _script())
+
+
+def _counts(row: SweepRow) -> str:
+    return ", ".join(f"{count} {state}" for state, count in sorted(row.counts.items()))
+
+
+def sweep_page(row: SweepRow) -> str:
+    """One launched sweep: its state and its children's (updated without reloading), their
+    runs once recorded, its YAML, and a Cancel form (every child) while it has not ended."""
+    state = row.state
+    final = "true" if state in FINAL else "false"
+    facts = (
+        f'<table class="facts sweep" data-sweep-id="{esc(row.sweep_id)}" data-final="{final}">'
+        f'<tr><th>state</th><td class="state state-{esc(state)}">{esc(state)}</td></tr>'
+        f'<tr><th>children</th><td class="counts">{esc(_counts(row))}</td></tr>'
+        f"<tr><th>sweep</th><td>{esc(row.name)}</td></tr>"
+        f"<tr><th>created</th><td>{esc(_when(row.created_at))}</td></tr>"
+        "</table>"
+    )
+    cancel = (
+        ""
+        if state in FINAL
+        else (
+            f'<form id="cancel-form" class="filters" data-sweep-id="{esc(row.sweep_id)}">'
+            '<label>write token<input type="password" name="token" autocomplete="off" '
+            'required></label><button type="submit">Cancel sweep</button>'
+            '<span id="cancel-error" class="error-text"></span></form>'
+        )
+    )
     head = "".join(
         f"<th>{esc(c)}</th>"
         for c in ("launch", "evaluation", "model", "framework", "state", "run", "created (UTC)")
     )
+    children = "".join(_launch_row(child, {}, watched="child") for child in row.children)
     table = (
-        f'<div class="scroll"><table class="listing" id="launches"><thead><tr>{head}</tr>'
-        f"</thead><tbody>{''.join(_launch_row(r) for r in rows)}</tbody></table></div>"
+        f'<h2>Children</h2><div class="scroll"><table class="listing" id="sweep-children">'
+        f"<thead><tr>{head}</tr></thead><tbody>{children}</tbody></table></div>"
     )
-    return page("Launches", link + table + _script())
+    body = (
+        '<p><a href="/launches">All launches</a> · <a href="/launch">Launch another</a></p>'
+        + facts
+        + cancel
+        + table
+        + f'<h2>Spec</h2><pre class="spec">{esc(row.spec)}</pre>'
+    )
+    return page(f"Sweep {row.name}", body + _script())
 
 
 def launch_page(row: LaunchRow) -> str:
@@ -169,7 +256,13 @@ def launch_page(row: LaunchRow) -> str:
         f"<tr><th>evaluation</th><td>{esc(row.evaluation)}</td></tr>"
         f"<tr><th>model</th><td>{esc(row.model_name or '')}</td></tr>"
         f"<tr><th>framework</th><td>{esc(row.framework or '')}</td></tr>"
-        f"<tr><th>created</th><td>{esc(_when(row.created_at))}</td></tr>"
+        + (
+            f'<tr><th>sweep</th><td><a href="{esc(sweep_url(row.sweep_id))}">'
+            f"{esc(row.sweep_id)}</a></td></tr>"
+            if row.sweep_id
+            else ""
+        )
+        + f"<tr><th>created</th><td>{esc(_when(row.created_at))}</td></tr>"
         f'<tr><th>started</th><td class="started">{esc(_when(row.started_at))}</td></tr>'
         f'<tr><th>finished</th><td class="finished">{esc(_when(row.finished_at))}</td></tr>'
         f'<tr><th>message</th><td><pre class="message">{esc(row.message or "")}</pre></td></tr>'
@@ -198,6 +291,7 @@ SCRIPT: Final = """\
 "use strict";
 (() => {
   const API = "/api/v1/launches";
+  const SWEEPS = "/api/v1/sweep-launches";
   const FINAL = new Set(["succeeded", "failed", "cancelled", "interrupted"]);
   const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
 
@@ -226,20 +320,32 @@ SCRIPT: Final = """\
         : value.replace("T", " ").slice(0, 19);
     }
     element.dataset.final = FINAL.has(launch.state) ? "true" : "false";
-    if (FINAL.has(launch.state)) {
+    if (FINAL.has(launch.state) && element.matches("table.facts")) {
       const cancel = document.getElementById("cancel-form");
       if (cancel) cancel.hidden = true;
     }
   }
 
-  async function watch(element) {
-    const url = API + "/" + encodeURIComponent(element.dataset.launchId);
+  function showSweep(element, sweep) {
+    show(element, sweep);
+    const counts = element.querySelector(".counts");
+    if (counts) {
+      counts.textContent = Object.entries(sweep.counts).sort()
+        .map(([state, count]) => count + " " + state).join(", ");
+    }
+    for (const child of sweep.children) {
+      const row = document.querySelector("[data-child-id='" + CSS.escape(child.launch_id) + "']");
+      if (row) show(row, child);
+    }
+  }
+
+  async function poll(element, url, update) {
     let wait = 500;
     while (element.dataset.final !== "true") {
       try {
         const answer = await fetch(url, {headers: {Accept: "application/json"},
                                          credentials: "same-origin"});
-        if (answer.ok) show(element, await answer.json());
+        if (answer.ok) update(element, await answer.json());
       } catch (error) {
         wait = Math.min(wait * 2, 5000);
       }
@@ -248,25 +354,35 @@ SCRIPT: Final = """\
     }
   }
 
-  document.querySelectorAll("[data-launch-id]:not(form)").forEach(watch);
+  document.querySelectorAll("[data-launch-id]:not(form)").forEach((element) =>
+    poll(element, API + "/" + encodeURIComponent(element.dataset.launchId), show));
+  document.querySelectorAll("[data-sweep-id]:not(form)").forEach((element) =>
+    poll(element, SWEEPS + "/" + encodeURIComponent(element.dataset.sweepId), showSweep));
 
   function headers(form) {
     return {"Content-Type": "application/json", Accept: "application/json",
             Authorization: "Bearer " + form.elements.token.value.trim()};
   }
 
+  const ticked = (form, name) =>
+    [...form.querySelectorAll("input[name=" + name + "]:checked")].map((box) => box.value);
+
   function formBody(form) {
     const value = (name) => form.elements[name].value.trim();
     const body = {
+      kind: ticked(form, "kind")[0] || "evaluation",
       model: value("model"),
-      frameworks: [...form.querySelectorAll("input[name=frameworks]:checked")]
-        .map((box) => box.value),
+      frameworks: ticked(form, "frameworks"),
       scenario: value("scenario"),
       batch_sizes: value("batch_sizes").split(/[\\s,]+/).filter(Boolean)
         .map((size) => /^\\d+$/.test(size) ? Number(size) : size),
       scenario_settings: {},
     };
     if (value("name")) body.name = value("name");
+    if (body.kind === "sweep") {
+      body.models = ticked(form, "models");
+      body.devices = ticked(form, "devices");
+    }
     for (const name of ["minQueryCount", "warmup"]) {
       if (value(name)) body.scenario_settings[name] = /^\\d+$/.test(value(name))
         ? Number(value(name)) : value(name);
@@ -322,13 +438,22 @@ SCRIPT: Final = """\
     document.getElementById("preview-yaml").textContent = data.yaml;
     if (!dryRun) {
       const launches = data.launches;
-      window.location.assign(launches.length === 1
-        ? "/launches/" + encodeURIComponent(launches[0].launch_id) : "/launches");
+      window.location.assign(data.sweep
+        ? "/sweep-launches/" + encodeURIComponent(data.sweep.sweep_id)
+        : launches.length === 1
+          ? "/launches/" + encodeURIComponent(launches[0].launch_id) : "/launches");
     }
   }
 
   const form = document.getElementById("launch-form");
   if (form) {
+    const sweepOnly = () => {
+      const sweep = ticked(form, "kind")[0] === "sweep";
+      form.querySelectorAll(".sweep-only").forEach((fieldset) => { fieldset.hidden = !sweep; });
+    };
+    form.querySelectorAll("input[name=kind]").forEach((radio) =>
+      radio.addEventListener("change", sweepOnly));
+    sweepOnly();
     form.addEventListener("submit", (event) => { event.preventDefault(); send(form, false); });
     document.getElementById("preview").addEventListener("click", () => {
       if (form.reportValidity()) send(form, true);
@@ -339,14 +464,16 @@ SCRIPT: Final = """\
   if (cancel) {
     cancel.addEventListener("submit", async (event) => {
       event.preventDefault();
-      const url = API + "/" + encodeURIComponent(cancel.dataset.launchId) + "/cancel";
+      const sweep = cancel.dataset.sweepId;
+      const url = (sweep ? SWEEPS + "/" + encodeURIComponent(sweep)
+        : API + "/" + encodeURIComponent(cancel.dataset.launchId)) + "/cancel";
       const answer = await fetch(url, {method: "POST", headers: headers(cancel)});
       const data = await answer.json().catch(() => ({}));
       const error = document.getElementById("cancel-error");
       if (answer.ok) {
         error.textContent = "";
-        const facts = document.querySelector("table.launch");
-        if (facts) show(facts, data);
+        const facts = document.querySelector("table.facts[data-launch-id], table.sweep");
+        if (facts) (sweep ? showSweep : show)(facts, data);
       } else {
         error.textContent = "HTTP " + answer.status + ": " + (data.detail || answer.statusText);
       }

@@ -1,0 +1,257 @@
+"""Launches in the cluster (`mlms serve --launch-namespace NS`): each evaluation of a form is
+created as a ModelEvaluation in NS through the Kubernetes API, as the server's own
+ServiceAccount (the chart's Role there allows create, get, list, watch and delete on
+modelevaluations, nothing else), and the operator runs it like any other: its namespace policy
+applies as for any creator.
+
+The store's ``launches`` row keeps the namespace, the name (``evaluation``) and the uid of the
+object created, and follows its phase: :func:`decide` maps what the API server shows to the
+launch's state (pure), :class:`ClusterLaunches` does the I/O: a LIST of the namespace's
+launched evaluations every :data:`POLL_S` (by the label :data:`LAUNCH_LABEL`), a GET when one
+launch is read, a DELETE (guarded by the uid) to cancel.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pydantic
+
+from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
+from mlmodelscope.server.launch_queue import FINAL, LaunchQueue, LaunchRow, LaunchState, NewLaunch
+from mlmodelscope.server.launch_target import LaunchRefusedError
+from mlmodelscope.server.launches import BuiltEvaluation, as_yaml
+from mlmodelscope.spec.status import EvaluationStatus, Phase
+
+log = logging.getLogger(__name__)
+
+POLL_S: Final = 2.0
+"""How often the launches in the cluster are compared with their evaluations."""
+LAUNCH_LABEL: Final = "mlmodelscope.io/launch-id"
+"""On every ModelEvaluation a launch created: the launch's id."""
+CREATED_BY: Final = {"app.kubernetes.io/created-by": "mlms-serve"}
+
+
+@dataclass(frozen=True)
+class EvaluationRef:
+    """A ModelEvaluation a launch created."""
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, row: LaunchRow) -> EvaluationRef | None:
+        if row.namespace is None or row.resource_uid is None:
+            return None
+        return cls(row.namespace, row.evaluation, row.resource_uid)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the API server shows of a launched ModelEvaluation."""
+
+    uid: str
+    phase: Phase
+    run_id: str | None
+    message: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Observed:
+        meta = obj.get("metadata") or {}
+        try:
+            status = EvaluationStatus.model_validate(obj.get("status") or {})
+        except pydantic.ValidationError:  # a status the operator would not write
+            raw = obj.get("status") or {}
+            phase = str(raw.get("phase"))
+            known = Phase(phase) if phase in set(Phase) else Phase.PENDING
+            run_id = raw.get("runId") if isinstance(raw.get("runId"), str) else None
+            status = EvaluationStatus(
+                phase=known, run_id=run_id, message=str(raw.get("message", ""))[:32768]
+            )
+        return cls(str(meta.get("uid", "")), status.phase, status.run_id, status.message)
+
+
+@dataclass(frozen=True)
+class Change:
+    """The launch's next state, its run and why (a failure's message)."""
+
+    state: LaunchState
+    run_id: str | None = None
+    message: str | None = None
+
+
+PHASE_STATES: Final = {
+    Phase.PENDING: LaunchState.QUEUED,
+    Phase.QUEUED: LaunchState.QUEUED,
+    Phase.RUNNING: LaunchState.RUNNING,
+    Phase.SUCCEEDED: LaunchState.SUCCEEDED,
+    Phase.FAILED: LaunchState.FAILED,
+}
+
+
+def decide(row: LaunchRow, observed: Observed | None) -> Change | None:
+    """The change the launch ``row`` needs given its evaluation (None: it is gone); None when
+    none. An ended launch never changes; a running one never goes back to queued; an
+    evaluation that is gone, or replaced by another of its name (another uid), cancels it."""
+    if row.state in FINAL:
+        return None
+    if observed is None or observed.uid != row.resource_uid:
+        where = f"{row.namespace}/{row.evaluation}"
+        return Change(LaunchState.CANCELLED, None, f"ModelEvaluation {where} was deleted")
+    state = PHASE_STATES[observed.phase]
+    if state is row.state or (state is LaunchState.QUEUED and row.state is LaunchState.RUNNING):
+        return None
+    if state is LaunchState.FAILED:
+        return Change(state, observed.run_id, observed.message or "the ModelEvaluation failed")
+    return Change(state, observed.run_id)
+
+
+def labelled(document: Mapping[str, Any], launch_id: str) -> dict[str, Any]:
+    """``document`` as created: labelled with its launch's id and its creator."""
+    body = copy.deepcopy(dict(document))
+    labels = body.setdefault("metadata", {}).setdefault("labels", {})
+    labels.update(CREATED_BY)
+    labels[LAUNCH_LABEL] = launch_id
+    return body
+
+
+class ClusterLaunches:
+    """Launches as ModelEvaluations in ``namespace``, followed by a background thread."""
+
+    def __init__(
+        self, queue: LaunchQueue, kube: Kube, namespace: str, poll_s: float = POLL_S
+    ) -> None:
+        self.queue = queue
+        self.kube = kube
+        self.namespace = namespace
+        self.poll_s = poll_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, built: Sequence[BuiltEvaluation]) -> list[LaunchRow]:
+        """Create every evaluation, then record the launches; when one create is refused (a
+        name already taken: 409), the ones created before it are deleted and nothing is
+        recorded."""
+        created: list[tuple[BuiltEvaluation, dict[str, Any], EvaluationRef, str]] = []
+        try:
+            for item in built:
+                launch_id = str(uuid.uuid4())
+                body = labelled(item.document, launch_id)
+                answer = self.kube.create(evaluation_path(self.namespace), body)
+                meta = answer["metadata"]
+                ref = EvaluationRef(self.namespace, meta["name"], meta["uid"])
+                created.append((item, body, ref, launch_id))
+            return self.queue.enqueue(
+                [
+                    NewLaunch(
+                        item.name,
+                        item.model,
+                        item.framework,
+                        as_yaml([body]),
+                        launch_id=launch_id,
+                        namespace=ref.namespace,
+                        resource_uid=ref.uid,
+                    )
+                    for item, body, ref, launch_id in created
+                ]
+            )
+        except Exception as exc:  # no launch half made: undo the creates, say why
+            for _, _, ref, _ in created:
+                self._delete(ref, quiet=True)
+            if isinstance(exc, KubeError):
+                raise LaunchRefusedError(exc.status, f"{self.namespace}: {exc.message}") from None
+            raise
+
+    def cancel(self, row: LaunchRow) -> bool:
+        """Delete the launch's evaluation (the operator's owner references take its Job), then
+        mark the launch cancelled; False when it had already ended (nothing deleted)."""
+        if row.state in FINAL:
+            return False
+        ref = EvaluationRef.of(row)
+        if ref is not None:
+            self._delete(ref)
+        return self.queue.cancel(row.launch_id)
+
+    def current(self, row: LaunchRow) -> LaunchRow:
+        """``row`` after one GET of its evaluation (unchanged when the API server fails)."""
+        ref = EvaluationRef.of(row)
+        if ref is None or row.state in FINAL:
+            return row
+        try:
+            found = self.kube.get_or_none(evaluation_path(ref.namespace, ref.name))
+        except Exception as exc:  # a read of the launch still answers, with the stored state
+            log.warning("launch %s: cannot read %s: %s", row.launch_id, ref, exc)
+            return row
+        self._apply(row, decide(row, None if found is None else Observed.of(found)))
+        return self.queue.get(row.launch_id) or row
+
+    def sync(self) -> int:
+        """Compare every launch in the cluster not yet ended with its evaluation (one LIST per
+        namespace); how many changed."""
+        rows = self.queue.in_cluster()  # before the LIST: each row's object was created first
+        changed = 0
+        for namespace in sorted({r.namespace for r in rows if r.namespace}):
+            listed = self.kube.list(evaluation_path(namespace), label_selector=LAUNCH_LABEL)
+            seen = {o.uid: o for o in map(Observed.of, listed)}
+            for row in rows:
+                if row.namespace == namespace:
+                    changed += self._apply(row, decide(row, seen.get(row.resource_uid or "")))
+        return changed
+
+    def _apply(self, row: LaunchRow, change: Change | None) -> bool:
+        if change is None:
+            return False
+        if change.state is LaunchState.CANCELLED:
+            return self.queue.cancel(row.launch_id, change.message or "cancelled")
+        return self.queue.follow(row.launch_id, change.state, change.run_id, change.message)
+
+    def _delete(self, ref: EvaluationRef, *, quiet: bool = False) -> None:
+        """Delete the evaluation if it is still the one created (its uid); gone is fine."""
+        options = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+            "preconditions": {"uid": ref.uid},
+        }
+        try:
+            self.kube.request("DELETE", evaluation_path(ref.namespace, ref.name), options)
+        except KubeError as exc:
+            if exc.status in (404, 409):  # gone, or another object of that name now
+                return
+            if quiet:
+                log.warning("cannot delete %s: %s", ref, exc)
+                return
+            raise LaunchRefusedError(exc.status, f"{ref.namespace}: {exc.message}") from None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._follow, name="mlms-launch-cluster", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # the API server or the store is away: try again later
+                log.warning("following launches in the cluster: %s", exc)
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
