@@ -614,17 +614,29 @@ def compare(
 @app.command()
 def gate(
     candidate: Annotated[
-        str, typer.Argument(help="The run to judge: a result document or a run id.")
-    ],
+        str | None, typer.Argument(help="The run to judge: a result document or a run id.")
+    ] = None,
     baselines: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             metavar="BASELINE",
             help="The run it must not regress against (same forms); or 3 or more runs of the "
             "same spec, to judge latency and throughput against their run-to-run spread.",
             show_default=False,
         ),
-    ],
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option(
+            "--sweep",
+            help="Gate every run of this EvaluationSweep (from the store or --server) against "
+            "the --baseline-sweep's runs of the same matrix cell, instead of runs.",
+        ),
+    ] = None,
+    baseline_sweep: Annotated[
+        str | None,
+        typer.Option("--baseline-sweep", help="The sweep --sweep must not regress against."),
+    ] = None,
     store: LookupStore = None,
     server: LookupServer = None,
     max_latency_increase: Annotated[
@@ -652,6 +664,17 @@ def gate(
     from mlmodelscope.report.compare import CompareError, run_labels
     from mlmodelscope.report.render import gate_table
 
+    thresholds = gating.Thresholds(max_latency_increase, max_throughput_decrease, max_accuracy_drop)
+    if sweep is not None or baseline_sweep is not None:
+        if sweep is None or baseline_sweep is None or candidate is not None:
+            fail("--sweep and --baseline-sweep go together, without runs to gate")
+            raise typer.Exit(gating.GateStatus.NOT_COMPARABLE)
+        _gate_sweep(sweep, baseline_sweep, thresholds, store, server, junit, markdown)
+    if candidate is None or not baselines:
+        fail(
+            "give the candidate run and at least one baseline run, or --sweep and --baseline-sweep"
+        )
+        raise typer.Exit(gating.GateStatus.NOT_COMPARABLE)
     sources = [candidate, *baselines]
     try:
         loaded = [_load_compared([source], store, server) for source in sources]
@@ -663,7 +686,6 @@ def gate(
         raise typer.Exit(gating.GateStatus.NOT_COMPARABLE) from None
     runs = [found[0] for found in loaded]
     labels = run_labels(runs)
-    thresholds = gating.Thresholds(max_latency_increase, max_throughput_decrease, max_accuracy_drop)
     result = gating.gate_runs(
         runs[0].document, [run.document for run in runs[1:]], thresholds, labels=labels
     )
@@ -679,6 +701,51 @@ def gate(
             except OSError as exc:
                 fail(f"{path}: cannot write it: {exc.strerror or exc}")
                 raise typer.Exit(gating.GateStatus.NOT_COMPARABLE) from None
+    raise typer.Exit(result.status)
+
+
+def _gate_sweep(
+    sweep: str,
+    baseline_sweep: str,
+    thresholds: Any,
+    store: str | None,
+    server: str | None,
+    junit: Path | None,
+    markdown: Path | None,
+) -> NoReturn:
+    """`mlms gate --sweep`: every cell of ``sweep`` against ``baseline_sweep``'s; exits with
+    the sweep's answer."""
+    from mlmodelscope.report import sweep_gate
+    from mlmodelscope.report.compare import CompareError, run_labels
+    from mlmodelscope.report.gate import GateStatus
+    from mlmodelscope.report.render import gate_table
+
+    try:
+        found = {name: _load_compared([], store, server, name) for name in (sweep, baseline_sweep)}
+    except CompareError as exc:
+        fail(str(exc))
+        raise typer.Exit(GateStatus.NOT_COMPARABLE) from None
+    labels = run_labels([*found[sweep], *found[baseline_sweep]])
+    runs = [
+        sweep_gate.LabelledRun(label, run.document)
+        for label, run in zip(labels, [*found[sweep], *found[baseline_sweep]], strict=True)
+    ]
+    count = len(found[sweep])
+    result = sweep_gate.gate_sweep(sweep, baseline_sweep, runs[:count], runs[count:], thresholds)
+    for cell, gated in result.cells:
+        console.print(f"{sweep_gate.describe(cell)}:", highlight=False, markup=False)
+        if gated.checks:
+            console.print(gate_table(gated))
+    for line in sweep_gate.cell_lines(result):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(sweep_gate.sweep_summary(result), highlight=False, markup=False, soft_wrap=True)
+    for path, text in ((junit, sweep_gate.sweep_junit_xml), (markdown, sweep_gate.sweep_markdown)):
+        if path is not None:
+            try:
+                path.write_text(text(result), encoding="utf-8")
+            except OSError as exc:
+                fail(f"{path}: cannot write it: {exc.strerror or exc}")
+                raise typer.Exit(GateStatus.NOT_COMPARABLE) from None
     raise typer.Exit(result.status)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from mlmodelscope.report.gate import (
     mismatches,
 )
 from mlmodelscope.report.noise import METHOD
+from mlmodelscope.report.sweep_gate import LabelledRun, gate_sweep
 from mlmodelscope.report.verdicts import (
     Metric,
     MetricVerdict,
@@ -46,6 +48,8 @@ from mlmodelscope.report.verdicts import (
     thinned,
     verdicts,
 )
+from mlmodelscope.spec.sweep import LABEL_BATCH_SIZE, LABEL_FRAMEWORK, LABEL_MODEL, LABEL_SWEEP
+from mlmodelscope.store.store import open_store
 
 SCENARIO = {
     "warmup": 3,
@@ -560,7 +564,8 @@ def test_the_documented_exit_statuses_and_options_are_the_commands(
     for option, value in defaults.items():
         assert parameters[option[2:].replace("-", "_")].default == float(value), option
     # the documented command, on real runs: each documented status
-    (command, several) = re.findall(r"```bash\n(mlms gate .*?)\n```", section, re.DOTALL)
+    (command, several, of_sweeps) = re.findall(r"```bash\n(mlms gate .*?)\n```", section, re.DOTALL)
+    assert {"--sweep", "--baseline-sweep"} <= set(of_sweeps.split()) & documented
     args = command.replace("\\\n", " ").split()[2:]
     assert args[:2] == [
         "results/new/digits-onnxruntime.json",
@@ -588,3 +593,96 @@ def test_the_documented_exit_statuses_and_options_are_the_commands(
     named = re.search(r"`(dataset\.samples differs: baseline fewer .*?)`", section)
     assert named is not None
     assert named.group(1) in gate_many(spread_runs, "within", "fewer", *bases).output
+
+
+# ------------------------------------------------------------------------------ sweeps
+
+
+def sweep_run(runs: Path, name: str, sweep: str, batch: str) -> dict[str, Any]:
+    """The real run ``name`` as a child of ``sweep`` in the cell of batch size ``batch``."""
+    doc = json.loads((runs / f"{name}.json").read_text())
+    doc["run_id"] = str(uuid.uuid4())
+    doc["evaluation"]["name"] = f"{sweep}-{name}-b{batch}"
+    doc["evaluation"]["labels"] = {
+        LABEL_SWEEP: sweep,
+        LABEL_MODEL: "digits",
+        LABEL_FRAMEWORK: "onnxruntime",
+        LABEL_BATCH_SIZE: batch,
+    }
+    return doc
+
+
+@pytest.fixture
+def sweeps(runs: Path, tmp_path: Path) -> dict[str, str]:
+    """A store with sweeps: ``old`` (base in cells 1 and 8), ``new`` (base again in cell 1,
+    slow in cell 8, and copy in cell 16, which ``old`` lacks) and ``same`` (again and base);
+    the environment to open it."""
+    url = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    with open_store(url) as store:
+        for doc in (
+            sweep_run(runs, "base", "old", "1"),
+            sweep_run(runs, "base", "old", "8"),
+            sweep_run(runs, "base", "new", "1"),
+            sweep_run(runs, "slow", "new", "8"),
+            sweep_run(runs, "copy", "new", "16"),
+            sweep_run(runs, "again", "same", "1"),
+            sweep_run(runs, "base", "same", "8"),
+        ):
+            store.record(doc)
+    return {"MLMS_STORE_URL": url, "COLUMNS": "200"}
+
+
+def test_a_sweep_is_gated_cell_by_cell(sweeps: dict[str, str], tmp_path: Path) -> None:
+    junit, summary = tmp_path / "gate.xml", tmp_path / "gate.md"
+    args = ["--sweep", "new", "--baseline-sweep", "old", "--max-latency-increase", "50"]
+    files = ["--junit", str(junit), "--markdown", str(summary)]
+    result = CliRunner().invoke(app, ["gate", *args, *files], env=sweeps)
+    assert result.exit_code == GateStatus.REGRESSION, result.output
+    assert "model=digits framework=onnxruntime batch-size=1: PASS" in result.output
+    assert "model=digits framework=onnxruntime batch-size=8: REGRESSION" in result.output
+    assert "batch-size=16: NOT COMPARABLE" in result.output and "has no run of this cell" in (
+        result.output
+    )
+    assert "REGRESSION: sweep new against sweep old: 3 cells, 1 regressed, 1 passed, 1 not" in (
+        result.output
+    )
+    root = ET.parse(junit).getroot()
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert len(suites) == 3
+    cell_8 = suites["mlms gate model=digits framework=onnxruntime batch-size=8"]
+    assert int(cell_8.get("failures") or 0) >= 1
+    assert suites["mlms gate model=digits framework=onnxruntime batch-size=16"].get("errors") == "1"
+    text = summary.read_text()
+    assert text.startswith("# mlms gate: REGRESSION") and "### model=digits" in text
+
+
+def test_a_sweep_without_regressions_passes_and_a_missing_cell_is_not_comparable(
+    sweeps: dict[str, str],
+) -> None:
+    same = CliRunner().invoke(
+        app, ["gate", "--sweep", "same", "--baseline-sweep", "old", *GENEROUS], env=sweeps
+    )
+    assert same.exit_code == GateStatus.PASS, same.output
+    missing = CliRunner().invoke(
+        app, ["gate", "--sweep", "old", "--baseline-sweep", "same-but-gone"], env=sweeps
+    )
+    assert missing.exit_code == GateStatus.NOT_COMPARABLE
+    assert "same-but-gone" in missing.output
+    both = CliRunner().invoke(app, ["gate", "--sweep", "new"], env=sweeps)
+    assert both.exit_code == GateStatus.NOT_COMPARABLE
+    assert "--sweep and --baseline-sweep go together" in both.output
+
+
+def test_cells_pair_by_their_axis_labels_not_their_names(runs: Path) -> None:
+    """The pure pairing: a cell with two baseline runs gates against both (k = 2)."""
+    old = [
+        LabelledRun("b1", ResultDocument.model_validate(sweep_run(runs, "base", "old", "1"))),
+        LabelledRun("b2", ResultDocument.model_validate(sweep_run(runs, "again", "old", "1"))),
+    ]
+    new = [LabelledRun("n1", ResultDocument.model_validate(sweep_run(runs, "again", "new", "1")))]
+    result = gate_sweep("new", "old", new, old, Thresholds())
+    [(cell, gated)] = result.cells
+    assert dict(cell)[LABEL_BATCH_SIZE] == "1" and gated.baselines == ("b1", "b2")
+    assert result.unmatched == []
+    with pytest.raises(ValueError, match="sweep old has no runs"):
+        gate_sweep("new", "old", new, [], Thresholds())

@@ -310,7 +310,14 @@ def junit_xml(result: GateResult) -> str:
     """JUnit XML: one testcase per checked metric, a ``failure`` for a regression and
     ``skipped`` for a metric not testable; runs that are not comparable give one testcase,
     ``comparable``, with an ``error`` naming the fields."""
-    suite = ET.Element("testsuite", name="mlms gate")
+    suite = junit_suite(result)
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def junit_suite(result: GateResult, name: str = "mlms gate") -> ET.Element:
+    """:func:`junit_xml`'s ``testsuite`` element."""
+    suite = ET.Element("testsuite", name=name)
     cases = 0
     failures = errors = skipped = 0
     if result.mismatches:
@@ -343,8 +350,7 @@ def junit_xml(result: GateResult) -> str:
     suite.set("failures", str(failures))
     suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
-    ET.indent(suite)
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+    return suite
 
 
 def _cell(text: str) -> str:

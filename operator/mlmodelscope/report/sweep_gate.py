@@ -1,0 +1,194 @@
+"""`mlms gate --sweep`: a whole EvaluationSweep against a baseline sweep, cell by cell.
+
+Each run of the candidate sweep is paired with the baseline sweep's runs of the same matrix
+cell: the same values of the axis labels a sweep gives its children (model entry, framework,
+device, GPU product, scenario, batch size: :data:`AXES`). Each pair is gated as `mlms gate`
+gates two runs (:func:`..gate.gate_runs`; several baseline runs of one cell are its k
+baselines). A candidate cell the baseline sweep lacks is not comparable, named.
+
+The sweep's answer: a regression when any cell regresses (the actionable answer comes first),
+else not comparable when any cell is, else pass.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.report.gate import (
+    HEADLINE,
+    GateResult,
+    GateStatus,
+    Thresholds,
+    gate_runs,
+    junit_suite,
+    markdown,
+    summary,
+)
+from mlmodelscope.spec.sweep import (
+    LABEL_BATCH_SIZE,
+    LABEL_DEVICE,
+    LABEL_FRAMEWORK,
+    LABEL_GPU_PRODUCT,
+    LABEL_MODEL,
+    LABEL_SCENARIO,
+)
+
+AXES: Final = (
+    LABEL_MODEL,
+    LABEL_FRAMEWORK,
+    LABEL_DEVICE,
+    LABEL_GPU_PRODUCT,
+    LABEL_SCENARIO,
+    LABEL_BATCH_SIZE,
+)
+"""The labels that name a run's cell of its sweep's matrix."""
+
+Cell = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class LabelledRun:
+    """A run of a sweep and the label the gate calls it by."""
+
+    label: str
+    document: ResultDocument
+
+
+def cell_of(document: ResultDocument) -> Cell:
+    """The run's matrix cell: its axis labels, in :data:`AXES` order, those it has."""
+    labels: Mapping[str, str] = document.evaluation.labels or {}
+    return tuple((axis, labels[axis]) for axis in AXES if axis in labels)
+
+
+def describe(cell: Cell) -> str:
+    """``model=digits framework=onnxruntime batch-size=8``."""
+    return " ".join(f"{axis.rsplit('/', 1)[-1].removeprefix('sweep-')}={v}" for axis, v in cell)
+
+
+@dataclass(frozen=True)
+class SweepGateResult:
+    candidate: str
+    """The candidate sweep's name."""
+    baseline: str
+    thresholds: Thresholds
+    cells: list[tuple[Cell, GateResult]]
+    """Each gated candidate run, by its cell, in matrix order."""
+    unmatched: list[tuple[Cell, str]]
+    """Candidate runs whose cell the baseline sweep has no run of: (cell, run label)."""
+
+    @property
+    def status(self) -> GateStatus:
+        statuses = {result.status for _, result in self.cells}
+        if GateStatus.REGRESSION in statuses:
+            return GateStatus.REGRESSION
+        if self.unmatched or GateStatus.NOT_COMPARABLE in statuses:
+            return GateStatus.NOT_COMPARABLE
+        return GateStatus.PASS
+
+
+def gate_sweep(
+    candidate: str,
+    baseline: str,
+    candidates: Sequence[LabelledRun],
+    baselines: Sequence[LabelledRun],
+    thresholds: Thresholds,
+) -> SweepGateResult:
+    """Gate every run of the candidate sweep against the baseline sweep's runs of its cell
+    (see the module). A sweep with no runs is refused: ValueError naming it."""
+    for name, runs in ((candidate, candidates), (baseline, baselines)):
+        if not runs:
+            raise ValueError(f"sweep {name} has no runs to gate")
+    by_cell: dict[Cell, list[LabelledRun]] = {}
+    for run in baselines:
+        by_cell.setdefault(cell_of(run.document), []).append(run)
+    cells: list[tuple[Cell, GateResult]] = []
+    unmatched: list[tuple[Cell, str]] = []
+    for run in candidates:
+        cell = cell_of(run.document)
+        found = by_cell.get(cell)
+        if not found:
+            unmatched.append((cell, run.label))
+            continue
+        result = gate_runs(
+            run.document,
+            [b.document for b in found],
+            thresholds,
+            labels=[run.label, *(b.label for b in found)],
+        )
+        cells.append((cell, result))
+    cells.sort(key=lambda item: item[0])
+    unmatched.sort()
+    return SweepGateResult(candidate, baseline, thresholds, cells, unmatched)
+
+
+# ------------------------------------------------------------------------------ reporting
+
+
+def sweep_summary(result: SweepGateResult) -> str:
+    """One line: the answer and how many cells gave each."""
+    counts = {s: sum(r.status is s for _, r in result.cells) for s in GateStatus}
+    return (
+        f"{HEADLINE[result.status]}: sweep {result.candidate} against sweep {result.baseline}: "
+        f"{len(result.cells) + len(result.unmatched)} cells, "
+        f"{counts[GateStatus.REGRESSION]} regressed, {counts[GateStatus.PASS]} passed, "
+        f"{counts[GateStatus.NOT_COMPARABLE] + len(result.unmatched)} not comparable"
+    )
+
+
+def cell_lines(result: SweepGateResult) -> list[str]:
+    """One line per cell: its values and its gate's summary."""
+    lines = [f"{describe(cell)}: {summary(gated)}" for cell, gated in result.cells]
+    lines += [
+        f"{describe(cell)}: {HEADLINE[GateStatus.NOT_COMPARABLE]}: {label} has no run of this "
+        f"cell in sweep {result.baseline}"
+        for cell, label in result.unmatched
+    ]
+    return lines
+
+
+def sweep_junit_xml(result: SweepGateResult) -> str:
+    """JUnit XML: one ``testsuite`` per cell (as `mlms gate` writes for two runs), and one
+    ``comparable`` testcase with an ``error`` for each cell the baseline sweep lacks."""
+    root = ET.Element("testsuites", name=f"mlms gate sweep {result.candidate}")
+    for cell, gated in result.cells:
+        root.append(junit_suite(gated, name=f"mlms gate {describe(cell)}"))
+    for cell, label in result.unmatched:
+        suite = ET.SubElement(
+            root, "testsuite", name=f"mlms gate {describe(cell)}", tests="1", errors="1"
+        )
+        suite.set("failures", "0")
+        suite.set("skipped", "0")
+        case = ET.SubElement(suite, "testcase", classname="mlms.gate", name="comparable")
+        ET.SubElement(
+            case,
+            "error",
+            type="not comparable",
+            message=f"{label}: no run of this cell in sweep {result.baseline}",
+        )
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def sweep_markdown(result: SweepGateResult) -> str:
+    """A Markdown summary: the answer, one row per cell, then each cell's own summary."""
+    lines = [
+        f"# mlms gate: {HEADLINE[result.status]}",
+        "",
+        f"Sweep **{result.candidate}** against sweep **{result.baseline}**, cell by cell.",
+        "",
+        "| cell | result |",
+        "|---|---|",
+    ]
+    lines += [f"| {describe(cell)} | {HEADLINE[gated.status]} |" for cell, gated in result.cells]
+    lines += [
+        f"| {describe(cell)} | {HEADLINE[GateStatus.NOT_COMPARABLE]} (no baseline run) |"
+        for cell, _ in result.unmatched
+    ]
+    for cell, gated in result.cells:
+        lines += ["", f"### {describe(cell)}", ""]
+        lines += markdown(gated).splitlines()[2:]  # without its own headline
+    return "\n".join(lines) + "\n"
