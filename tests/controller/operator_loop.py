@@ -27,7 +27,7 @@ from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_delete, handle_job, handle_pod
 from mlmodelscope.controller.instrument import Instruments
 from mlmodelscope.controller.main import api_event_poster, evaluation_reconciler
-from mlmodelscope.controller.retry_timer import RetryTimer
+from mlmodelscope.controller.runtime.retry_timer import RetryTimer
 from mlmodelscope.controller.settings import OperatorSettings
 
 NAMESPACE = "team-a"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlmodelscope.controller.periodic import Periodic
+from mlmodelscope.controller.runtime.periodic import Periodic
 
 
 class Counter(Periodic):
@@ -35,7 +35,7 @@ class Counter(Periodic):
 
 def test_a_failing_tick_is_logged_and_the_next_one_runs(caplog: pytest.LogCaptureFixture) -> None:
     counter = Counter(fail_first=True)
-    with caplog.at_level(logging.WARNING, logger="mlmodelscope.controller.periodic"):
+    with caplog.at_level(logging.WARNING, logger="mlmodelscope.controller.runtime.periodic"):
         counter.start()
         assert counter.third.wait(5)
         counter.stop()

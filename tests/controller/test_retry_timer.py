@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from mlmodelscope.controller.retry_timer import RetryTimer
+from mlmodelscope.controller.runtime.retry_timer import RetryTimer
 
 
 def test_calls_run_when_due_and_a_newer_call_replaces_the_pending_one() -> None:

@@ -22,8 +22,8 @@ from mlmodelscope.controller.admission.ledger import AdmissionLedger
 from mlmodelscope.controller.namespace_policy import NamespacePolicies
 from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy
-from mlmodelscope.controller.retry_timer import RetryTimer
 from mlmodelscope.controller.run_store import Recorder
+from mlmodelscope.controller.runtime.retry_timer import RetryTimer
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.watched import WatchedEvaluations
 

@@ -36,7 +36,7 @@ from typing import Any, Final
 from mlmodelscope.contract.kube import KubeError, namespaced
 from mlmodelscope.controller import job_state, names, status
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.periodic import Periodic
+from mlmodelscope.controller.runtime.periodic import Periodic
 from mlmodelscope.spec.status import Phase
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ and pod events are triaged in the event loop and their handlers run in the threa
 There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
 deletions. Queued evaluations are admitted when a Job ends; work on a clock runs in plain
-threads (:mod:`.periodic`) that the startup and cleanup handlers start and stop: results the
+threads (:mod:`.runtime.periodic`) that the startup and cleanup handlers start and stop: results the
 store could not take are retried (:class:`.recording.RecordRetrier`), EvaluationSweeps are
 resynced (:class:`.handle_sweep.SweepResync`), Kueue's reason for a Job it holds back is read
 from its Workload (:class:`.kueue.KueueWatch`, fed by the Job handler), and unfinished

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mlmodelscope.controller import job_state
-from mlmodelscope.controller.keyed import KeyedQueue
 from mlmodelscope.controller.pod_memo import UidMemo
 from mlmodelscope.controller.runs import Handled
+from mlmodelscope.controller.runtime.keyed import KeyedQueue
 from mlmodelscope.controller.slim import slim_job, slim_pod
 
 log = logging.getLogger(__name__)

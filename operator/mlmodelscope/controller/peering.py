@@ -9,7 +9,7 @@ standbys. Oldest rather than newest, so a standby that restarts never preempts t
 is working; when the active one goes, the next oldest takes over. The priorities are negative,
 so an explicit priority of 0 or more (a developer's operator) outranks every replica.
 
-Kopf pauses only its watches and handlers. The operator's own threads (:mod:`.periodic`: the
+Kopf pauses only its watches and handlers. The operator's own threads (:mod:`.runtime.periodic`: the
 resync, record retries, sweep resync, Kueue polling) ask :meth:`Peering.acting` before every
 tick, which reads the peering objects and applies Kopf's rule, so a standby does nothing.
 """

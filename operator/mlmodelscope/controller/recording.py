@@ -34,12 +34,12 @@ from mlmodelscope.contract.kube import configmap_path
 from mlmodelscope.contract.wire import RESULT_KEY
 from mlmodelscope.controller import names, status
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.periodic import Periodic
 from mlmodelscope.controller.run_store import (
     DocumentRejectedError,
     Recorder,
     StoreUnavailableError,
 )
+from mlmodelscope.controller.runtime.periodic import Periodic
 
 log = logging.getLogger(__name__)
 

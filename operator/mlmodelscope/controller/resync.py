@@ -24,8 +24,8 @@ from mlmodelscope.controller import memory, names, status
 from mlmodelscope.controller.admission import admit
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_job
-from mlmodelscope.controller.periodic import Periodic
 from mlmodelscope.controller.runs import Handled
+from mlmodelscope.controller.runtime.periodic import Periodic
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from mlmodelscope.controller import status
-from mlmodelscope.controller.keyed import KeyedQueue
-from mlmodelscope.controller.retry_timer import RetryTimer
+from mlmodelscope.controller.runtime.keyed import KeyedQueue
+from mlmodelscope.controller.runtime.retry_timer import RetryTimer
 from mlmodelscope.controller.slim import compress
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from typing import Any, Final
 from mlmodelscope.contract.kube import KubeError, evaluation_path
 from mlmodelscope.controller import model_refs, recording, sweeps
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.periodic import Periodic
 from mlmodelscope.controller.runs import InvalidSpecError
+from mlmodelscope.controller.runtime.periodic import Periodic
 from mlmodelscope.spec import SpecValidationError
 from mlmodelscope.spec.manifest import ModelLookup
 from mlmodelscope.spec.sweep import (
