@@ -303,7 +303,7 @@ def retry_pending(ctx: Context) -> int:
 
 
 class RecordRetrier(Periodic):
-    """A retry pass at start, then every ``record_retry_seconds`` (see :mod:`.periodic`)."""
+    """A retry pass at start, then every ``record_retry_seconds`` (see :mod:`.runtime.periodic`)."""
 
     name = "record-retry"
     first_tick_at_start = True

@@ -201,7 +201,7 @@ def resync(ctx: Context) -> dict[str, str]:
 
 
 class SweepResync(Periodic):
-    """:func:`resync` every ``interval`` seconds (see :mod:`..periodic`); Kopf's resume
+    """:func:`resync` every ``interval`` seconds (see :mod:`..runtime.periodic`); Kopf's resume
     handlers reconcile every sweep at start, so the first pass waits."""
 
     name = "sweep-resync"
