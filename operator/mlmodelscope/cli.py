@@ -240,6 +240,16 @@ def run(
             "spec.framework.image, else the operator's image for the framework and device).",
         ),
     ] = None,
+    price_per_node_hour: Annotated[
+        float | None,
+        typer.Option(
+            "--price-per-node-hour",
+            min=0,
+            metavar="USD",
+            help="What this machine costs per hour: each result row gets its cost per 1,000 "
+            "inferences at the measured throughput (without it: not measured).",
+        ),
+    ] = None,
 ) -> None:
     """Run evaluations locally with no cluster: the same agent the Kubernetes jobs run, in
     this process or (--runtime docker) in the framework's container image."""
@@ -250,7 +260,13 @@ def run(
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mlmodelscope.agent.report import agreement, results_table, spread_lines
+    from mlmodelscope.agent.cost import NodePrice
+    from mlmodelscope.agent.report import (
+        agreement,
+        efficiency_table,
+        results_table,
+        spread_lines,
+    )
     from mlmodelscope.agent.runner import EvaluationError, RunOutcome, evaluate
     from mlmodelscope.spec import SpecValidationError
     from mlmodelscope.spec.resources import load_runnable
@@ -266,8 +282,13 @@ def run(
     outcomes: list[RunOutcome] = []
     failed = 0
     recorder = _Recorder(None if no_store else store or "")
+    price = None
+    if price_per_node_hour is not None:
+        price = NodePrice(price_per_node_hour, "mlms run --price-per-node-hour")
     if runtime is RunRuntime.DOCKER:
-        outcomes, failed = _run_in_docker(loaded, output, raw=raw, image=image, recorder=recorder)
+        outcomes, failed = _run_in_docker(
+            loaded, output, raw=raw, image=image, recorder=recorder, price=price_per_node_hour
+        )
         loaded = []  # ran above; the table and the comparison below are shared
     with Progress(
         TextColumn("{task.description}"),
@@ -287,6 +308,7 @@ def run(
                     output=output / f"{name}.json",
                     reporter=reporter,
                     hooks=AgentTelemetry.start,
+                    price=price,
                 )
                 outcomes.append(outcome)
                 console.print(f"[green]✓[/green] {name} → {output / f'{name}.json'}")
@@ -302,6 +324,10 @@ def run(
         console.print(table)
         for note in [*notes, *spread_lines(outcomes)]:
             console.print(note, highlight=False)
+        efficiency, reasons = efficiency_table(outcomes)
+        console.print(efficiency)
+        for reason in reasons:
+            console.print(reason, highlight=False, markup=False, soft_wrap=True)
         check = agreement(outcomes)
         if check:
             for row in check["outputs"]:
@@ -317,7 +343,13 @@ def run(
 
 
 def _run_in_docker(
-    loaded: list[Any], output: Path, *, raw: bool, image: str | None, recorder: _Recorder
+    loaded: list[Any],
+    output: Path,
+    *,
+    raw: bool,
+    image: str | None,
+    recorder: _Recorder,
+    price: float | None = None,
 ) -> tuple[list[Any], int]:
     """``mlms run --runtime docker``: each evaluation in its image (mlmodelscope.agent.container);
     the result documents land in ``output`` and the store as a local run's do. Returns the
@@ -356,6 +388,7 @@ def _run_in_docker(
                 ref,
                 raw=raw,
                 client=client,
+                price_per_node_hour=price,
                 log=lambda line: errors.print(f"  │ {escape(line)}", highlight=False),
             )
         except ContainerRuntimeError as exc:

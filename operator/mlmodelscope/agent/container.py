@@ -220,9 +220,11 @@ def run_in_container(
     raw: bool = True,
     client: Any = None,
     log: Log = print,
+    price_per_node_hour: float | None = None,
 ) -> ContainerResult:
     """Run ``evaluation`` in ``image``; the result document comes back in the result (the
-    caller writes it where it wants it)."""
+    caller writes it where it wants it). ``price_per_node_hour`` is passed on to the
+    container's ``mlms run``."""
     import docker.errors
     from docker.types import DeviceRequest
 
@@ -247,6 +249,8 @@ def run_in_container(
         command = ["run", str(SPEC_PATH), "-o", str(OUT_DIR), "--no-store"]
         if not raw:
             command.append("--no-raw")
+        if price_per_node_hour is not None:
+            command += ["--price-per-node-hour", repr(price_per_node_hour)]
         options: dict[str, Any] = {
             "user": USER,
             "read_only": True,

@@ -30,6 +30,7 @@ from typing import Any, Final
 import yaml
 from pydantic import ValidationError
 
+from mlmodelscope.agent.cost import price_from_environment
 from mlmodelscope.agent.credentials import remember_evaluation_secrets
 from mlmodelscope.agent.hooks import HooksFactory, no_hooks
 from mlmodelscope.contract.paths import container_path
@@ -303,7 +304,14 @@ def run_evaluation(spec_file: Path, output: Path, hooks: HooksFactory = no_hooks
     item = loaded[0]
     reporter = Reporter(stage=lambda name: log.info("stage: %s", name))
     try:
-        outcome = evaluate(item, output=output, reporter=reporter, include_raw=True, hooks=hooks)
+        price = price_from_environment(os.environ)
+    except ValueError as exc:
+        log.error("%s: the cost per 1,000 inferences is not measured", exc)
+        price = None
+    try:
+        outcome = evaluate(
+            item, output=output, reporter=reporter, include_raw=True, hooks=hooks, price=price
+        )
         return outcome.document
     except EvaluationError as exc:
         log.error("evaluation failed: %s", exc)

@@ -6,6 +6,9 @@ order are tracked through the steps, so ``normalize`` and ``channelOrder`` find 
 wherever a ``layout`` step moved it. :meth:`Preprocessor.infer` runs the same steps on shapes
 only, so a mismatch with the model's declared input is reported before any model is loaded.
 
+Decoding: Pillow by default, or OpenCV (``decode.library: opencv``, :func:`decode_image`), with
+the same limits, orientation and colour conversion, so the decoder alone differs.
+
 Resizing: uint8 images use Pillow's filters (its bilinear/bicubic antialias when shrinking, like
 ``torchvision.transforms.Resize`` on PIL images). Float images use numpy nearest/bilinear with
 half-pixel centres and no antialiasing (like ``cv2.resize`` / ``tf.image.resize``), and Pillow's
@@ -22,6 +25,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -155,6 +159,66 @@ def resize_hwc(img: np.ndarray, height: int, width: int, interpolation: str) -> 
     return _numpy_resize(img, height, width, interpolation)
 
 
+# ------------------------------------------------------------------------------------ decode
+
+OPENCV_EXTRA_HINT = "pip install 'mlmodelscope[opencv]'"
+
+
+def import_opencv() -> ModuleType:
+    """``cv2`` (from any of OpenCV's wheels; the opencv extra installs the headless one)."""
+    import cv2
+
+    module: ModuleType = cv2
+    return module
+
+
+def decode_image(
+    sample: bytes | bytearray | str | Path, mode: str = "RGB", library: str = "pillow"
+) -> np.ndarray:
+    """Decode an image file (a path) or its bytes into an HWC uint8 array, one channel for L.
+
+    Both libraries accept the same files under the same limits: Pillow reads the header
+    first either way, so its format check and ``Image.MAX_IMAGE_PIXELS`` (a
+    DecompressionBombError above twice it) apply to OpenCV too. ``opencv`` then decodes the
+    bytes with ``cv2.imdecode`` ignoring the EXIF orientation (Pillow does not apply it
+    either; OpenCV's default would rotate), reorders BGR to RGB, and leaves the conversion
+    to L to Pillow's formula: only the decoding differs. Raises :class:`PreprocessError`
+    for a file neither can read; ImportError when OpenCV is asked for and missing.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        if library == "opencv":
+            if isinstance(sample, bytes | bytearray):
+                data = bytes(sample)
+            else:
+                data = Path(sample).read_bytes()
+            with Image.open(io.BytesIO(data)) as img:
+                width, height = img.size
+            array = _opencv_decode(data, mode, (height, width))
+        else:
+            source = io.BytesIO(sample) if isinstance(sample, bytes | bytearray) else Path(sample)
+            with Image.open(source) as img:
+                array = np.asarray(img.convert(mode))
+    except (OSError, UnidentifiedImageError, Image.DecompressionBombError) as exc:
+        raise PreprocessError(str(exc)) from exc
+    return array[..., np.newaxis] if array.ndim == 2 else array
+
+
+def _opencv_decode(data: bytes, mode: str, size: tuple[int, int]) -> np.ndarray:
+    from PIL import Image
+
+    cv2 = import_opencv()
+    flags = cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION
+    bgr = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), flags)
+    if bgr is None:
+        raise PreprocessError("OpenCV cannot decode it (a truncated or unsupported file)")
+    if bgr.shape[:2] != size:
+        raise PreprocessError(f"OpenCV decoded {bgr.shape[:2]}, the header says {size}")
+    rgb: np.ndarray = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    return rgb if mode == "RGB" else np.asarray(Image.fromarray(rgb).convert(mode))
+
+
 # ----------------------------------------------------------------------------- preprocessing
 
 
@@ -247,16 +311,32 @@ class Preprocessor:
     def _decode(self, index: int, sample: Any, mode: str) -> np.ndarray:
         if isinstance(sample, np.ndarray):
             raise self._not_encoded(index)
-        from PIL import Image, UnidentifiedImageError
-
-        source = io.BytesIO(sample) if isinstance(sample, bytes | bytearray) else Path(sample)
+        step = self.steps[index].decode
+        assert step is not None
+        if step.library == "opencv":
+            self._require_opencv(index)
         try:
-            with Image.open(source) as img:
-                array = np.asarray(img.convert(mode))
-        except (OSError, UnidentifiedImageError) as exc:
-            what = "image bytes" if isinstance(source, io.BytesIO) else str(source)
+            return decode_image(sample, mode, step.library or "pillow")
+        except PreprocessError as exc:
+            what = "image bytes" if isinstance(sample, bytes | bytearray) else str(sample)
             raise PreprocessError(f"cannot decode {what}: {exc}") from exc
-        return array[..., np.newaxis] if array.ndim == 2 else array
+
+    def _require_opencv(self, index: int) -> None:
+        try:
+            import_opencv()
+        except ImportError as exc:
+            raise SpecError(
+                self._where(index, "library"),
+                "library opencv needs OpenCV (the cv2 module), which is not installed here: "
+                f"{OPENCV_EXTRA_HINT}, or set library: pillow",
+            ) from exc
+
+    def check_libraries(self) -> None:
+        """Fail before running when a step's library is not installed (a SpecError on the
+        step's field that names the extra to install)."""
+        for i, step in enumerate(self.steps):
+            if step.decode is not None and step.decode.library == "opencv":
+                self._require_opencv(i)
 
     @staticmethod
     def _in_hwc(x: np.ndarray, layout: str, fn: Any) -> np.ndarray:
@@ -401,8 +481,10 @@ class Preprocessor:
 
         The model's shape is batch first (its first dimension is the batch); -1 and dimensions
         unknown until decoding match anything. Raises :class:`SpecError` on ``<field>.shape``
-        or ``<field>.dtype`` with both sides and a hint which step to add.
+        or ``<field>.dtype`` with both sides and a hint which step to add, and first on a
+        step whose library is not installed (:meth:`check_libraries`).
         """
+        self.check_libraries()
         info = self.infer(input_shape, input_dtype)
         assert info.shape is not None
         out, model = info.shape, tuple(tensor.shape[1:])

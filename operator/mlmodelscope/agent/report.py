@@ -9,7 +9,7 @@ import numpy as np
 from rich.table import Table
 
 from mlmodelscope.agent.runner import RunOutcome
-from mlmodelscope.contract.metric import format_metric
+from mlmodelscope.contract.metric import NOT_MEASURED, format_cost, format_energy, format_metric
 
 
 def _ms(value: float | None) -> str:
@@ -69,6 +69,37 @@ def results_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
                 verdict,
             )
     return table, notes
+
+
+def efficiency_table(outcomes: Sequence[RunOutcome]) -> tuple[Table, list[str]]:
+    """Energy per inference and cost per 1,000 inferences per evaluation and batch size, plus
+    one line per distinct reason a figure is not measured."""
+    table = Table(title="efficiency", title_justify="left", pad_edge=False)
+    for column, justify in (
+        ("evaluation", "left"),
+        ("batch", "right"),
+        ("energy/inference", "right"),
+        ("counter", "left"),
+        ("cost/1k inferences", "right"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    reasons: dict[str, None] = {}
+    for outcome in outcomes:
+        doc = outcome.document
+        for row, m in zip(doc.get("results", []), doc.get("measurements", []), strict=False):
+            energy = m.get("energy") or {}
+            if row.get("joules_per_inference") is None:
+                reasons[f"energy {energy.get('reason') or NOT_MEASURED}"] = None
+            if row.get("cost_per_1000") is None:
+                reasons[f"cost {(doc.get('cost') or {}).get('reason') or NOT_MEASURED}"] = None
+            table.add_row(
+                doc["evaluation"]["name"],
+                str(row["batch_size"]),
+                format_energy(row.get("joules_per_inference")),
+                row.get("energy_method") or "-",
+                format_cost(row.get("cost_per_1000")),
+            )
+    return table, list(reasons)
 
 
 def spread_lines(outcomes: Sequence[RunOutcome]) -> list[str]:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from mlmodelscope import __version__
 from mlmodelscope.agent.backends import Backend, create_backend
+from mlmodelscope.agent.cost import NodePrice, cost_per_1000, cost_section
 from mlmodelscope.agent.credentials import remember_evaluation_secrets
 from mlmodelscope.agent.hooks import HooksFactory, ProgressHook, Reporter, RunHooks, no_hooks
 from mlmodelscope.agent.startup import Timeline
@@ -210,14 +211,18 @@ def headline(
     measurement: dict[str, Any],
     accuracy: dict[str, Any] | None,
     task: dict[str, Any] | None = None,
+    price: NodePrice | None = None,
 ) -> BatchResult:
     """One batch size's row: what the summary carries and the operator puts in .status. Its
-    metric is the task's primary metric, or top-1 for classification."""
+    metric is the task's primary metric, or top-1 for classification; its efficiency the
+    reported window's energy per inference and, given a price, the cost per 1,000."""
     pct = measurement["latency"]["percentiles_s"]
     if task is not None:
         metric, value = task["primary"], task["metrics"][task["primary"]]
     else:
         metric, value = "top1", None if accuracy is None else accuracy["top1"]
+    energy = measurement.get("energy") or {}
+    per_inference = energy.get("joules_per_inference")
     return BatchResult(
         batch_size=measurement["batch_size"],
         scenario=measurement["scenario"],
@@ -235,6 +240,9 @@ def headline(
         metric_value=value,
         valid=measurement["verdict"]["valid"],
         invalid_reasons=measurement["verdict"]["reasons"],
+        joules_per_inference=per_inference,
+        energy_method=energy.get("method") if per_inference is not None else None,
+        cost_per_1000=cost_per_1000(price, measurement["throughput_samples_per_s"]),
     )
 
 
@@ -369,8 +377,11 @@ def evaluate(
     include_raw: bool = True,
     cache_dir: Path | None = None,
     hooks: HooksFactory = no_hooks,
+    price: NodePrice | None = None,
 ) -> RunOutcome:
     """Run one evaluation and write its result document to ``output`` (a .json path).
+
+    ``price`` (per node-hour) gives each row its cost per 1,000 inferences.
 
     ``hooks`` creates the run's telemetry (``mlms run`` and ``mlms agent`` pass
     :meth:`mlmodelscope.telemetry.agent.AgentTelemetry.start`); the default does nothing.
@@ -421,6 +432,7 @@ def evaluate(
         telemetry = hooks(evaluation)
         report = telemetry.wrap(report)
         from mlmodelscope.agent.datasets import load_dataset
+        from mlmodelscope.agent.energy import LOADGEN_NOT_METERED, not_measured, open_meter
         from mlmodelscope.agent.processing import Postprocessor, Preprocessor, preprocess_all
         from mlmodelscope.agent.provenance import collect_stack, spec_hash
         from mlmodelscope.agent.scenarios import (
@@ -529,6 +541,7 @@ def evaluate(
         # 50-400 ms per collection after a framework import (docs/benchmarks.md, Start-up).
         gc.freeze()
         frozen = True
+        meter = open_meter(info.device)
         with timed("measure"), telemetry.gpu_sampling(info.device):
             for batch_size in spec.scenario.batch_sizes:
                 report.stage(f"measure {spec.scenario.type.value} batch {batch_size}")
@@ -548,6 +561,7 @@ def evaluate(
                                 include_raw=include_raw,
                                 thread_context=backend.measuring,
                             )
+                        entry["energy"] = not_measured(LOADGEN_NOT_METERED).to_dict()
                     else:
                         overhead = measure_harness_overhead(spec.scenario.type, ring)
                         setup_done = time.perf_counter_ns()
@@ -558,6 +572,7 @@ def evaluate(
                                 ring,
                                 progress=report.progress,
                                 time_limit_s=time_left,
+                                meter=meter,
                             )
                         if "startup" not in document and measurement.first_window_start_ns:
                             document["startup"] = startup.document(
@@ -583,8 +598,9 @@ def evaluate(
                         measured=entry,
                     )
         document["measurements"] = measurements
+        document["cost"] = cost_section(price)
         document["results"] = [
-            headline(m, document["accuracy"], document.get("task")).model_dump(mode="json")
+            headline(m, document["accuracy"], document.get("task"), price).model_dump(mode="json")
             for m in measurements
         ]
         document["status"] = "Succeeded"

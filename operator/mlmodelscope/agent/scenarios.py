@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mlmodelscope.agent.backends.base import Backend, NullBackend
+from mlmodelscope.agent.energy import Counters, EnergyMeter, WindowEnergy
 from mlmodelscope.agent.spread import Bootstrap, RepetitionFigures, Spread, spread_of
 from mlmodelscope.agent.stats import (
     PERCENTILE_METHOD,
@@ -365,6 +366,8 @@ class Measurement:
     spread: Spread | None = None
     """``run_scenario``'s result with two repetitions or more: each headline figure's mean over
     them and its bootstrap interval."""
+    energy: WindowEnergy | None = None
+    """The final window's energy, when ``run_scenario`` was given a meter."""
 
     def figures(self) -> RepetitionFigures:
         """This repetition's headline figures; p50 and p99 from the full latency array, so
@@ -409,6 +412,8 @@ class Measurement:
             doc["repetitions"] = [r.to_dict(include_raw=False) for r in self.repetitions]
         if self.spread is not None:
             doc["spread"] = self.spread.to_dict()
+        if self.energy is not None:
+            doc["energy"] = self.energy.to_dict()
         if include_raw:
             doc["raw"] = {
                 "latencies_ns": self.latencies_ns.tolist(),
@@ -433,6 +438,8 @@ class _Window:
     postprocess_ns: Int64Array
     queue_ns: Int64Array | None = None
     scheduled_s: float = 0.0
+    counters: tuple[Counters | None, Counters | None] | None = None
+    """The energy meter's reads right before and right after the window."""
 
     @property
     def queries(self) -> int:
@@ -655,6 +662,7 @@ class _Runner:
         progress: Progress | None,
         deadline_ns: int,
         sleep: Callable[[float], None],
+        meter: EnergyMeter | None = None,
     ) -> None:
         self.plan = plan
         self.scenario = plan.scenario
@@ -670,9 +678,20 @@ class _Runner:
         """Median warm-up latency: sizes the first window's arrays so they need not grow."""
         self.first_window: _Window | None = None
         """The first timed window of the run (start-up timeline)."""
+        self.meter = meter if meter is not None and meter.method is not None else None
+        self.unmetered = meter if meter is not None and meter.method is None else None
 
-    # ---- one window of the scenario's own loop
+    # ---- one window of the scenario's own loop, its energy counters read around it
     def window(self, qps: float | None, seed: Sequence[int], capacity: int) -> _Window:
+        meter = self.meter
+        if meter is None:
+            return self._loop(qps, seed, capacity)
+        before = meter.sample()
+        win = self._loop(qps, seed, capacity)
+        win.counters = (before, meter.sample())
+        return win
+
+    def _loop(self, qps: float | None, seed: Sequence[int], capacity: int) -> _Window:
         plan = self.plan
         if self.type == ScenarioType.SERVER:
             assert qps is not None
@@ -901,7 +920,15 @@ class _Runner:
             server=server,
             queue_ns=win.queue_ns,
             repetition=index,
+            energy=self._energy(win, samples, seconds),
         )
+
+    def _energy(self, win: _Window, samples: int, seconds: float) -> WindowEnergy | None:
+        if self.meter is not None and win.counters is not None:
+            return self.meter.window(*win.counters, seconds, samples)
+        if self.unmetered is not None:
+            return self.unmetered.window(None, None, seconds, samples)
+        return None
 
 
 def _check_ring(scenario: Scenario, ring: BatchRing) -> None:
@@ -942,6 +969,7 @@ def run_scenario(
     search_budget_s: float | None = None,
     pause_gc: bool = True,
     sleep: Callable[[float], None] = time.sleep,
+    meter: EnergyMeter | None = None,
 ) -> Measurement:
     """Measure ``sut`` under ``scenario`` at the ring's batch size; returns the median repetition
     with every repetition in ``repetitions`` and, for two or more, their ``spread``.
@@ -951,14 +979,22 @@ def run_scenario(
     (a window stopped by it is reported too few / too short, never silently shortened);
     ``search_budget_s`` bounds the search (default: max(10 s, 10 x minDuration)). ``clock`` and
     ``sleep`` must share one time base (tests pass a virtual clock and its sleep to simulate
-    exactly).
+    exactly). ``meter``: its counters are read right before and right after every timed
+    window, and each measurement carries its final window's ``energy``.
     """
     _check_ring(scenario, ring)
     plan = _Plan.of(scenario)
     start = clock()
     deadline = _NO_DEADLINE if time_limit_s is None else start + round(time_limit_s * 1e9)
     runner = _Runner(
-        plan, sut, ring, clock=clock, progress=progress, deadline_ns=deadline, sleep=sleep
+        plan,
+        sut,
+        ring,
+        clock=clock,
+        progress=progress,
+        deadline_ns=deadline,
+        sleep=sleep,
+        meter=meter,
     )
     is_server = scenario.type == ScenarioType.SERVER
     requested = scenario.target_qps

@@ -59,3 +59,28 @@ def format_metric(name: str | None, value: float | None, *, with_name: bool = Tr
     else:
         shown = f"{value:.4g}"
     return f"{name} {shown}" if with_name and name else shown
+
+
+NOT_MEASURED: Final = "not measured"
+"""What a report shows for an efficiency figure the run did not measure (no energy counter,
+no price per node-hour, or a document from an older agent)."""
+_ENERGY_PREFIXES: Final = ((1.0, "J"), (1e-3, "mJ"), (1e-6, "µJ"), (1e-9, "nJ"))
+
+
+def format_energy(joules: float | None) -> str:
+    """Energy per inference to 3 significant digits with an SI prefix (``1.23 mJ``), or
+    ``not measured``."""
+    if joules is None or not math.isfinite(joules):
+        return NOT_MEASURED
+    for scale, unit in _ENERGY_PREFIXES:
+        if abs(joules) >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules / 1e-9:.3g} nJ"
+
+
+def format_cost(usd: float | None) -> str:
+    """Cost per 1,000 inferences in USD to 3 significant digits (``$0.00123``), or
+    ``not measured``."""
+    if usd is None or not math.isfinite(usd):
+        return NOT_MEASURED
+    return f"${usd:.3g}"

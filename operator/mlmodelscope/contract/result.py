@@ -557,6 +557,41 @@ class Spread(ContractModel):
     """Why the intervals are absent, when they are (scipy is not installed)."""
 
 
+class EnergyResult(ContractModel):
+    """The energy of a measurement's reported window: the hardware's counter read right
+    before and right after it (the whole GPU board or CPU packages, idle power and other
+    processes included)."""
+
+    method: Literal["nvml", "rapl"] | None = None
+    """nvml: the GPU's board counter; rapl: the CPU packages' powercap counters; null: not
+    measured (``reason``)."""
+    source: str | None = None
+    """What was read, e.g. ``GPU 0`` or ``package-0, package-1``."""
+    joules: float | None = None
+    seconds: Seconds | None = None
+    """The window's duration."""
+    samples: Annotated[int, Field(ge=0)] | None = None
+    """Samples processed in the window."""
+    joules_per_inference: float | None = None
+    """``joules / samples``; null when not measured or refused (``reason``)."""
+    mean_power_w: float | None = None
+    reason: str | None = None
+    """Why ``joules_per_inference`` is null, starting ``not measured:``."""
+
+
+class CostInfo(ContractModel):
+    """The price the rows' ``cost_per_1000`` is computed from (price / 3600 / samples per
+    second * 1000), or why there is none."""
+
+    price_per_node_hour: Annotated[float, Field(ge=0)] | None = None
+    currency: str = "USD"
+    source: str | None = None
+    """Where the price came from: ``mlms run --price-per-node-hour``, ``$MLMS_PRICE_PER_NODE_HOUR``
+    or what ``$MLMS_PRICE_SOURCE`` names."""
+    reason: str | None = None
+    """Why there is no price, starting ``not measured:``."""
+
+
 class Measurement(ContractModel):
     """One batch size's scenario run."""
 
@@ -593,6 +628,8 @@ class Measurement(ContractModel):
     raw: RawLatencies | None = None
     loadgen: LoadGenInfo | None = None
     """Driver loadgen: what LoadGen reported and where its logs are."""
+    energy: EnergyResult | None = None
+    """The reported window's energy (absent in documents of older agents)."""
 
 
 _SUCCEEDED_NEEDS = (
@@ -697,6 +734,9 @@ class ResultDocument(ContractModel):
     """Where the time went from the process's start to the first timed query (absent in
     Failed documents and those of older agents)."""
     measurements: list[Measurement] | None = None
+    cost: CostInfo | None = None
+    """The price per node-hour the rows' cost per 1,000 inferences comes from (absent in
+    documents of older agents)."""
     results: list[BatchResult] | None = None
     """Headline numbers per batch size (the rows of ``.status.results``)."""
 
@@ -818,5 +858,7 @@ def _rounded(row: BatchResult) -> BatchResult:
             "top1": r(row.top1),
             "top5": r(row.top5),
             "metric_value": r(row.metric_value),
+            "joules_per_inference": r(row.joules_per_inference),
+            "cost_per_1000": r(row.cost_per_1000),
         }
     )

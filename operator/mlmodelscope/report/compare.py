@@ -169,6 +169,12 @@ class Row:
     metric_note: str | None = None
     """Why ``metric_rel`` is missing although both have a value: ``not comparable: miou vs
     accuracy`` (runs of different tasks)."""
+    joules_per_inference: float | None = None
+    """Energy per inference (J); ``None``: not measured."""
+    energy_method: str | None = None
+    """The counter it was read from: nvml or rapl."""
+    cost_per_1000: float | None = None
+    """USD per 1,000 inferences; ``None``: no price per node-hour was given."""
 
 
 @dataclass(frozen=True)
@@ -517,6 +523,9 @@ def compare(runs: Sequence[LoadedRun], *, significance: bool = False) -> Compari
                     metric_value=value,
                     metric_rel=metric_rel,
                     metric_note=metric_note,
+                    joules_per_inference=result.joules_per_inference,
+                    energy_method=result.energy_method,
+                    cost_per_1000=result.cost_per_1000,
                 )
             )
     return Comparison(

@@ -22,7 +22,14 @@ from html import escape
 from typing import Any
 
 from mlmodelscope.analysis.plots import COLOURS
-from mlmodelscope.contract.metric import FRACTIONS, UNITS, format_metric
+from mlmodelscope.contract.metric import (
+    FRACTIONS,
+    NOT_MEASURED,
+    UNITS,
+    format_cost,
+    format_energy,
+    format_metric,
+)
 from mlmodelscope.contract.result import Measurement, ResultDocument
 from mlmodelscope.report.compare import (
     SIGNIFICANCE_RUNS,
@@ -465,6 +472,8 @@ RESULT_COLUMNS = (
     "p99 ms",
     "mean ms",
     "samples/s",
+    "energy/inference",
+    "cost/1k inferences",
     "metric",
     "verdict",
     "Δ p50",
@@ -472,6 +481,13 @@ RESULT_COLUMNS = (
     "Δ samples/s",
     "Δ metric",
 )
+
+
+def measured(column: str, value: float | None, text: str) -> str:
+    """An efficiency cell: the value in ``data-value``, or ``not measured``."""
+    if value is None:
+        return f'<td class="num none" data-column="{column}">{esc(NOT_MEASURED)}</td>'
+    return number(column, value, text)
 
 
 def results_table(comparison: Comparison) -> str:
@@ -514,6 +530,12 @@ def results_table(comparison: Comparison) -> str:
                 row.throughput,
                 f"{row.throughput:,.0f}" if row.throughput is not None else "",
             )
+            + measured(
+                "joules_per_inference",
+                row.joules_per_inference,
+                f"{format_energy(row.joules_per_inference)} ({row.energy_method})",
+            )
+            + measured("cost_per_1000", row.cost_per_1000, format_cost(row.cost_per_1000))
             + number("metric_value", row.metric_value, format_metric(row.metric, row.metric_value))
             + verdict
             + delta("p50_rel", row.p50_rel, higher_is_better=False)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlmodelscope.contract.metric import format_metric
+from mlmodelscope.contract.metric import format_cost, format_energy, format_metric
 from mlmodelscope.report.compare import (
     SIGNIFICANCE_RUNS,
     Agreement,
@@ -118,6 +118,38 @@ def results_table(comparison: Comparison) -> tuple[Table, list[str]]:
             verdict,
         )
     return table, notes
+
+
+def efficiency_table(comparison: Comparison) -> Table:
+    """Energy per inference (and the counter it was read from) and cost per 1,000 inferences,
+    per run and batch size; ``not measured`` where the run has none."""
+    table = Table(
+        title="efficiency",
+        title_justify="left",
+        caption="energy: the GPU board's (nvml) or CPU packages' (rapl) counter over the "
+        "reported window; cost: the price per node-hour given to the run at its throughput",
+        caption_justify="left",
+        pad_edge=False,
+    )
+    for column, justify in (
+        ("run", "left"),
+        ("scenario", "left"),
+        ("batch", "right"),
+        ("energy/inference", "right"),
+        ("counter", "left"),
+        ("cost/1k inferences", "right"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in comparison.rows:
+        table.add_row(
+            escape(row.run),
+            row.scenario,
+            str(row.batch_size),
+            format_energy(row.joules_per_inference),
+            row.energy_method or "-",
+            escape(format_cost(row.cost_per_1000)),
+        )
+    return table
 
 
 def differences_table(title: str, comparison: Comparison, found: list[Difference]) -> Table:
@@ -255,6 +287,8 @@ def render(console: Console, comparison: Comparison) -> None:
     console.print(table)
     for note in notes:
         console.print(note, highlight=False, markup=False)
+    if comparison.rows:
+        console.print(efficiency_table(comparison))
     if comparison.verdicts:
         table, methods = verdicts_table(comparison.reference, comparison.verdicts)
         console.print(table)

@@ -359,6 +359,11 @@ class Decode(SpecModel):
 
     mode: Literal["RGB", "L"] = "RGB"
     """Colour mode after decoding: RGB (3 channels) or L (grey, 1 channel)."""
+    library: Literal["pillow", "opencv"] | None = None
+    """The decoder: pillow (Image.open; also when unset, so specs written before this field
+    hash as they did) or opencv (cv2.imdecode, which needs the opencv extra; the EXIF
+    orientation is ignored and the image is converted to RGB or L as Pillow does, so only the
+    decoding differs)."""
 
 
 class ToFloat(SpecModel):

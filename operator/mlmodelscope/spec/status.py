@@ -90,6 +90,15 @@ class BatchResult(SpecModel):
     """MLPerf-style verdict: VALID (true) or INVALID (false)."""
     invalid_reasons: Annotated[list[str], Field(max_length=16)] = []
     """Why the measurement is INVALID."""
+    joules_per_inference: float | None = None
+    """Energy per inference (J per sample) of the reported window, from the hardware's
+    counter; absent: not measured (the measurement's ``energy.reason`` says why)."""
+    energy_method: Literal["nvml", "rapl"] | None = None
+    """The counter read for ``joulesPerInference``: nvml (the GPU board) or rapl (the CPU
+    packages)."""
+    cost_per_1000: float | None = None
+    """USD per 1,000 inferences at the measured throughput, from the price per node-hour
+    given to the run (the result document's ``cost`` names it); absent: no price given."""
 
 
 class Summary(SpecModel):

@@ -19,9 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-MIN_WINDOW_S: Final = 1.0
+from mlmodelscope.agent.energy import MIN_WINDOW_S as AGENT_MIN_WINDOW_S
+
+MIN_WINDOW_S: Final = AGENT_MIN_WINDOW_S["nvml"]
 """The shortest window whose energy is reported: NVML's counter advances in steps (tens of
-milliseconds apart on recent boards), too coarse for a shorter window."""
+milliseconds apart on recent boards), too coarse for a shorter window. The agent's own
+meter (:mod:`mlmodelscope.agent.energy`) holds its windows to the same."""
 
 
 @dataclass(frozen=True)
