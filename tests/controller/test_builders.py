@@ -301,6 +301,23 @@ def test_image_override_credentials_service_account_and_telemetry(make_evaluatio
     assert traceparent.startswith(f"00-{trace_id}-") and len(trace_id) == 32
 
 
+def test_the_price_per_node_hour_reaches_the_agent_as_its_cost_section_reads_it(
+    make_evaluation: Make,
+) -> None:
+    from mlmodelscope.agent.cost import price_from_environment
+
+    priced = OperatorSettings.from_env({"MLMS_OPERATOR_PRICE_PER_NODE_HOUR": "3.20"})
+    env = {
+        e["name"]: e.get("value")
+        for e in container(builders.build_job(make_evaluation(), priced))["env"]
+    }
+    price = price_from_environment(env)
+    assert price is not None and price.per_node_hour == 3.2
+    assert "MLMS_OPERATOR_PRICE_PER_NODE_HOUR" in price.source
+    unpriced = container(builders.build_job(make_evaluation(), SETTINGS))["env"]
+    assert "MLMS_PRICE_PER_NODE_HOUR" not in {e["name"] for e in unpriced}
+
+
 def test_job_is_deterministic(make_evaluation: Make) -> None:
     """A retried handler must build exactly the same Job (the 409 path relies on it)."""
     ev = make_evaluation()

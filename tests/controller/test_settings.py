@@ -41,6 +41,7 @@ def test_every_variable_is_read() -> None:
         "MLMS_OPERATOR_JOB_TTL_SECONDS": "never",
         "MLMS_OPERATOR_RUN_AS_USER": "1000",
         "MLMS_OPERATOR_RECONCILE_WORKERS": "4",
+        "MLMS_OPERATOR_PRICE_PER_NODE_HOUR": "3.20",
     }
     s = OperatorSettings.from_env(env)
     assert s.image_for(FrameworkName.ONNXRUNTIME, Device.GPU) == "registry.local/ort:1-gpu"
@@ -56,6 +57,7 @@ def test_every_variable_is_read() -> None:
     assert s.job_ttl_seconds is None
     assert s.run_as_user == 1000
     assert s.reconcile_workers == 4
+    assert s.price_per_node_hour == 3.2
     assert s.image_pull_policy == "Always"
 
 
@@ -68,6 +70,7 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
         "MLMS_OPERATOR_PEERING": "Not_A_Name",
         "MLMS_OPERATOR_MAX_RUNING": "3",
         "MLMS_OPERATOR_RECONCILE_WORKERS": "0",
+        "MLMS_OPERATOR_PRICE_PER_NODE_HOUR": "-1",
     }
     with pytest.raises(SettingsError) as info:
         OperatorSettings.from_env(env)
@@ -79,7 +82,8 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
     assert "MLMS_OPERATOR_PEERING" in text
     assert "MLMS_OPERATOR_MAX_RUNING is not an operator setting; did you mean" in text
     assert "MLMS_OPERATOR_RECONCILE_WORKERS='0': expected a whole number >= 1" in text
-    assert len(info.value.problems) == 7
+    assert "MLMS_OPERATOR_PRICE_PER_NODE_HOUR='-1': expected a price" in text
+    assert len(info.value.problems) == 8
 
 
 def test_fetch_settings_are_checked_like_the_agent_checks_them() -> None:

@@ -407,6 +407,9 @@ def test_configuration_maps_values_to_settings(helm: Path) -> None:
     assert defaults.default_memory_limit == "4Gi"
     off = _settings(render(helm, sets=["evaluationJobs.defaultMemoryLimit=0"]))
     assert off.default_memory_limit is None
+    assert defaults.price_per_node_hour is None
+    priced = _settings(render(helm, sets=["evaluationJobs.pricePerNodeHour=3.2"]))
+    assert priced.price_per_node_hour == 3.2
     assert _settings(render(helm, sets=["metrics.port=9464"])).metrics_port == 9464
     assert _settings(render(helm, sets=["metrics.enabled=false"])).metrics_port == 0
 

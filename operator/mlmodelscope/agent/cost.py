@@ -13,10 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-PRICE_ENV: Final = "MLMS_PRICE_PER_NODE_HOUR"
-PRICE_SOURCE_ENV: Final = "MLMS_PRICE_SOURCE"
-"""Optional: where the environment's price came from (e.g. a node annotation), recorded
-with it."""
+from mlmodelscope.contract.wire import PRICE_ENV, PRICE_SOURCE_ENV
+
 CURRENCY: Final = "USD"
 NO_PRICE: Final = (
     f"not measured: no price per node-hour given (mlms run --price-per-node-hour, or {PRICE_ENV})"

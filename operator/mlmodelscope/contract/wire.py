@@ -18,6 +18,10 @@ EXIT_SPEC_ERROR: Final = 3
 """The spec cannot work as written (bad field, model not found, digest mismatch): the Job's
 podFailurePolicy fails the Job at once."""
 
+PRICE_ENV: Final = "MLMS_PRICE_PER_NODE_HOUR"
+"""What the node running the agent costs per hour (USD), for its cost per 1,000 inferences."""
+PRICE_SOURCE_ENV: Final = "MLMS_PRICE_SOURCE"
+"""Where that price came from, recorded beside the cost."""
 RESULT_KEY: Final = "result.json"
 """Results ConfigMap key: the result document, raw latency arrays removed to fit."""
 SUMMARY_KEY: Final = "summary.json"

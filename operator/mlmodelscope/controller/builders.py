@@ -18,6 +18,8 @@ from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.wire import (
     CONTAINER_NAME,
     EXIT_SPEC_ERROR,
+    PRICE_ENV,
+    PRICE_SOURCE_ENV,
     PVC_ROOT,
     RESULT_KEY,
     RESULTS_DIR,
@@ -27,7 +29,7 @@ from mlmodelscope.contract.wire import (
     TERMINATION_LOG,
 )
 from mlmodelscope.controller import names, tracing
-from mlmodelscope.controller.settings import PER_EVALUATION, OperatorSettings
+from mlmodelscope.controller.settings import PER_EVALUATION, PREFIX, OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
 from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList, Resources
@@ -253,6 +255,10 @@ def _env(
         env.append({"name": "TRACEPARENT", "value": traceparent})
     if settings.pushgateway_url:
         env.append({"name": "MLMS_PUSHGATEWAY_URL", "value": settings.pushgateway_url})
+    if settings.price_per_node_hour is not None:
+        env.append({"name": PRICE_ENV, "value": f"{settings.price_per_node_hour:g}"})
+        source = f"operator setting {PREFIX}PRICE_PER_NODE_HOUR"
+        env.append({"name": PRICE_SOURCE_ENV, "value": source})
     env.extend({"name": k, "value": v} for k, v in settings.fetch.to_env().items())
     return env
 

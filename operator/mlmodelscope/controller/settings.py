@@ -138,6 +138,9 @@ class OperatorSettings:
     """Threads that reconcile evaluations (create their children and Job). Each spends nearly
     all its time waiting on the API server, so this, not the CPU, bounds how many evaluations a
     second become Jobs."""
+    price_per_node_hour: float | None = None
+    """What a node costs per hour (USD), passed to every evaluation pod so its result says the
+    cost per 1,000 inferences; None: not measured."""
     resync_seconds: float = 30.0
     """How often evaluations whose run has not ended are reconciled against their Jobs (Job
     events that were lost, Jobs deleted while the operator was away, pods that never start)."""
@@ -205,6 +208,7 @@ class OperatorSettings:
             start_timeout_seconds=reader.seconds("START_TIMEOUT_SECONDS", 300.0),
             resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
             reconcile_workers=reader.count("RECONCILE_WORKERS", 16, minimum=1),
+            price_per_node_hour=reader.price("PRICE_PER_NODE_HOUR"),
             default_memory_limit=reader.memory("DEFAULT_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
             fetch=reader.fetch_policy(),
             policy=reader.policy(),
@@ -238,6 +242,7 @@ KNOWN_VARIABLES: Final = (
     "START_TIMEOUT_SECONDS",
     "RESYNC_SECONDS",
     "RECONCILE_WORKERS",
+    "PRICE_PER_NODE_HOUR",
     "DEFAULT_MEMORY_LIMIT",
     "FETCH_ALLOW",
     "FETCH_DENY",
@@ -364,6 +369,17 @@ class _Reader:
             return value
 
         return self._parse(name, default, parse, "a number of seconds > 0")
+
+    def price(self, name: str) -> float | None:
+        """A price of at least 0; unset or empty = None."""
+
+        def parse(raw: str) -> float | None:
+            value = float(raw)
+            if not 0 <= value < float("inf"):
+                raise ValueError
+            return value
+
+        return self._parse(name, None, parse, "a price per node-hour in USD >= 0")
 
     def memory(self, name: str, default: str | None) -> str | None:
         """A memory quantity of at least :data:`MIN_MEMORY_LIMIT`; ``none`` or ``0`` = None."""
