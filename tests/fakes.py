@@ -10,6 +10,12 @@ the status subresource, finalizers, garbage collection of owned objects, and a l
 events. It does not validate schemas, run controllers or enforce RBAC: those need the real
 parts (the ``*_cluster.py`` tests). It serves every version of a resource as the same objects.
 
+Container logs (``GET pods/NAME/log``, plain text) are what a test put in :attr:`logs`, served
+with ``container``, ``tailLines`` and ``limitBytes`` as the kubelet applies them; a pod that
+exists without a log there answers 400 as a container not yet started does, a missing pod
+404. Not checked against the real API server (test_fake_api_server.py): its log answers come
+from a kubelet, which the dev cluster's exec nodes may not serve.
+
 Unlike the real garbage collector, which works asynchronously, dependents are deleted with
 their owner, in the same request.
 """
@@ -217,6 +223,8 @@ class FakeApiServer:
     rejecters: dict[str, Rejecter] = field(default_factory=dict)
     before: Callable[[Request], None] | None = None
     """Called with each request before it is served (see above)."""
+    logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    """Container logs by (namespace, pod, container), served as ``pods/NAME/log``."""
     _in_hook: bool = field(default=False, init=False, repr=False)
     _version: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _uids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
@@ -236,6 +244,8 @@ class FakeApiServer:
                 self._in_hook = False
         if method == "GET" and not target.name:
             return self._list(target, params)
+        if method == "GET" and (target.resource, target.subresource) == ("pods", "log"):
+            return self._log(target, params, path)
         if method == "GET":
             return copy.deepcopy(self._existing(target, method, path))
         if method == "POST":
@@ -272,6 +282,29 @@ class FakeApiServer:
         if start + limit < len(items):
             meta["continue"] = str(start + limit)
         return {"kind": "List", "apiVersion": "v1", "metadata": meta, "items": page}
+
+    def _log(self, target: Target, params: Mapping[str, str], path: str) -> str:
+        """A container's log as the kubelet serves it: ``tailLines`` last lines, then at most
+        ``limitBytes`` bytes of them."""
+        pod = self._existing(Target("", "pods", target.namespace, target.name), "GET", path)
+        names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
+        container = params.get("container") or (names[0] if len(names) == 1 else "")
+        if container not in names:
+            message = f"container {container} is not valid for pod {target.name}"
+            raise KubeError(400, "GET", path, _status_body(400, "BadRequest", message))
+        text = self.logs.get((target.namespace, target.name, container))
+        if text is None:
+            message = (
+                f'container "{container}" in pod "{target.name}" is waiting to start: '
+                "ContainerCreating"
+            )
+            raise KubeError(400, "GET", path, _status_body(400, "BadRequest", message))
+        if params.get("tailLines"):
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-int(params["tailLines"]) :]) if int(params["tailLines"]) else ""
+        if params.get("limitBytes"):
+            text = text.encode()[: int(params["limitBytes"])].decode(errors="replace")
+        return text
 
     def _create(self, target: Target, body: Mapping[str, Any], path: str) -> dict[str, Any]:
         obj = copy.deepcopy(dict(body))
@@ -457,3 +490,7 @@ class FakeKube(Kube):
         self.requests[request_kind(method, path)] += 1
         answer = self.server.handle(method, path, copy.deepcopy(body), query)
         return json.loads(json.dumps(answer))
+
+    def text(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        self.requests[request_kind("GET", path)] += 1
+        return str(self.server.handle("GET", path, None, dict(params or {})))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from kubernetes.config import kube_config
 
-from mlmodelscope.contract.kube import POOL_SIZE, Kube, configmap_path, request_kind
+from mlmodelscope.contract.kube import POOL_SIZE, Kube, KubeError, configmap_path, request_kind
 from mlmodelscope.devcluster.cluster import Cluster
 
 KUBECONFIG = """\
@@ -87,3 +87,45 @@ def test_the_observer_hears_every_request_with_its_status(cluster: Cluster, name
         ("create", "configmaps", 201),
         ("list", "configmaps", 200),
     ]
+
+
+class _Answer:
+    def __init__(self, status: int, data: bytes) -> None:
+        self.status = status
+        self.data = data
+
+    def read(self) -> None:
+        pass
+
+
+class _Client:
+    """What :class:`Kube` uses of ``kubernetes.client.ApiClient``, answering ``data``."""
+
+    def __init__(self, data: bytes, status: int = 200) -> None:
+        self.answer = _Answer(status, data)
+        self.sent: list[tuple[str, str, dict[str, str]]] = []
+
+    def param_serialize(
+        self, *, method: str, resource_path: str, header_params: dict[str, str], **_: object
+    ) -> tuple[str, str, dict[str, str], None, None]:
+        return method, resource_path, header_params, None, None
+
+    def call_api(
+        self, method: str, url: str, headers: dict[str, str], *_: object, **__: object
+    ) -> _Answer:
+        self.sent.append((method, url, headers))
+        return self.answer
+
+
+def test_a_text_read_asks_for_text_and_answers_it_undecoded() -> None:
+    """``pods/NAME/log`` answers plain text, which ``request`` would try to decode as JSON."""
+    client = _Client(b"line 1\n{not json\n")
+    text = Kube(client).text("/api/v1/namespaces/a/pods/p/log", {"tailLines": "2"})
+    assert text == "line 1\n{not json\n"
+    [(method, url, headers)] = client.sent
+    assert (method, url) == ("GET", "/api/v1/namespaces/a/pods/p/log?tailLines=2")
+    assert headers["Accept"].startswith("text/plain")
+    assert Kube(_Client(b'{"a": 1}')).request("GET", "/api/v1/namespaces/a/pods/p") == {"a": 1}
+    with pytest.raises(KubeError) as refused:
+        Kube(_Client(b'{"message": "waiting to start"}', 400)).text("/api/v1/x")
+    assert (refused.value.status, refused.value.message) == (400, "waiting to start")

@@ -16,7 +16,8 @@ created it (the dev cluster keeps no audit log, and ``managedFields`` names the 
 agent, not the user). The operator runs it for real on the CPU exec node (the launch form sets
 no hardware: every other node is tainted), the Model and the claim its ``pvc://`` URI names
 being in NS too; the launch, read back through the server's API, must reach ``succeeded``
-with the evaluation's run id.
+with the evaluation's run id; then its Events (of the Job at least) and its agent's log are
+read through the server's API, as that account.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO / "tests" / "packaging"))  # the RBAC table lives with the chart's tests
 from rbac_table import (  # noqa: E402
     EVALUATIONS,
+    EVENTS,
+    POD_LOGS,
+    PODS,
     SERVER,
     Install,
     Pair,
@@ -169,10 +173,12 @@ def test_the_server_account_may_do_exactly_the_server_table(
     kube: Kube, server_account: ServerAccount
 ) -> None:
     """Every verb on every resource of the table, at every place: allowed exactly when SERVER
-    grants it (create, get, list, watch and delete on modelevaluations in NS; nothing else)."""
+    grants it (create, get, list, watch and delete on modelevaluations in NS, list on events
+    and pods, get on pods/log; nothing else)."""
     runs = expected(SERVER, LAUNCHES, Place.RUNS)
     verbs = ("create", "get", "list", "watch", "delete")
-    assert runs == {(EVALUATIONS, v) for v in verbs}  # what is checked below is non-empty
+    watching = {(EVENTS, "list"), (PODS, "list"), (POD_LOGS, "get")}
+    assert runs == {(EVALUATIONS, v) for v in verbs} | watching  # checked below: non-empty
     wrong = []
     asked = 0
     for place, namespace in places(server_account):
@@ -442,6 +448,11 @@ def test_a_launch_is_created_by_the_server_account_and_runs_on_the_exec_node(
             return f"{operator.tail(30)}\n--- mlms serve\n{served.tail(20)}"
 
         launch = wait_for("the launch to end", ended, 300, detail, interval=1)
+        # Watched as the server's account: the Events of the evaluation, its Job and pod,
+        # and the agent's log (its lines, or why the kubelet gave none: never an error).
+        base = f"/api/v1/launches/{item['launch_id']}"
+        events = http.get(f"{base}/events", headers=reads)
+        log = http.get(f"{base}/log", params={"tail": 50}, headers=reads)
     evaluation = kube.get(evaluation_path(namespace, item["evaluation"]))
     status = evaluation.get("status") or {}
     assert launch["state"] == "succeeded", (launch, status.get("message"), states)
@@ -449,3 +460,12 @@ def test_a_launch_is_created_by_the_server_account_and_runs_on_the_exec_node(
     assert launch["run_id"] == status["runId"]
     assert status["stack"]["node"] == CPU_EXEC_NODE
     assert status["summary"]["top1"] > 0.9
+    assert events.status_code == 200 and log.status_code == 200, (events.text, log.text)
+    watched, tail = events.json(), log.json()
+    assert watched["job"] == status["jobName"] and watched["pods"], watched
+    about = {(e["kind"], e["name"]) for e in watched["items"]}
+    assert ("Job", status["jobName"]) in about, watched  # the Job controller's SuccessfulCreate
+    assert "cannot read" not in (watched["reason"] or ""), watched  # the Role allows it
+    assert tail["pod"] == watched["pods"][-1], tail
+    assert tail["lines"] or tail["reason"], tail
+    assert "HTTP 403" not in (tail["reason"] or ""), tail

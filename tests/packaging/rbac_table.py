@@ -64,6 +64,7 @@ SWEEPS_FINALIZERS = _r(MLMS, "evaluationsweeps", "finalizers")
 MODELS = _r(MLMS, "models")
 JOBS = _r("batch", "jobs")
 PODS = _r("", "pods")
+POD_LOGS = _r("", "pods", "log")
 CONFIGMAPS = _r("", "configmaps")
 SERVICE_ACCOUNTS = _r("", "serviceaccounts")
 ROLES = _r("rbac.authorization.k8s.io", "roles")
@@ -90,7 +91,7 @@ CHECKED: tuple[Resource, ...] = (
     _r("batch", "jobs", "status"),
     PODS,
     _r("", "pods", "status"),
-    _r("", "pods", "log"),
+    POD_LOGS,
     _r("", "pods", "exec"),
     _r("", "pods", "attach"),
     _r("", "pods", "eviction"),
@@ -249,6 +250,13 @@ SERVER: tuple[Grant, ...] = (
           "may replace it"),
     Grant(EVALUATIONS, ("delete",), Scope.RUNS, When.LAUNCHES,
           "ClusterLaunches.cancel, and undoing a launch refused half way (uid precondition)"),
+    Grant(EVENTS, ("list",), Scope.RUNS, When.LAUNCHES,
+          "server.launch_watch.read_events: a launch's evaluation, Job and pods, by field "
+          "selector on involvedObject"),
+    Grant(PODS, ("list",), Scope.RUNS, When.LAUNCHES,
+          "launch_watch.read_events and read_log: the pods of the evaluation's Job, by label"),
+    Grant(POD_LOGS, ("get",), Scope.RUNS, When.LAUNCHES,
+          "launch_watch.read_log: the tail of the agent container's log (tailLines)"),
 )  # fmt: skip
 """The results server's ServiceAccount (``<fullname>-server``), which exists only with
 ``server.launch.namespace``; RUNS is that namespace (the server's own, the release namespace,

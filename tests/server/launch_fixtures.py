@@ -1,6 +1,7 @@
 """Helpers of the launch tests: the example catalog with its digits CNN where `mlms run` looks
 for ``pvc://mlmodelscope-examples/...`` ($MLMS_PVC_ROOT), an app with launch workers over a
-SQLite store, and waiting on a launch's state."""
+SQLite store, and waiting on a launch's state; the same app launching into the shared fake
+API server (:func:`cluster_client`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from typing import Any, Final
 from fastapi.testclient import TestClient
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN, bearer
 
+from fakes import FakeApiServer, FakeKube
+from mlmodelscope.contract.kube import evaluation_path
 from mlmodelscope.devtools.telemetry_servers import wait_until
 from mlmodelscope.server.app import ServeSettings, create_app
+from mlmodelscope.server.launch_cluster import ClusterLaunches
 from mlmodelscope.server.launch_queue import FINAL, LaunchWorkers
 
 CATALOG: Final = Path(__file__).parents[2] / "examples" / "catalog"
@@ -38,6 +42,8 @@ spec:
   dataset: {type: digits}
 """
 """A queued document `mlms run` refuses at once (exit status 2): a worker's cheapest launch."""
+NS: Final = "team-a"
+"""Where the cluster tests launch (`mlms serve --launch-namespace team-a`)."""
 
 
 @contextmanager
@@ -79,3 +85,36 @@ def wait_for_state(
 
     wait_until(reached, timeout_s, f"launch {launch_id}", interval_s=0.05)
     return seen
+
+
+@contextmanager
+def cluster_client(store_url: str, api: FakeApiServer, **more: Any) -> Iterator[TestClient]:
+    """The app over ``store_url`` launching into ``NS`` of ``api`` (the follower polls rarely:
+    the tests drive it with GETs and :meth:`ClusterLaunches.sync`); ``more`` settings."""
+    settings = ServeSettings(
+        store_url=store_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG),),
+        launch_namespace=NS,
+        **more,
+    )
+    app = create_app(settings, kube=FakeKube(api))
+    with TestClient(app, headers=bearer(READ_TOKEN)) as client:
+        target = app.state.launch_target
+        assert isinstance(target, ClusterLaunches)
+        target.poll_s = 3600.0
+        yield client
+
+
+def set_phase(api: FakeApiServer, name: str, **status: Any) -> None:
+    """Write the evaluation's status as the operator would (through ``/status``)."""
+    api.handle("PATCH", evaluation_path(NS, name) + "/status", {"status": status}, {})
+
+
+def launch_in(client: TestClient, form: dict[str, Any]) -> list[dict[str, Any]]:
+    """Launch ``form`` (write token); its launch items."""
+    answer = client.post("/api/v1/launches", json=form, headers=WRITE)
+    assert answer.status_code == 202, answer.text
+    items: list[dict[str, Any]] = answer.json()["launches"]
+    return items

@@ -6,24 +6,19 @@ deletes them on cancel. :func:`decide`, the phase-to-state mapping, is tested on
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from launch_fixtures import CATALOG, DIGITS, WRITE
-from serve_fixtures import READ_TOKEN, WRITE_TOKEN, bearer
+from launch_fixtures import DIGITS, NS, WRITE, cluster_client, launch_in, set_phase
 
-from fakes import FakeApiServer, FakeKube
+from fakes import FakeApiServer
 from mlmodelscope.contract.kube import evaluation_path
-from mlmodelscope.server.app import ServeSettings, create_app
 from mlmodelscope.server.launch_cluster import (
     LAUNCH_LABEL,
     Change,
-    ClusterLaunches,
     Observed,
     decide,
     labelled,
@@ -32,7 +27,6 @@ from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchState
 from mlmodelscope.spec.status import Phase
 from mlmodelscope.store import open_store
 
-NS = "team-a"
 TWO = {**DIGITS, "frameworks": ["onnxruntime", "pytorch"]}
 
 
@@ -125,36 +119,6 @@ def test_labelled_keeps_the_document_and_adds_the_launch_label() -> None:
     assert "labels" not in document["metadata"]
 
 
-@contextmanager
-def cluster_client(store_url: str, api: FakeApiServer) -> Iterator[TestClient]:
-    """The app over ``store_url`` launching into ``NS`` of ``api`` (the follower polls rarely:
-    the tests drive it with GETs and :meth:`ClusterLaunches.sync`)."""
-    settings = ServeSettings(
-        store_url=store_url,
-        read_token=READ_TOKEN,
-        write_token=WRITE_TOKEN,
-        catalog=(str(CATALOG),),
-        launch_namespace=NS,
-    )
-    app = create_app(settings, kube=FakeKube(api))
-    with TestClient(app, headers=bearer(READ_TOKEN)) as client:
-        target = app.state.launch_target
-        assert isinstance(target, ClusterLaunches)
-        target.poll_s = 3600.0
-        yield client
-
-
-def _set_phase(api: FakeApiServer, name: str, **status: Any) -> None:
-    api.handle("PATCH", evaluation_path(NS, name) + "/status", {"status": status}, {})
-
-
-def _launch(client: TestClient, form: dict[str, Any]) -> list[dict[str, Any]]:
-    answer = client.post("/api/v1/launches", json=form, headers=WRITE)
-    assert answer.status_code == 202, answer.text
-    items: list[dict[str, Any]] = answer.json()["launches"]
-    return items
-
-
 def _state(client: TestClient, launch_id: str) -> dict[str, Any]:
     answer = client.get(f"/api/v1/launches/{launch_id}")
     answer.raise_for_status()
@@ -169,7 +133,7 @@ def test_a_launch_creates_the_previewed_evaluations_and_follows_their_phases(
     api.add_namespace(NS)
     with cluster_client(sqlite_url, api) as client:
         preview = client.post("/api/v1/launches?dry_run=true", json=TWO, headers=WRITE).json()
-        items = _launch(client, TWO)
+        items = launch_in(client, TWO)
         created = {o["metadata"]["name"]: o for o in api.of("modelevaluations", NS)}
         assert sorted(created) == sorted(preview["evaluations"])
         for item, document in zip(items, yaml.safe_load_all(preview["yaml"]), strict=True):
@@ -181,10 +145,10 @@ def test_a_launch_creates_the_previewed_evaluations_and_follows_their_phases(
         assert api.of("modelevaluations", "default") == []
         first, second = (i["launch_id"] for i in items)
 
-        _set_phase(api, items[0]["evaluation"], phase="Running")
+        set_phase(api, items[0]["evaluation"], phase="Running")
         running = _state(client, first)  # a GET reads the evaluation
         assert running["state"] == "running" and running["started_at"]
-        _set_phase(api, items[0]["evaluation"], phase="Succeeded", runId=RUN_ID)
+        set_phase(api, items[0]["evaluation"], phase="Succeeded", runId=RUN_ID)
         done = _state(client, first)
         assert (done["state"], done["run_id"], done["finished_at"] is not None) == (
             "succeeded",
@@ -192,7 +156,7 @@ def test_a_launch_creates_the_previewed_evaluations_and_follows_their_phases(
             True,
         )
 
-        _set_phase(api, items[1]["evaluation"], phase="Failed", message="no GPU here")
+        set_phase(api, items[1]["evaluation"], phase="Failed", message="no GPU here")
         target = client.app.state.launch_target  # type: ignore[attr-defined]
         assert target.sync() == 1  # one LIST follows every launch
         failed = client.get("/api/v1/launches?state=failed").json()["items"]
@@ -207,15 +171,15 @@ def test_cancel_deletes_the_evaluation_and_a_deleted_one_cancels_its_launch(
     api = FakeApiServer()
     api.add_namespace(NS)
     with cluster_client(sqlite_url, api) as client:
-        [kept] = _launch(client, DIGITS)
-        _set_phase(api, kept["evaluation"], phase="Running")
+        [kept] = launch_in(client, DIGITS)
+        set_phase(api, kept["evaluation"], phase="Running")
         answer = client.post(f"/api/v1/launches/{kept['launch_id']}/cancel", headers=WRITE)
         assert answer.status_code == 200, answer.text
         assert answer.json()["state"] == "cancelled"
         assert api.of("modelevaluations", NS) == []
         assert api.requests[("delete", "modelevaluations")] == 1
 
-        [other] = _launch(client, {**DIGITS, "name": "again"})
+        [other] = launch_in(client, {**DIGITS, "name": "again"})
         api.handle("DELETE", evaluation_path(NS, other["evaluation"]), None, {})
         gone = _state(client, other["launch_id"])
         assert gone["state"] == "cancelled"

@@ -31,6 +31,8 @@ connection."""
 """Objects per LIST page (Kopf's own listings use ``settings.watching.chunk_size``)."""
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"
+JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+"""The label the Job controller puts on each pod of a Job."""
 MODELS: Final = "models"
 
 
@@ -192,8 +194,24 @@ class Kube:
         content_type: str = JSON,
     ) -> Any:
         """One request; returns the decoded JSON answer, raises :class:`KubeError` on non-2xx."""
+        text = self._send(method, path, body, params, content_type, JSON)
+        return json.loads(text) if text else None
+
+    def text(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        """A GET whose answer is plain text (``pods/NAME/log``); :class:`KubeError` on non-2xx."""
+        return self._send("GET", path, None, params, JSON, "text/plain, */*")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        content_type: str,
+        accept: str,
+    ) -> str:
         url_path = path + (f"?{urlencode(dict(params))}" if params else "")
-        headers = {"Accept": JSON}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         method, url, headers, _, _ = self.api_client.param_serialize(
@@ -214,7 +232,7 @@ class Kube:
         text = (response.data or b"").decode("utf-8", errors="replace")
         if not 200 <= response.status <= 299:
             raise KubeError(response.status, method, path, text)
-        return json.loads(text) if text else None
+        return text
 
     def _observe(self, method: str, path: str, status: int) -> None:
         if self.observer is not None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from mlmodelscope import API_GROUP
+from mlmodelscope.contract.kube import JOB_NAME_LABEL as JOB_NAME_LABEL  # pods of a Job
 
 MAX_NAME: Final = 63
 """Job names end up in the pod label ``batch.kubernetes.io/job-name`` (a label value, <= 63)."""
@@ -27,8 +28,6 @@ LABEL_INSTANCE: Final = "app.kubernetes.io/instance"
 LABEL_EVALUATION: Final = f"{API_GROUP}/evaluation"
 LABEL_GENERATION: Final = f"{API_GROUP}/generation"
 LABEL_KUEUE_QUEUE: Final = "kueue.x-k8s.io/queue-name"
-JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
-"""The label the Job controller puts on each pod of a Job."""
 """On an evaluation: submit its Job to this Kueue LocalQueue (created suspended, see builders)."""
 MANAGED_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 """Server-side label selector for the Jobs and Pods the operator watches."""

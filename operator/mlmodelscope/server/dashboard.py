@@ -48,9 +48,10 @@ from mlmodelscope.report.compare import (
 from mlmodelscope.report.html import esc
 from mlmodelscope.server import auth
 from mlmodelscope.server.launch_queue import LaunchQueue
+from mlmodelscope.server.launch_watch import trace_of
 from mlmodelscope.server.pages import launch, render
 from mlmodelscope.server.pages import leaderboard as board
-from mlmodelscope.server.state import settings_of, store_of
+from mlmodelscope.server.state import launch_target_of, settings_of, store_of
 from mlmodelscope.server.sweep_launches import SweepLaunches
 from mlmodelscope.spec.resources import FileModels
 from mlmodelscope.store import queries
@@ -374,7 +375,15 @@ def launch_page(request: Request, launch_id: str) -> HTMLResponse:
     found = LaunchQueue(store_of(request)).get(launch_id)
     if found is None:
         raise HTTPException(404, f"No launch {launch_id!r}.")
-    return html(request, launch.launch_page(found))
+    trace_id = trace_of(store_of(request).get(found.run_id)) if found.run_id else None
+    watched = None
+    if found.namespace is not None:  # in the cluster: its Events and agent log
+        target = launch_target_of(request)
+        events = target.events(found)
+        watched = (events, target.log(found, launch.PAGE_TAIL))
+        trace_id = trace_id or events.trace_id
+    jaeger_url = settings_of(request).jaeger_url
+    return html(request, launch.launch_page(found, jaeger_url, trace_id, watched))
 
 
 @router.get("/sweep-launches/{sweep_id}", response_class=HTMLResponse, dependencies=READ)

@@ -3,6 +3,11 @@ EvaluationSweep (``kind: sweep``), preview them, queue them for the server's wor
 and cancel them. A sweep's children are launches like any other; ``/api/v1/sweep-launches/{id}``
 reads the sweep with its children and its state (summed up from theirs), and cancels them all.
 
+A launch in the cluster (`mlms serve --launch-namespace`) is also watched:
+``/api/v1/launches/{id}/events`` answers the Kubernetes Events of its ModelEvaluation, Job and
+pods, ``/api/v1/launches/{id}/log?tail=N`` the last lines of its agent's log; for a launch on
+this server's own workers both answer 200 with ``applies: false`` and the reason, nothing else.
+
 Launching and cancelling need the write token; listing and reading need what every read does.
 An invalid form is 422 in FastAPI's shape, one entry per problem, ``loc`` naming the form's
 field (``["body", "batch_sizes"]``) and ``msg`` the spec path and what is wrong with it.
@@ -20,6 +25,14 @@ from mlmodelscope.server.api import PROBLEMS, Problem
 from mlmodelscope.server.auth import require_read, require_write
 from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchState, NewLaunch
 from mlmodelscope.server.launch_target import LaunchRefusedError
+from mlmodelscope.server.launch_watch import (
+    DEFAULT_TAIL,
+    MAX_TAIL,
+    EventRecord,
+    LaunchEvents,
+    LogTail,
+    trace_of,
+)
 from mlmodelscope.server.launches import (
     InvalidLaunchError,
     LaunchForm,
@@ -27,6 +40,7 @@ from mlmodelscope.server.launches import (
     build_documents,
     build_sweep,
 )
+from mlmodelscope.server.pages.render import trace_link
 from mlmodelscope.server.state import launch_target_of, launches_of, settings_of, store_of
 from mlmodelscope.server.sweep_launches import SweepLaunches, SweepRow
 from mlmodelscope.spec.resources import FileModels
@@ -70,6 +84,10 @@ class LaunchItem(BaseModel):
     """That ModelEvaluation's uid."""
     sweep_id: str | None = None
     """The sweep launch it is a child of (``/api/v1/sweep-launches/{sweep_id}``), if any."""
+    trace_id: str | None = None
+    """Its run's trace id, when the run is recorded in this server's store (one launch only)."""
+    trace_url: str | None = None
+    """That trace in Jaeger, when the server has a Jaeger URL."""
     location: str
 
     @classmethod
@@ -139,6 +157,83 @@ class LaunchAnswer(BaseModel):
     """One per evaluation; empty for a dry run."""
     sweep: SweepItem | None = None
     """The queued sweep with its children (kind sweep, not a dry run)."""
+
+
+class LaunchEvent(BaseModel):
+    """One Kubernetes Event about a launch's ModelEvaluation, Job or pod (message redacted)."""
+
+    time: str | None
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+    kind: str
+    """ModelEvaluation, Job or Pod."""
+    name: str
+    count: int
+
+    @classmethod
+    def of(cls, record: EventRecord) -> LaunchEvent:
+        return cls(**vars(record))
+
+
+class LaunchEventsAnswer(BaseModel):
+    """The Events of a cluster launch, newest last (at most 200)."""
+
+    launch_id: str
+    applies: bool
+    """False for a launch on this server's own workers: nothing is read, ``reason`` says so."""
+    reason: str | None
+    """Why some or all are missing: no Job yet, the evaluation gone, a read refused."""
+    job: str | None
+    """The evaluation's Job (``status.jobName``)."""
+    pods: list[str]
+    """That Job's pods, oldest first."""
+    trace_id: str | None
+    """The evaluation's ``status.traceID``."""
+    trace_url: str | None
+    """That trace in Jaeger, when the server has a Jaeger URL."""
+    items: list[LaunchEvent]
+
+    @classmethod
+    def of(cls, launch_id: str, found: LaunchEvents, jaeger_url: str | None) -> LaunchEventsAnswer:
+        return cls(
+            launch_id=launch_id,
+            applies=found.applies,
+            reason=found.reason,
+            job=found.job,
+            pods=list(found.pods),
+            trace_id=found.trace_id,
+            trace_url=trace_link(jaeger_url, found.trace_id),
+            items=[LaunchEvent.of(r) for r in found.items],
+        )
+
+
+class LaunchLogAnswer(BaseModel):
+    """The last lines of a cluster launch's agent log (redacted), and why there are none."""
+
+    launch_id: str
+    applies: bool
+    """False for a launch on this server's own workers."""
+    reason: str | None
+    """Why there are no lines: no pod yet, the container not started, a read refused."""
+    pod: str | None
+    """The newest pod of the evaluation's Job, whose log this is."""
+    container: str
+    tail: int
+    lines: list[str]
+
+    @classmethod
+    def of(cls, launch_id: str, found: LogTail, tail: int) -> LaunchLogAnswer:
+        return cls(
+            launch_id=launch_id,
+            applies=found.applies,
+            reason=found.reason,
+            pod=found.pod,
+            container=found.container,
+            tail=tail,
+            lines=list(found.lines),
+        )
 
 
 class LaunchPage(BaseModel):
@@ -254,7 +349,37 @@ def list_launches(
 
 @router.get("/launches/{launch_id}", summary="One launch: its state and run", responses=NOT_FOUND)
 def get_launch(request: Request, launch_id: LaunchId) -> LaunchItem:
-    return LaunchItem.of(launch_target_of(request).current(_launch_key(request, launch_id)))
+    item = LaunchItem.of(launch_target_of(request).current(_launch_key(request, launch_id)))
+    if item.run_id:
+        item.trace_id = trace_of(store_of(request).get(item.run_id))
+        item.trace_url = trace_link(settings_of(request).jaeger_url, item.trace_id)
+    return item
+
+
+@router.get(
+    "/launches/{launch_id}/events",
+    summary="A cluster launch's Kubernetes Events (its evaluation, Job and pods), newest last",
+    responses=NOT_FOUND,
+)
+def launch_events(request: Request, launch_id: LaunchId) -> LaunchEventsAnswer:
+    found = launch_target_of(request).events(_launch_key(request, launch_id))
+    return LaunchEventsAnswer.of(launch_id, found, settings_of(request).jaeger_url)
+
+
+@router.get(
+    "/launches/{launch_id}/log",
+    summary="The last lines of a cluster launch's agent log (its Job's newest pod)",
+    responses=NOT_FOUND,
+)
+def launch_log(
+    request: Request,
+    launch_id: LaunchId,
+    tail: Annotated[
+        int, Query(ge=1, le=MAX_TAIL, description="Lines from the end of the log.")
+    ] = DEFAULT_TAIL,
+) -> LaunchLogAnswer:
+    found = launch_target_of(request).log(_launch_key(request, launch_id), tail)
+    return LaunchLogAnswer.of(launch_id, found, tail)
 
 
 @router.post(

@@ -26,6 +26,14 @@ import pydantic
 from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
 from mlmodelscope.server.launch_queue import FINAL, LaunchQueue, LaunchRow, LaunchState, NewLaunch
 from mlmodelscope.server.launch_target import LaunchRefusedError
+from mlmodelscope.server.launch_watch import (
+    LaunchEvents,
+    LogTail,
+    local_events,
+    local_log,
+    read_events,
+    read_log,
+)
 from mlmodelscope.server.launches import BuiltEvaluation, as_yaml
 from mlmodelscope.spec.status import EvaluationStatus, Phase
 
@@ -192,6 +200,20 @@ class ClusterLaunches:
             return row
         self._apply(row, decide(row, None if found is None else Observed.of(found)))
         return self.queue.get(row.launch_id) or row
+
+    def events(self, row: LaunchRow) -> LaunchEvents:
+        """The Events of the launch's evaluation, its Job and pods (:mod:`.launch_watch`)."""
+        ref = EvaluationRef.of(row)
+        if ref is None:
+            return local_events()
+        return read_events(self.kube, ref.namespace, ref.name, ref.uid)
+
+    def log(self, row: LaunchRow, tail: int) -> LogTail:
+        """The tail of the agent's log in the newest pod of the launch's Job."""
+        ref = EvaluationRef.of(row)
+        if ref is None:
+            return local_log()
+        return read_log(self.kube, ref.namespace, ref.name, tail)
 
     def sync(self) -> int:
         """Compare every launch in the cluster not yet ended with its evaluation (one LIST per

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchWorkers, NewLaunch
+from mlmodelscope.server.launch_watch import LaunchEvents, LogTail, local_events, local_log
 from mlmodelscope.server.launches import BuiltEvaluation, as_yaml
 
 
@@ -34,6 +35,14 @@ class LaunchTarget(Protocol):
 
     def current(self, row: LaunchRow) -> LaunchRow:
         """The launch as it is now (a cluster launch reads its evaluation first)."""
+        ...
+
+    def events(self, row: LaunchRow) -> LaunchEvents:
+        """The Kubernetes Events of the launch's evaluation, Job and pods (cluster only)."""
+        ...
+
+    def log(self, row: LaunchRow, tail: int) -> LogTail:
+        """The last ``tail`` lines of its agent's log (cluster only)."""
         ...
 
     def start(self) -> None: ...
@@ -60,6 +69,12 @@ class LocalLaunches:
 
     def current(self, row: LaunchRow) -> LaunchRow:
         return row
+
+    def events(self, row: LaunchRow) -> LaunchEvents:
+        return local_events()
+
+    def log(self, row: LaunchRow, tail: int) -> LogTail:
+        return local_log()
 
     def start(self) -> None:
         self.workers.start()

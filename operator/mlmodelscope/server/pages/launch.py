@@ -4,7 +4,9 @@
   Models, devices), frameworks, scenario, batch sizes, dataset, and the write token; Preview
   shows the ModelEvaluation (or EvaluationSweep) YAML, Launch queues it;
 - the launches (``/launches``) and one launch (``/launches/{id}``): their state, kept current
-  by polling ``GET /api/v1/launches/{id}`` without reloading, and the run once recorded;
+  by polling ``GET /api/v1/launches/{id}`` without reloading, the run once recorded and a link
+  to its trace; a launch in the cluster also shows its Kubernetes Events and the tail of its
+  agent's log, refreshed from ``/events`` and ``/log`` of that launch while it polls;
 - one sweep launch (``/sweep-launches/{id}``): the sweep's state, its children's, and their
   runs, kept current by polling ``GET /api/v1/sweep-launches/{id}``; Cancel cancels them all.
 
@@ -22,12 +24,15 @@ from typing import Final
 from urllib.parse import quote
 
 from mlmodelscope.server.launch_queue import FINAL, LaunchRow
+from mlmodelscope.server.launch_watch import LaunchEvents, LogTail
 from mlmodelscope.server.launches import DEVICES, FRAMEWORKS, SCENARIOS
-from mlmodelscope.server.pages.render import esc, page, run_url
+from mlmodelscope.server.pages.render import esc, page, run_url, trace_link
 from mlmodelscope.server.sweep_launches import SweepRow
 from mlmodelscope.spec.manifest import ModelManifest
 
 SCRIPT_PATH: Final = "/static/launch.js"
+PAGE_TAIL: Final = 200
+"""Log lines a launch's page shows."""
 DATASET_TYPES: Final = ("digits", "synthetic", "imagefolder", "npz", "masks", "text", "coco")
 
 
@@ -239,9 +244,57 @@ def sweep_page(row: SweepRow) -> str:
     return page(f"Sweep {row.name}", body + _script())
 
 
-def launch_page(row: LaunchRow) -> str:
-    """One launch: its state (updated without reloading), the run once recorded, its YAML,
-    and a Cancel form while it has not ended."""
+def _trace_cell(trace_id: str | None, jaeger_url: str | None) -> str:
+    """The trace row's cell: a link into Jaeger, the bare id without a Jaeger URL, or a note;
+    ``data-jaeger-url`` lets the script link a trace id it learns later."""
+    url = trace_link(jaeger_url, trace_id)
+    if url is not None:
+        inner = f'<a href="{esc(url)}"><code>{esc(trace_id or "")}</code> in Jaeger</a>'
+    elif trace_id:
+        inner = f"<code>{esc(trace_id)}</code> (no Jaeger URL: <code>mlms trace</code>)"
+    else:
+        inner = "none yet"
+    return f'<td class="trace" data-jaeger-url="{esc(jaeger_url or "")}">{inner}</td>'
+
+
+def _event_rows(events: LaunchEvents) -> str:
+    return "".join(
+        f'<tr class="event-{esc(e.type)}"><td>{esc((e.time or "").replace("T", " ")[:19])}</td>'
+        f"<td>{esc(e.type)}</td><td>{esc(e.reason)}</td><td>{esc(e.kind)}/{esc(e.name)}</td>"
+        f'<td class="wrap">{esc(e.message)}'
+        + (f" (x{e.count})" if e.count > 1 else "")
+        + "</td></tr>"
+        for e in events.items
+    )
+
+
+def _watch(launch_id: str, events: LaunchEvents, log: LogTail) -> str:
+    """A cluster launch's Events and agent log, as read when the page was made; the script
+    refreshes both (``data-watch-id``) while the launch has not ended."""
+    head = "".join(f"<th>{c}</th>" for c in ("time (UTC)", "type", "reason", "object", "message"))
+    pod = f" (pod {esc(log.pod)}, container {esc(log.container)})" if log.pod else ""
+    return (
+        f'<section id="launch-watch" data-watch-id="{esc(launch_id)}" data-tail="{PAGE_TAIL}">'
+        f'<h2>Events</h2><p class="note events-reason">{esc(events.reason or "")}</p>'
+        f'<div class="scroll"><table class="listing" id="launch-events"><thead><tr>{head}</tr>'
+        f"</thead><tbody>{_event_rows(events)}</tbody></table></div>"
+        f'<h2>Agent log <span class="log-pod">{pod}</span></h2>'
+        f'<p class="note log-reason">{esc(log.reason or "")}</p>'
+        f'<pre class="spec log" id="launch-log">{esc(chr(10).join(log.lines))}</pre>'
+        "</section>"
+    )
+
+
+def launch_page(
+    row: LaunchRow,
+    jaeger_url: str | None = None,
+    trace_id: str | None = None,
+    watched: tuple[LaunchEvents, LogTail] | None = None,
+) -> str:
+    """One launch: its state (updated without reloading), the run once recorded, the link to
+    its trace (``trace_id``: the recorded run's, or the evaluation's), its YAML, and a Cancel
+    form while it has not ended; for a launch in the cluster (``watched``) its Events and the
+    tail of its agent's log."""
     final = "true" if row.state in FINAL else "false"
     run = (
         f'<a href="{esc(run_url(row.run_id))}">run {esc(row.run_id)}</a>'
@@ -253,8 +306,10 @@ def launch_page(row: LaunchRow) -> str:
         f"<tr><th>state</th>"
         f'<td class="state state-{esc(row.state)}">{esc(row.state)}</td></tr>'
         f'<tr><th>run</th><td class="run">{run}</td></tr>'
+        f"<tr><th>trace</th>{_trace_cell(trace_id, jaeger_url)}</tr>"
         f"<tr><th>evaluation</th><td>{esc(row.evaluation)}</td></tr>"
-        f"<tr><th>model</th><td>{esc(row.model_name or '')}</td></tr>"
+        + (f"<tr><th>namespace</th><td>{esc(row.namespace)}</td></tr>" if row.namespace else "")
+        + f"<tr><th>model</th><td>{esc(row.model_name or '')}</td></tr>"
         f"<tr><th>framework</th><td>{esc(row.framework or '')}</td></tr>"
         + (
             f'<tr><th>sweep</th><td><a href="{esc(sweep_url(row.sweep_id))}">'
@@ -282,6 +337,7 @@ def launch_page(row: LaunchRow) -> str:
         '<p><a href="/launches">All launches</a> · <a href="/launch">Launch another</a></p>'
         + facts
         + cancel
+        + (_watch(row.launch_id, *watched) if watched is not None else "")
         + f'<h2>Spec</h2><pre class="spec">{esc(row.spec)}</pre>'
     )
     return page(f"Launch {row.evaluation}", body + _script())
@@ -302,6 +358,70 @@ SCRIPT: Final = """\
     return link;
   }
 
+  function showTrace(element, traceId, traceUrl) {
+    const cell = element.querySelector("td.trace");
+    if (!cell || cell.querySelector("a")) return;
+    const code = document.createElement("code");
+    code.textContent = traceId;
+    if (traceUrl) {
+      const link = document.createElement("a");
+      link.href = traceUrl;
+      link.append(code, " in Jaeger");
+      cell.replaceChildren(link);
+    } else {
+      cell.replaceChildren(code, " (no Jaeger URL: mlms trace)");
+    }
+  }
+
+  async function getJson(url) {
+    const answer = await fetch(url, {headers: {Accept: "application/json"},
+                                     credentials: "same-origin"});
+    return answer.ok ? answer.json() : null;
+  }
+
+  function showEvents(watch, events) {
+    watch.querySelector(".events-reason").textContent = events.reason || "";
+    const rows = events.items.map((event) => {
+      const row = document.createElement("tr");
+      row.className = "event-" + event.type;
+      const message = event.message + (event.count > 1 ? " (x" + event.count + ")" : "");
+      for (const value of [(event.time || "").replace("T", " ").slice(0, 19), event.type,
+                           event.reason, event.kind + "/" + event.name, message]) {
+        const cell = document.createElement("td");
+        cell.textContent = value;
+        row.append(cell);
+      }
+      row.lastChild.className = "wrap";
+      return row;
+    });
+    watch.querySelector("#launch-events tbody").replaceChildren(...rows);
+    const facts = document.querySelector("table.facts[data-launch-id]");
+    if (facts && events.trace_id) showTrace(facts, events.trace_id, events.trace_url);
+  }
+
+  function showLog(watch, log) {
+    watch.querySelector(".log-reason").textContent = log.reason || "";
+    watch.querySelector(".log-pod").textContent = log.pod
+      ? " (pod " + log.pod + ", container " + log.container + ")" : "";
+    const pre = watch.querySelector("#launch-log");
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = log.lines.join("\\n");
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  }
+
+  const watch = document.getElementById("launch-watch");
+  let watchedAt = 0;
+  async function refreshWatch(force) {
+    if (!watch || (!force && Date.now() - watchedAt < 3000)) return;
+    watchedAt = Date.now();
+    const base = API + "/" + encodeURIComponent(watch.dataset.watchId);
+    const [events, log] = await Promise.all([
+      getJson(base + "/events"),
+      getJson(base + "/log?tail=" + encodeURIComponent(watch.dataset.tail))]);
+    if (events) showEvents(watch, events);
+    if (log) showLog(watch, log);
+  }
+
   function show(element, launch) {
     const state = element.querySelector(".state");
     if (state) {
@@ -319,6 +439,7 @@ SCRIPT: Final = """\
       if (cell && value) cell.textContent = name === "message" ? value
         : value.replace("T", " ").slice(0, 19);
     }
+    if (launch.trace_id) showTrace(element, launch.trace_id, launch.trace_url);
     element.dataset.final = FINAL.has(launch.state) ? "true" : "false";
     if (FINAL.has(launch.state) && element.matches("table.facts")) {
       const cancel = document.getElementById("cancel-form");
@@ -339,23 +460,28 @@ SCRIPT: Final = """\
     }
   }
 
-  async function poll(element, url, update) {
+  async function poll(element, url, update, also) {
     let wait = 500;
+    let polled = false;
     while (element.dataset.final !== "true") {
+      polled = true;
       try {
         const answer = await fetch(url, {headers: {Accept: "application/json"},
                                          credentials: "same-origin"});
         if (answer.ok) update(element, await answer.json());
+        if (also) await also(false);
       } catch (error) {
         wait = Math.min(wait * 2, 5000);
       }
       await sleep(wait);
       wait = Math.min(wait + 250, 2000);
     }
+    if (polled && also) await also(true).catch(() => null);  // what happened as it ended
   }
 
   document.querySelectorAll("[data-launch-id]:not(form)").forEach((element) =>
-    poll(element, API + "/" + encodeURIComponent(element.dataset.launchId), show));
+    poll(element, API + "/" + encodeURIComponent(element.dataset.launchId), show,
+         element.matches("table.facts") ? refreshWatch : null));
   document.querySelectorAll("[data-sweep-id]:not(form)").forEach((element) =>
     poll(element, SWEEPS + "/" + encodeURIComponent(element.dataset.sweepId), showSweep));
 

@@ -365,6 +365,13 @@ def _facts(doc: ResultDocument) -> str:
     return f'<table class="facts">{rows}</table>'
 
 
+def trace_link(jaeger_url: str | None, trace_id: str | None) -> str | None:
+    """The trace in the Jaeger UI at ``jaeger_url``; None without either."""
+    if not jaeger_url or not trace_id:
+        return None
+    return f"{jaeger_url.rstrip('/')}/trace/{quote(trace_id, safe='')}"
+
+
 def _trace(doc: ResultDocument, jaeger_url: str | None) -> str:
     if doc.trace_id is None:
         why = doc.tracing.reason if doc.tracing is not None and doc.tracing.reason else None
@@ -379,7 +386,7 @@ def _trace(doc: ResultDocument, jaeger_url: str | None) -> str:
             "this server was started without a Jaeger URL (<code>jaeger_url</code>). "
             f"<code>mlms trace {esc(doc.trace_id)}</code> breaks it down in a terminal.</p>"
         )
-    url = f"{jaeger_url.rstrip('/')}/trace/{quote(doc.trace_id, safe='')}"
+    url = trace_link(jaeger_url, doc.trace_id)
     return (
         f'<p class="trace">Trace <a class="trace" href="{esc(url)}">'
         f"<code>{esc(doc.trace_id)}</code> in Jaeger</a></p>"
