@@ -78,6 +78,7 @@ GO_BUILDS=(
   "kueue:mlmodelscope.devcluster.build kueue"
   "jaeger:mlmodelscope.devtools.jaeger build"
   "helm:mlmodelscope.devtools.helm"
+  "registry:mlmodelscope.devcluster.registry"
 )
 GO_LOGS="${MLMS_CACHE_DIR:-$HOME/.cache/mlmodelscope}/logs"
 GO_PIDS=()

@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 # and the pip/apt installs are network-bound: start the builds first, in the background, and
 # collect them after the installs. They need only the standard library, so the system Python
 # runs them before the venv exists.
-stage "go builds started (control plane, kueue, jaeger, helm)" start_go_builds
+stage "go builds started (control plane, kueue, jaeger, helm, registry)" start_go_builds
 stage "debian packages (prometheus, pushgateway, postgresql, chromium, the real node's)" ensure_debs \
   prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium \
   containerd 'runc:/usr/sbin/runc' 'containernetworking-plugins:/usr/lib/cni/bridge' \

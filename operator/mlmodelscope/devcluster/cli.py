@@ -81,17 +81,19 @@ def up(
     from mlmodelscope.devcluster.build import BuildError
     from mlmodelscope.devcluster.cluster import Cluster, ClusterError
     from mlmodelscope.devcluster.node import NodeError
+    from mlmodelscope.devcluster.registry import RegistryError
 
     cluster = Cluster(_run_dir(run_dir), detach=True, real_node=real_node, log=_err)
     try:
         cluster.start(timeout=timeout)
-    except (ClusterError, BuildError, NodeError) as exc:
+    except (ClusterError, BuildError, NodeError, RegistryError) as exc:
         _err(str(exc))
         if not sys.stdout.isatty():  # captured by eval "$(...)": make the eval fail too
             typer.echo("false")
         raise typer.Exit(1) from exc
     typer.echo(shell_exports(cluster.kubeconfig, cluster.run_dir, cluster.kubectl_dir))
     _err(f"kubectl: {cluster.kubectl_dir / 'kubectl'}   logs: {cluster.logs_dir}")
+    _err(f"registry: push to {cluster.registry_address} (mlms dev-cluster push)")
     _err("stop with: mlms dev-cluster down")
 
 
@@ -143,6 +145,7 @@ def status(
     info = {
         "ready": ready,
         "server": cluster.state.server,
+        "registry": cluster.state.registry,
         "kubeconfig": cluster.state.kubeconfig,
         "components": {
             p.name: {"pid": p.pid, "running": p.name in alive} for p in cluster.state.processes
@@ -154,6 +157,7 @@ def status(
     else:
         typer.echo(f"server {info['server']}  ready={ready}")
         typer.echo(f"KUBECONFIG={info['kubeconfig']}")
+        typer.echo(f"registry {info['registry']}")
         for p in cluster.state.processes:
             typer.echo(f"  {p.name:<24} pid {p.pid:<8} {'running' if p.name in alive else 'DOWN'}")
         if ready:
@@ -188,6 +192,39 @@ def load_images(
     for item in loaded:
         how = "already loaded" if item.cached else f"loaded in {item.seconds:.0f}s"
         _err(f"{item.reference}: {how}")
+
+
+@app.command()
+def push(
+    image: Annotated[str, typer.Argument(help="Image reference in the Docker engine.")],
+    repository: Annotated[
+        str, typer.Option("--repository", "-r", help="Repository in the registry, e.g. mlms/agent.")
+    ],
+    tag: Annotated[str | None, typer.Option(help="Also tag the manifest.")] = None,
+    run_dir: RunDir = None,
+) -> None:
+    """Push an image from the Docker engine ($DOCKER_HOST) to the cluster's registry, by
+    digest, and print the reference a pod uses (registry.mlmodelscope.local/REPO@sha256:…)."""
+    from mlmodelscope.devcluster import registry
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+
+    try:
+        cluster = Cluster.attach(_run_dir(run_dir), log=_err)
+        address = cluster.registry_address
+    except ClusterError as exc:
+        _err(f"not running: {exc}")
+        raise typer.Exit(1) from exc
+    if not address:
+        _err("this cluster was started without a registry: restart it (mlms dev-cluster up)")
+        raise typer.Exit(1)
+    try:
+        pushed = registry.push_docker_image(address, repository, image, tag=tag, log=_err)
+    except registry.RegistryError as exc:
+        _err(str(exc))
+        raise typer.Exit(1) from exc
+    how = "already there" if pushed.cached else f"{pushed.uploaded} blob(s) sent"
+    _err(f"{image}: {how}, {pushed.present} present, {pushed.seconds:.1f}s")
+    typer.echo(pushed.reference)
 
 
 @app.command(hidden=True)

@@ -1,8 +1,9 @@
 """Start, probe and stop a real Kubernetes control plane on loopback, one run dir per cluster.
 
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and the exec kubelet run as
-ordinary processes on free ports; with ``real_node=True`` a real kubelet and containerd run
-pods in containers too (`node`). Every process gets a marker in its environment and its own
+ordinary processes on free ports, beside an OCI registry on loopback (`registry`); with
+``real_node=True`` a real kubelet and containerd run pods in containers too (`node`), pulling
+from that registry. Every process gets a marker in its environment and its own
 process group; `stop` kills by recorded PID and then sweeps /proc for the marker, so nothing
 outlives the cluster, not even a grandchild an exec node started. State lives in
 `<run dir>/state.json`, which is how `mlms dev-cluster down` in another shell finds it.
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from mlmodelscope.devcluster import build, examples, node, nodenet, nodes, pki, versions
+from mlmodelscope.devcluster import build, examples, node, nodenet, nodes, pki, registry, versions
 from mlmodelscope.devcluster.rest import KubeREST
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ KWOK_POD_JITTER_MS: Final = 1000
 NODE_LEASE_SECONDS: Final = 40
 COMPONENT_ORDER: Final = (
     "etcd",
+    "registry",
     "kube-apiserver",
     "kube-controller-manager",
     "kube-scheduler",
@@ -156,6 +158,8 @@ class State:
     """Start to all-nodes-Ready, excluding any build."""
     real_node: bool = False
     """Whether `node.NAME` (kubelet + containerd) is part of this cluster."""
+    registry: str = ""
+    """The registry's ``host:port`` on loopback (pods name it `registry.NAME`)."""
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -229,6 +233,11 @@ class Cluster:
         return self._require_state().server
 
     @property
+    def registry_address(self) -> str:
+        """``host:port`` to push to from this host."""
+        return self._require_state().registry
+
+    @property
     def marker(self) -> str:
         return self._require_state().marker
 
@@ -254,6 +263,7 @@ class Cluster:
         `timeout` covers the start itself; a cold build before it is not counted.
         """
         build.ensure_built(self.log)
+        registry_binary = registry.ensure_registry(self.log)
         if self.real_node:
             node.preflight()
             node.refuse_if_held(self.node_paths, self.run_dir, containerd_runs)  # before starting
@@ -263,7 +273,14 @@ class Cluster:
         self._prepare_run_dir()
         models = examples.fill_claim_folder(self.examples_dir, self.log)  # a cold build: ~1 min
         started = time.monotonic()
-        names = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "scheduler")
+        names = (
+            "etcd",
+            "etcd-peer",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "scheduler",
+            "registry",
+        )
         ports = dict(zip(names, free_ports(len(names)), strict=True))
         self.state = State(
             run_dir=str(self.run_dir),
@@ -273,11 +290,12 @@ class Cluster:
             ports=ports,
             started_at=time.time(),
             real_node=self.real_node,
+            registry=f"127.0.0.1:{ports['registry']}",
         )
         self.state.save(self.state_path)
         deadline = started + timeout
         try:
-            self._start_all(ports, deadline)
+            self._start_all(ports, registry_binary, deadline)
             self._provide_examples(models, deadline)
         except BaseException:
             self.log("start failed; stopping what was started")
@@ -313,7 +331,7 @@ class Cluster:
         content = ", ".join(models) if models else "empty"
         self.log(f"  claim {examples.NAMESPACE}/{examples.CLAIM} bound: {content}")
 
-    def _start_all(self, ports: dict[str, int], deadline: float) -> None:
+    def _start_all(self, ports: dict[str, int], registry_binary: Path, deadline: float) -> None:
         t0 = time.monotonic()
         bins = self.bin_dir
         keys = pki.generate(self.run_dir / "pki", node.NAME if self.real_node else "")
@@ -335,8 +353,13 @@ class Cluster:
                 "--log-level=warn",
             ],
         )
+        address = self._require_state().registry
+        registry.data_dir().mkdir(parents=True, exist_ok=True)
+        self._spawn("registry", registry.argv(registry_binary, address, registry.data_dir()))
         self._wait("etcd", lambda: _http_ok(f"{etcd_url}/health"), deadline)
         self.log(f"  etcd ready ({time.monotonic() - t0:.1f}s)")
+        self._wait("registry", self._readiness("registry"), deadline)
+        self.log(f"  registry ready at {address} ({time.monotonic() - t0:.1f}s)")
         self._spawn(
             "kube-apiserver",
             [
@@ -442,7 +465,8 @@ class Cluster:
 
     def _start_real_node(self, keys: pki.PKI, api_port: int, deadline: float) -> None:
         """containerd (leftover containers of a crashed run removed, the pause image
-        imported), then the kubelet, on the node network (`nodenet`)."""
+        imported, the registry as a plain-HTTP host), then the kubelet, on the node network
+        (`nodenet`)."""
         paths = self.node_paths
         node.claim(paths, self.run_dir, containerd_runs)
         nodenet.setup(api_port)
@@ -457,6 +481,7 @@ class Cluster:
             pause_image=pause,
             ports=(kubelet_port, healthz_port),
         )
+        registry.write_hosts(paths.certs_dir, self._require_state().registry)
         self._spawn("containerd", ["containerd", f"--config={containerd_toml}"])
         self._wait("containerd", ctr.answers, deadline)
         nodenet.remove_netns(ctr.remove_all_containers())
@@ -614,8 +639,8 @@ class Cluster:
     def start_component(self, name: str, timeout: float = 60.0) -> int:
         """Start a stopped component again with the argv, environment, ports, data dir and log
         it had (etcd keeps its data, the API server its address), and wait until it answers
-        (etcd `/health`, the API server `/readyz`; others: still alive after a moment).
-        Returns its new PID."""
+        (etcd `/health`, the API server `/readyz`, the registry `/v2/`; others: still alive
+        after a moment). Returns its new PID."""
         record = self._record(name)
         if self._alive(record.pid):
             raise ClusterError(f"{name} is already running (pid {record.pid})")
@@ -637,6 +662,8 @@ class Cluster:
             return lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health")
         if name == "kube-apiserver":
             return self.is_ready
+        if name == "registry":
+            return lambda: _http_ok(f"http://{self._require_state().registry}/v2/")
         started = time.monotonic()
         return lambda: time.monotonic() - started > 1.0  # `_wait` fails if it died meanwhile
 

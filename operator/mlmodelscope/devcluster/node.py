@@ -106,6 +106,11 @@ class Paths:
         return self.cache / "images.json"
 
     @property
+    def certs_dir(self) -> Path:
+        """containerd's registry host configurations (``<host>/hosts.toml``)."""
+        return self.node / "certs.d"
+
+    @property
     def kubelet_root(self) -> Path:
         return self.node / "kubelet"
 
@@ -117,7 +122,8 @@ def containerd_config(paths: Paths, pause_image: str) -> str:
     """containerd 1.6's config: its own root, state and socket (never the host's), the CRI
     plugin with cgroupfs, the CNI bridge config and a local pause image. The CRI plugin
     restricts ``oom_score_adj`` (a process here may not lower it; runc fails the sandbox
-    otherwise) and never pulls: images are loaded into it (`load_images`)."""
+    otherwise). Images are loaded into it (`load_images`) or pulled from the dev cluster's
+    registry, whose ``hosts.toml`` files (`registry.write_hosts`) are under `Paths.certs_dir`."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
 root = "{paths.containerd_root}"
@@ -151,6 +157,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   BinaryName = "{shutil.which("runc") or "runc"}"
   Root = "{paths.containerd_state / "runc"}"
   SystemdCgroup = false
+
+[{cri}.registry]
+  config_path = "{paths.certs_dir}"
 
 [{cri}.cni]
   bin_dir = "{CNI_BIN_DIR}"
@@ -186,7 +195,8 @@ def kubelet_config(paths: Paths, ca_cert: Path, port: int, healthz_port: int) ->
     """The KubeletConfiguration for this machine kind: cgroup v1 controllers (cgroupfs, v1
     allowed), no swap check, no QoS cgroup tree or node-allocatable enforcement (this kubelet
     shares the machine with everything else), x509 + webhook auth for the API server's calls,
-    and image garbage collection off (the images are loaded, not pulled)."""
+    and image garbage collection off (an image loaded or pulled stays: loading one takes
+    minutes)."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -529,7 +539,7 @@ def write_files(
     config, kubelet kubeconfig)."""
     import base64
 
-    for sub in ("cni", "pod-logs", "volume-plugins", "kubelet", "kubelet-pki"):
+    for sub in ("cni", "pod-logs", "volume-plugins", "kubelet", "kubelet-pki", "certs.d"):
         (paths.node / sub).mkdir(parents=True, exist_ok=True)
     for folder in (paths.containerd_root, paths.containerd_state):
         folder.mkdir(parents=True, exist_ok=True)

@@ -88,9 +88,10 @@ def _real_node_possible() -> str:
 def cluster() -> Iterator[Cluster]:
     """A started control plane with the simulated node pools and, where this machine allows
     (root, containerd, runc, CNI plugins, iptables), the real node; stopped after the session."""
-    from mlmodelscope.devcluster import build
+    from mlmodelscope.devcluster import build, registry
 
-    if shutil.which("go") is None and not all(build.is_built(c) for c in versions.ALL_COMPONENTS):
+    built = all(build.is_built(c) for c in versions.ALL_COMPONENTS) and registry.is_built()
+    if shutil.which("go") is None and not built:
         pytest.skip("the dev cluster needs Go >= 1.26 to build (or a prebuilt cache)")
     _runs_dir().mkdir(parents=True, exist_ok=True)
     _prune_runs()

@@ -1,0 +1,505 @@
+"""The dev cluster's OCI registry, and pushing images to it by digest.
+
+The registry is ``hack/registry`` (a few lines around go-containerregistry's ``pkg/registry``,
+pinned by its go.mod to `versions.GO_CONTAINERREGISTRY_VERSION`), built once into
+``<cache>/tools/registry-<version>/``. The cluster runs it on loopback, plain HTTP, with its
+blobs and manifests under ``<cache>/registry/`` so a pushed image outlives the cluster.
+
+Pods name it `NAME` (``registry.mlmodelscope.local/<repository>@sha256:…``), a name no DNS
+answers: the real node's containerd maps it to the registry's loopback address with a
+``hosts.toml`` (`write_hosts`), so a reference stays the same whichever port the registry got.
+From this host, push to the address itself (`push_archive`, `push_docker_image`).
+
+A push reads an image archive, an OCI image layout (what ``docker save`` writes since Docker
+25, and what `node.pause_image_archive` builds) or the older ``docker save`` format (Debian's
+Docker engine), and uploads each blob in one request, uncompressed as it is in the archive:
+no layer is gzipped on this 2-core machine, and the same image always gets the same digest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from mlmodelscope.devcluster import versions
+from mlmodelscope.devcluster.build import go_env
+
+Log = Callable[[str], None]
+
+NAME: Final = "registry.mlmodelscope.local"
+"""The registry's name in image references; containerd resolves it through `hosts_toml`."""
+SOURCE_DIR: Final = Path(__file__).resolve().parents[3] / "hack" / "registry"
+SOURCE_FILES: Final = ("go.mod", "go.sum", "main.go")
+INDEX_TYPES: Final = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+USER_AGENT: Final = "mlmodelscope-push"
+"""How a push from this host shows in the registry's request log."""
+MANIFEST_TYPE: Final = "application/vnd.oci.image.manifest.v1+json"
+CONFIG_TYPE: Final = "application/vnd.oci.image.config.v1+json"
+LAYER_TYPE: Final = "application/vnd.oci.image.layer.v1.tar"
+"""Layers are pushed as they are in the archive: uncompressed tars."""
+SMALL_BLOB: Final = 4 << 20
+"""Blobs up to this size are read into memory (manifests, configs); larger ones stream."""
+
+
+class RegistryError(RuntimeError):
+    """Building, starting or pushing to the registry failed; the message says which step."""
+
+
+def _stderr(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+# ---- where things live ------------------------------------------------------------------
+
+
+def tool_dir() -> Path:
+    """``<cache>/tools/registry-<go-containerregistry version>``: the binary and its stamp."""
+    return versions.cache_base() / "tools" / f"registry-{versions.GO_CONTAINERREGISTRY_VERSION}"
+
+
+def binary_path() -> Path:
+    return tool_dir() / "bin" / "mlms-registry"
+
+
+def data_dir() -> Path:
+    """Blobs and manifests, kept across clusters (a pushed image is pushed once)."""
+    return versions.cache_base() / "registry"
+
+
+# ---- build --------------------------------------------------------------------------------
+
+
+def fingerprint() -> str:
+    """The pin and a hash of the wrapper's sources: a change to either rebuilds."""
+    digest = hashlib.sha256()
+    for name in SOURCE_FILES:
+        digest.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
+    data = {
+        "go-containerregistry": versions.GO_CONTAINERREGISTRY_VERSION,
+        "sources": digest.hexdigest(),
+        "cgo": "0",
+    }
+    return json.dumps(data, sort_keys=True)
+
+
+def _stamp() -> Path:
+    return tool_dir() / "stamp.json"
+
+
+def is_built() -> bool:
+    """True when the binary exists and was built from the current pin and sources."""
+    if not binary_path().is_file() or not _stamp().is_file():
+        return False
+    try:
+        return bool(json.loads(_stamp().read_text())["fingerprint"] == fingerprint())
+    except (ValueError, KeyError, OSError):
+        return False
+
+
+def build(*, force: bool = False, log: Log = _stderr) -> float:
+    """Compile the registry into the tool cache; the seconds it took (0.0 when cached)."""
+    if not force and is_built():
+        return 0.0
+    if not (SOURCE_DIR / "main.go").is_file():
+        raise RegistryError(f"no registry sources at {SOURCE_DIR} (a source checkout builds it)")
+    go = shutil.which("go")
+    if go is None:
+        raise RegistryError("`go` is not on PATH; Go >= 1.25 builds the registry")
+    binary = binary_path()
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    _stamp().unlink(missing_ok=True)
+    cmd = [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."]
+    if shutil.which("nice"):
+        cmd = ["nice", "-n", "10", *cmd]
+    log(f"building the registry (go-containerregistry {versions.GO_CONTAINERREGISTRY_VERSION})")
+    started = time.monotonic()
+    # -mod=readonly: the committed go.sum is the pin; the source folder is never written.
+    env = go_env(GOFLAGS="-mod=readonly -buildvcs=false")
+    proc = subprocess.run(cmd, cwd=SOURCE_DIR, env=env, capture_output=True, text=True)
+    took = time.monotonic() - started
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        raise RegistryError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{tail}")
+    stamp = {"fingerprint": fingerprint(), "seconds": round(took, 1)}
+    _stamp().write_text(json.dumps(stamp))
+    log(f"built the registry in {took:.1f}s → {binary}")
+    return took
+
+
+def ensure_registry(log: Log = _stderr) -> Path:
+    """The registry binary, built first when missing or stale."""
+    build(log=log)
+    return binary_path()
+
+
+# ---- running it ---------------------------------------------------------------------------
+
+
+def argv(binary: Path, address: str, root: Path) -> list[str]:
+    return [str(binary), f"--address={address}", f"--root={root}"]
+
+
+def hosts_toml(address: str) -> str:
+    """containerd's host configuration: pull and resolve from ``address`` over plain HTTP.
+
+    containerd 1.6 refuses a file without a ``[host]`` table ("invalid `host` tree"), so the
+    address is both the one host and the server."""
+    return (
+        "# the dev cluster's registry (mlmodelscope.devcluster.registry)\n"
+        f'server = "http://{address}"\n\n'
+        f'[host."http://{address}"]\n'
+        '  capabilities = ["pull", "resolve"]\n'
+    )
+
+
+def write_hosts(certs_dir: Path, address: str) -> list[Path]:
+    """``certs_dir/<host>/hosts.toml`` for `NAME` and for the address itself, so either
+    reference pulls from the registry; returns the files written."""
+    written = []
+    for host in (NAME, address):
+        path = certs_dir / host / "hosts.toml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(hosts_toml(address))
+        written.append(path)
+    return written
+
+
+def reference(repository: str, digest: str) -> str:
+    """What a pod's ``image`` says: the registry's name, the repository, the digest."""
+    return f"{NAME}/{repository}@{digest}"
+
+
+def request_log(path: Path) -> list[dict[str, Any]]:
+    """The registry's requests, oldest first (its JSON lines; other lines are skipped)."""
+    entries = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    entries.append(json.loads(line))
+    return entries
+
+
+# ---- pushing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """One image in the registry: where, by which digest, and what the push moved."""
+
+    repository: str
+    digest: str
+    uploaded: int
+    """Blobs sent (a blob the registry had was skipped)."""
+    present: int
+    seconds: float
+    cached: bool = False
+    """True when nothing was read: this image id was pushed before and its manifest is there."""
+
+    @property
+    def reference(self) -> str:
+        return reference(self.repository, self.digest)
+
+
+class Client:
+    """The few calls of the OCI distribution API a push needs, over plain HTTP."""
+
+    def __init__(self, address: str, timeout: float = 600.0) -> None:
+        host, _, port = address.rpartition(":")
+        self.address = address
+        self._conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | IO[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        try:
+            headers = {"User-Agent": USER_AGENT, **(headers or {})}
+            self._conn.request(method, path, body=body, headers=headers)
+            resp = self._conn.getresponse()
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._conn.close()
+            raise RegistryError(f"{method} http://{self.address}{path}: {exc}") from exc
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+
+    def ping(self) -> bool:
+        try:
+            return self._request("GET", "/v2/")[0] == 200
+        except RegistryError:
+            return False
+
+    def has_blob(self, repository: str, digest: str) -> bool:
+        return self._request("HEAD", f"/v2/{repository}/blobs/{digest}")[0] == 200
+
+    def upload_blob(self, repository: str, digest: str, size: int, data: bytes | IO[bytes]) -> None:
+        """One request: ``POST /v2/<repo>/blobs/uploads/?digest=…`` with the whole blob."""
+        path = f"/v2/{repository}/blobs/uploads/?digest={digest}"
+        headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
+        status, _, body = self._request("POST", path, data, headers)
+        if status != 201:
+            raise RegistryError(f"upload of {digest} to {repository}: {status} {body[:300]!r}")
+
+    def put_manifest(self, repository: str, ref: str, media_type: str, data: bytes) -> str:
+        """Store a manifest under ``ref`` (a digest or a tag); the digest the registry gives."""
+        headers = {"Content-Type": media_type}
+        status, got, body = self._request("PUT", f"/v2/{repository}/manifests/{ref}", data, headers)
+        if status != 201:
+            raise RegistryError(f"manifest {repository}:{ref}: {status} {body[:300]!r}")
+        return got.get("docker-content-digest", "")
+
+    def has_manifest(self, repository: str, ref: str) -> bool:
+        accept = ", ".join((MANIFEST_TYPE, *INDEX_TYPES))
+        path = f"/v2/{repository}/manifests/{ref}"
+        return self._request("HEAD", path, headers={"Accept": accept})[0] == 200
+
+
+@contextlib.contextmanager
+def client(address: str) -> Iterator[Client]:
+    c = Client(address)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@dataclass(frozen=True)
+class _Blob:
+    """One blob of an archive: its bytes, or the tar member to stream them from."""
+
+    digest: str
+    size: int
+    data: bytes | None = None
+    member: str = ""
+
+
+@dataclass(frozen=True)
+class _Image:
+    """What an archive holds: blobs to upload, manifests by digest, the top manifest."""
+
+    blobs: list[_Blob]
+    manifests: dict[str, tuple[str, bytes]]
+    """digest → (media type, bytes), for every manifest and index of the image."""
+    top: str
+
+
+def _digest(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def _member(tar: tarfile.TarFile, name: str) -> tarfile.TarInfo:
+    """The regular file ``name`` stands for (``docker save`` links a repeated layer)."""
+    for _ in range(8):
+        info = tar.getmember(name)
+        if not info.issym() and not info.islnk():
+            return info
+        link = info.linkname
+        name = str(Path(name).parent / link) if info.issym() else link
+        name = str(Path(name)).removeprefix("./")
+    raise RegistryError(f"{name}: too many links in the archive")
+
+
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    stream = tar.extractfile(_member(tar, name))
+    if stream is None:
+        raise RegistryError(f"{name} is not a file in the archive")
+    return stream.read()
+
+
+def _oci_layout(tar: tarfile.TarFile, names: set[str]) -> _Image:
+    """An OCI image layout: its blobs as they are; manifests are blobs ``index.json`` or an
+    index names."""
+    blobs: list[_Blob] = []
+    small: dict[str, bytes] = {}
+    for name in sorted(n for n in names if n.startswith("blobs/")):
+        algorithm, hex_digest = name.split("/")[1:3]
+        digest, info = f"{algorithm}:{hex_digest}", _member(tar, name)
+        if info.size <= SMALL_BLOB:
+            small[digest] = _read(tar, name)
+            blobs.append(_Blob(digest, info.size, data=small[digest]))
+        else:
+            blobs.append(_Blob(digest, info.size, member=name))
+    index = json.loads(_read(tar, "index.json"))
+    if not index.get("manifests"):
+        raise RegistryError("the archive's index.json names no manifest")
+    manifests: dict[str, tuple[str, bytes]] = {}
+
+    def collect(desc: dict[str, Any]) -> None:
+        digest = str(desc["digest"])
+        if digest not in small:
+            raise RegistryError(f"manifest {digest} is not in the archive")
+        manifests[digest] = (str(desc["mediaType"]), small[digest])
+        if desc["mediaType"] in INDEX_TYPES:
+            for child in json.loads(small[digest]).get("manifests", []):
+                if child["digest"] in small:  # a layout may hold one platform of several
+                    collect(child)
+
+    top = index["manifests"][0]
+    collect(top)
+    return _Image(blobs, manifests, str(top["digest"]))
+
+
+def _docker_archive(tar: tarfile.TarFile) -> _Image:
+    """A ``docker save`` archive of the older format (``manifest.json``, ``<id>/layer.tar``):
+    an OCI manifest is written for it, uncompressed layers named by the config's diff IDs,
+    so the same image always gets the same digest."""
+    entries = json.loads(_read(tar, "manifest.json"))
+    if len(entries) != 1:
+        raise RegistryError(f"the archive holds {len(entries)} images; push one at a time")
+    entry = entries[0]
+    config = _read(tar, entry["Config"])
+    diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+    if len(diff_ids) != len(entry["Layers"]):
+        raise RegistryError("the archive's layers do not match its config's diff IDs")
+    blobs = [_Blob(_digest(config), len(config), data=config)]
+    layers = []
+    for digest, name in zip(diff_ids, entry["Layers"], strict=True):
+        size = _member(tar, name).size
+        layers.append({"mediaType": LAYER_TYPE, "digest": digest, "size": size})
+        if all(b.digest != digest for b in blobs):
+            blobs.append(_Blob(digest, size, member=name))
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": MANIFEST_TYPE,
+        "config": {"mediaType": CONFIG_TYPE, "digest": _digest(config), "size": len(config)},
+        "layers": layers,
+    }
+    data = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    return _Image(blobs, {_digest(data): (MANIFEST_TYPE, data)}, _digest(data))
+
+
+def push_archive(
+    address: str, repository: str, archive: IO[bytes], *, tag: str | None = None
+) -> Pushed:
+    """Push the image of a seekable tar archive, an OCI image layout or an older ``docker
+    save`` archive, to ``repository``: every blob the registry lacks, each in one request,
+    then the manifests (an index's own first), by digest and, with ``tag``, by tag too."""
+    started = time.monotonic()
+    with tarfile.open(fileobj=archive, mode="r:*") as tar:
+        names = {m.name.removeprefix("./") for m in tar.getmembers()}
+        if "index.json" in names:
+            image = _oci_layout(tar, names)
+        elif "manifest.json" in names:
+            image = _docker_archive(tar)
+        else:
+            raise RegistryError("not an image archive: neither index.json nor manifest.json")
+        uploaded = present = 0
+        with client(address) as reg:
+            for blob in image.blobs:
+                if reg.has_blob(repository, blob.digest):
+                    present += 1
+                    continue
+                if blob.data is not None:
+                    reg.upload_blob(repository, blob.digest, blob.size, blob.data)
+                else:
+                    stream = tar.extractfile(_member(tar, blob.member))
+                    assert stream is not None
+                    reg.upload_blob(repository, blob.digest, blob.size, stream)
+                uploaded += 1
+            _put_manifests(reg, repository, image, image.top)
+            if tag:
+                media_type, data = image.manifests[image.top]
+                reg.put_manifest(repository, tag, media_type, data)
+    return Pushed(repository, image.top, uploaded, present, time.monotonic() - started)
+
+
+def _put_manifests(reg: Client, repository: str, image: _Image, digest: str) -> None:
+    """PUT the manifest ``digest`` by its digest, an index's children first."""
+    media_type, data = image.manifests[digest]
+    if media_type in INDEX_TYPES:
+        for child in json.loads(data).get("manifests", []):
+            if child["digest"] in image.manifests:
+                _put_manifests(reg, repository, image, str(child["digest"]))
+    got = reg.put_manifest(repository, digest, media_type, data)
+    if got and got != digest:
+        raise RegistryError(f"the registry stored {digest} as {got}")
+
+
+def _pushed_stamp() -> Path:
+    return data_dir() / "pushed.json"
+
+
+def push_docker_image(
+    address: str,
+    repository: str,
+    image: str,
+    docker: Sequence[str] = ("docker",),
+    *,
+    tag: str | None = None,
+    log: Log = _stderr,
+) -> Pushed:
+    """``docker save`` into a file beside the registry's data, then `push_archive`. An image
+    id pushed before to this repository whose manifest the registry still has is not saved
+    again (``cached``).
+
+    ``docker`` is the Docker CLI argv (DOCKER_HOST in the environment picks the engine)."""
+    inspect = subprocess.run(
+        [*docker, "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True
+    )
+    if inspect.returncode != 0:
+        raise RegistryError(f"image {image} is not in the Docker engine: {inspect.stderr.strip()}")
+    key = f"{repository} {inspect.stdout.strip()}"
+    try:
+        stamp: dict[str, str] = json.loads(_pushed_stamp().read_text())
+    except (OSError, ValueError):
+        stamp = {}
+    known = stamp.get(key)
+    if known:
+        with client(address) as reg:
+            there = reg.has_manifest(repository, known)
+            if there and (not tag or reg.has_manifest(repository, tag)):
+                return Pushed(repository, known, 0, 0, 0.0, cached=True)
+    log(f"  pushing {image} to {address}/{repository}")
+    scratch = data_dir() / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        saved = Path(tmp) / "image.tar"
+        proc = subprocess.run([*docker, "save", "-o", str(saved), image], capture_output=True)
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()
+            raise RegistryError(f"docker save {image} failed: {err}")
+        with saved.open("rb") as archive:
+            pushed = push_archive(address, repository, archive, tag=tag)
+    stamp[key] = pushed.digest
+    tmp_stamp = _pushed_stamp().with_suffix(".tmp")
+    tmp_stamp.write_text(json.dumps(stamp, indent=1, sort_keys=True))
+    tmp_stamp.replace(_pushed_stamp())
+    return pushed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mlmodelscope.devcluster.registry [--force]``: build if needed, print the path."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        build(force="--force" in args)
+    except RegistryError as exc:
+        _stderr(str(exc))
+        return 1
+    sys.stdout.write(f"{binary_path()}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
