@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from model_sources import cached_files, model
 
 from mlmodelscope.agent.sources import (
     FetchError,
@@ -32,29 +33,12 @@ from mlmodelscope.agent.sources import (
 )
 from mlmodelscope.contract.paths import container_path
 from mlmodelscope.spec.base import SpecError
-from mlmodelscope.spec.evaluation import ModelSource
 
 MODEL_BYTES = b"\x08\x07model-bytes" * 100
 
 
 def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def model(uri: str, sha256: str | None = None, fmt: str = "onnx") -> ModelSource:
-    return ModelSource.model_validate(
-        {
-            "name": "m",
-            "uri": uri,
-            "format": fmt,
-            "sha256": sha256,
-            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-        }
-    )
-
-
-def cached_files(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.rglob("*") if p.is_file())
 
 
 @pytest.fixture(autouse=True)

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from model_sources import cached_files, model
 from s3_server import S3Server, free_port, isolated_aws_environment, running_s3_server
-from test_sources import cached_files, model
 
 from mlmodelscope.agent.digits import MODEL_FILES, digits_evaluation
 from mlmodelscope.agent.sources import (

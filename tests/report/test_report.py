@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_compare import NAMES, doc, store_env
+from compare_runs import NAMES, doc, store_env
 from typer.testing import CliRunner
 
 from mlmodelscope.cli import app

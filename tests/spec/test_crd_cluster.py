@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_documents import BAD_SPECS, mutate  # the same cases the local validation meets
+from spec_cases import BAD_SPECS, mutate  # the same cases the local validation meets
 
 from mlmodelscope.devcluster.cluster import Cluster
 

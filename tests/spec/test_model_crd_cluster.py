@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from test_model_manifest import DIGITS, evaluation, model, ref_sweep
-from test_sweep_crd_cluster import explain, server_dry_run
+from crd_server import explain, server_dry_run
+from spec_cases import DIGITS, evaluation, model, ref_sweep
 
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.spec import SpecValidationError, parse_evaluation

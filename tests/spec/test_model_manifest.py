@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from spec_cases import DIGITS, SCALE, evaluation, model, ref_sweep
 from typer.testing import CliRunner
 
 from mlmodelscope.cli import app
@@ -28,34 +29,7 @@ from mlmodelscope.spec.manifest import (
 )
 from mlmodelscope.spec.resources import FileModels, check_files, load_runnable
 
-API = "mlmodelscope.io/v1alpha1"
-SCALE = [{"scale": {"factor": 0.0625}}, {"layout": {"from": "HWC", "to": "CHW"}}]
-DIGITS: dict[str, Any] = {
-    "apiVersion": API,
-    "kind": "Model",
-    "metadata": {"name": "digits-cnn"},
-    "spec": {
-        "task": "image-classification",
-        "dataset": "digits",
-        "model": {
-            "name": "digits-cnn",
-            "uri": "file:///models/digits.onnx",
-            "format": "onnx",
-            "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-            "outputs": [{"name": "logits", "shape": [-1, 10]}],
-        },
-        "exports": [{"format": "torchscript", "uri": "file:///models/digits.torchscript.pt"}],
-        "preprocessing": SCALE,
-        "postprocessing": [{"softmax": {}}, {"topk": {"k": 5}}],
-    },
-}
-
-
 EXPORTS = DIGITS["spec"]["exports"]
-
-
-def model(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": API, "kind": "Model", "metadata": {"name": name}, "spec": spec}
 
 
 def variant(name: str, base: str, **spec: Any) -> dict[str, Any]:
@@ -64,23 +38,6 @@ def variant(name: str, base: str, **spec: Any) -> dict[str, Any]:
 
 def catalog(*documents: dict[str, Any]) -> dict[str, ModelManifest]:
     return {d["metadata"]["name"]: parse_model(d) for d in documents}
-
-
-def evaluation(framework: str = "onnxruntime", **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": API,
-        "kind": "ModelEvaluation",
-        "metadata": {"name": "e", "namespace": "team"},
-        "spec": {
-            "modelRef": {"name": "digits-cnn"},
-            "framework": {"name": framework},
-            "dataset": {"type": "digits"},
-            **spec,
-        },
-    }
-
-
-# ---------------------------------------------------------------------------------- the kind
 
 
 def test_a_model_parses_and_keeps_its_labels() -> None:
@@ -254,21 +211,6 @@ def test_an_unresolved_reference_says_how_to_give_the_model() -> None:
 
 
 # ------------------------------------------------------------------------------------ sweeps
-
-
-def ref_sweep(*entries: dict[str, Any], frameworks: list[str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": API,
-        "kind": "EvaluationSweep",
-        "metadata": {"name": "s"},
-        "spec": {
-            "matrix": {
-                "models": list(entries),
-                "frameworks": frameworks or ["onnxruntime", "pytorch"],
-            },
-            "template": {"dataset": {"type": "digits"}},
-        },
-    }
 
 
 def test_sweep_children_name_the_model_and_resolve_it_themselves() -> None:

@@ -6,13 +6,12 @@ status, and `kubectl explain` reads the models' docstrings."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from test_sweep_spec import HOSTILE, SWEEP, sweep  # the cases the local validation meets
+from crd_server import explain, server_dry_run
+from spec_cases import HOSTILE, SWEEP, sweep
 
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.spec import MAX_CHILDREN, SpecValidationError, parse_sweep
@@ -30,15 +29,6 @@ def sweep_cluster(cluster: Cluster) -> Cluster:
     for crd in ("modelevaluations", "evaluationsweeps"):
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}.mlmodelscope.io")
     return cluster
-
-
-def server_dry_run(cluster: Cluster, namespace: str, document: dict[str, Any]) -> str:
-    """kubectl's strict server-side validation, as a user's `kubectl apply` gets it."""
-    proc = cluster.kubectl(
-        "apply", "-n", namespace, "--dry-run=server", "--validate=strict", "-f", "-",
-        input=yaml.safe_dump(document), check=False,
-    )  # fmt: skip
-    return "" if proc.returncode == 0 else proc.stderr
 
 
 @pytest.mark.parametrize("example", SWEEP_EXAMPLES, ids=lambda p: p.name)
@@ -100,17 +90,6 @@ def test_defaults_columns_and_status(sweep_cluster: Cluster, namespace: str) -> 
     assert "SUSPENDED" in wide and "POLICY" in wide and "Continue" in wide
     listed = sweep_cluster.kubectl("get", "mlmodelscope", "-n", namespace).stdout
     assert "evaluationsweep" in listed  # the category lists both kinds
-
-
-def explain(cluster: Cluster, path: str) -> str:
-    """`kubectl explain`, retried while the API server publishes the new OpenAPI."""
-    deadline = time.monotonic() + 30
-    while True:
-        proc = cluster.kubectl("explain", path, check=False)
-        if proc.returncode == 0 or time.monotonic() > deadline:
-            assert proc.returncode == 0, proc.stderr
-            return " ".join(proc.stdout.split())
-        time.sleep(1)
 
 
 def test_kubectl_explain_reads_well(sweep_cluster: Cluster) -> None:

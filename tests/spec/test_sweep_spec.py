@@ -3,13 +3,13 @@ labels, defaults, overrides), including the hostile sweeps admission must refuse
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from spec_cases import EXPORTS, HOSTILE, MODEL, SWEEP, sweep, with_spec
 from typer.testing import CliRunner
 
 from mlmodelscope.cli import app
@@ -54,46 +54,6 @@ RESOURCE_EXAMPLES = [
 """Every example of this project's kinds; examples/gitops and the CI tools' files in
 examples/ci (GitHub Actions, Argo Workflows) are checked by their own tests."""
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-MODEL: dict[str, Any] = {
-    "name": "digits-cnn",
-    "uri": "file:///models/digits.onnx",
-    "format": "onnx",
-    "inputs": [{"name": "input", "shape": [-1, 1, 8, 8]}],
-}
-EXPORTS = [
-    {"format": "torchscript", "uri": "file:///models/digits.torchscript.pt"},
-    {"format": "savedmodel", "uri": "file:///models/digits_savedmodel"},
-]
-SWEEP: dict[str, Any] = {
-    "apiVersion": "mlmodelscope.io/v1alpha1",
-    "kind": "EvaluationSweep",
-    "metadata": {"name": "s"},
-    "spec": {
-        "matrix": {
-            "models": [{"name": "digits", "model": MODEL, "exports": EXPORTS}],
-            "frameworks": ["onnxruntime"],
-        },
-        "template": {"dataset": {"type": "digits"}},
-    },
-}
-
-
-def sweep(**matrix: Any) -> dict[str, Any]:
-    """SWEEP with matrix axes replaced (None deletes one)."""
-    document = copy.deepcopy(SWEEP)
-    for key, value in matrix.items():
-        if value is None:
-            document["spec"]["matrix"].pop(key, None)
-        else:
-            document["spec"]["matrix"][key] = value
-    return document
-
-
-def with_spec(document: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    document = copy.deepcopy(document)
-    document["spec"].update(spec)
-    return document
 
 
 def problems(document: dict[str, Any]) -> list[str]:
@@ -322,95 +282,6 @@ def test_a_sweep_name_with_dots_still_gives_dns_labels() -> None:
 
 
 # ---------------------------------------------------------------------------- hostile sweeps
-
-HOSTILE: list[Any] = [
-    pytest.param(
-        sweep(models=[]), "spec.matrix.models: an empty axis creates no ModelEvaluations",
-        id="empty models",
-    ),
-    pytest.param(
-        sweep(frameworks=[]), "spec.matrix.frameworks: an empty axis", id="empty frameworks"
-    ),
-    pytest.param(sweep(hardware=[]), "spec.matrix.hardware: an empty axis", id="empty hardware"),
-    pytest.param(
-        sweep(scenarios=[]), "spec.matrix.scenarios: an empty axis", id="empty scenarios"
-    ),
-    pytest.param(
-        sweep(batchSizes=[]), "spec.matrix.batchSizes: an empty axis", id="empty batch sizes"
-    ),
-    pytest.param(
-        sweep(
-            models=[{"name": f"m{i}", "model": MODEL, "exports": EXPORTS} for i in range(10)],
-            frameworks=["onnxruntime", "pytorch", "tensorflow"],
-            batchSizes=[1, 2, 4, 8, 16, 32, 64],
-        ),
-        f"spec.matrix: the matrix has more than {MAX_CHILDREN} combinations",
-        id="over the cap",
-    ),
-    pytest.param(
-        sweep(models=[{"name": "a", "model": MODEL}, {"name": "a", "model": MODEL}]),
-        "spec.matrix.models: model names must be unique",
-        id="duplicate model names",
-    ),
-    pytest.param(
-        sweep(frameworks=["onnxruntime", "onnxruntime"]),
-        "spec.matrix.frameworks: frameworks must be unique",
-        id="duplicate frameworks",
-    ),
-    pytest.param(
-        sweep(hardware=[{"device": "gpu", "gpuProduct": p} for p in ("T4", "t4")]),
-        "spec.matrix.hardware: hardware entries must be unique",
-        id="duplicate hardware",
-    ),
-    pytest.param(
-        sweep(scenarios=["Offline", "Offline"]),
-        "spec.matrix.scenarios: scenarios must be unique",
-        id="duplicate scenarios",
-    ),
-    pytest.param(
-        sweep(batchSizes=[8, 8]), "spec.matrix.batchSizes: batch sizes must be unique",
-        id="duplicate batch sizes",
-    ),
-    pytest.param(
-        sweep(batchSizes=[0]), "spec.matrix.batchSizes: every batch size must be > 0",
-        id="batch size 0",
-    ),
-    pytest.param(
-        sweep(models=[{"name": "x" * 41, "model": MODEL}]),
-        "spec.matrix.models[0].name: String should have at most 40 characters",
-        id="model name too long",
-    ),
-    pytest.param(
-        sweep(models=[{"name": "Digits_v2", "model": MODEL}]),
-        "spec.matrix.models[0].name: String should match pattern",
-        id="model name not a DNS label",
-    ),
-    pytest.param(
-        with_spec(sweep(), parallelism=0),
-        "spec.parallelism: Input should be greater than or equal to 1",
-        id="parallelism 0",
-    ),
-    pytest.param(
-        with_spec(sweep(), failurePolicy="Retry"),
-        "spec.failurePolicy: Input should be 'Continue' or 'Stop'",
-        id="unknown failure policy",
-    ),
-    pytest.param(
-        sweep(frameworks=["onnxruntime"], modelRef="digits"),
-        "spec.matrix.modelRef: unknown field",
-        id="model refs are not supported yet",
-    ),
-    pytest.param(
-        with_spec(sweep(), template={"dataset": {"type": "digits"}, "model": MODEL}),
-        "spec.template.model: unknown field",
-        id="model in the template",
-    ),
-    pytest.param(
-        sweep(models=[{"name": "d", "model": MODEL, "exports": [EXPORTS[0], EXPORTS[0]]}]),
-        "spec.matrix.models[0].exports: each format may appear once in exports",
-        id="duplicate export formats",
-    ),
-]  # fmt: skip
 
 
 @pytest.mark.parametrize(("document", "expected"), HOSTILE)
