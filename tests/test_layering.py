@@ -212,3 +212,24 @@ def test_no_circle_between_modules() -> None:
         ]
         found.append(f"{', '.join(component)}: {'; '.join(edges)}")
     assert not found, "import circles:\n" + "\n".join(found)
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in helper modules and conftest.py (tests as a library): a test
+    module imported by another would also run its tests' module-level code there, and couples
+    two suites through names that look private to one."""
+    tests = Path(__file__).parent
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            found += [
+                f"{path.relative_to(tests)} line {node.lineno} imports {name}"
+                for name in names
+                if name.split(".")[-1].startswith("test_")
+            ]
+    assert not found, "\n".join(found)
