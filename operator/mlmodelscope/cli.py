@@ -15,7 +15,7 @@ from rich.markup import escape
 from mlmodelscope import __version__
 
 if TYPE_CHECKING:
-    from mlmodelscope.report.compare import LoadedRun
+    pass
 
 app = typer.Typer(
     name="mlms",
@@ -630,7 +630,9 @@ def compare(
     try:
         if not sources and sweep is None:
             raise CompareError("nothing to compare: give result files, run ids, or --sweep NAME")
-        loaded = _load_compared(sources, store, server, sweep)
+        from mlmodelscope.report.sources import load_compared
+
+        loaded = load_compared(sources, store, server, sweep)
         if len(loaded) < 2:
             what = " ".join(sources) or f"sweep {sweep}"
             raise CompareError(f"{what}: one run; compare needs at least two")
@@ -710,7 +712,9 @@ def gate(
         raise typer.Exit(gating.GateStatus.NOT_COMPARABLE)
     sources = [candidate, *baselines]
     try:
-        loaded = [_load_compared([source], store, server) for source in sources]
+        from mlmodelscope.report.sources import load_compared
+
+        loaded = [load_compared([source], store, server) for source in sources]
         for source, runs in zip(sources, loaded, strict=True):
             if len(runs) != 1:
                 raise CompareError(f"{source}: {len(runs)} runs; the gate takes one run each")
@@ -754,7 +758,9 @@ def _gate_sweep(
     from mlmodelscope.report.render import gate_table
 
     try:
-        found = {name: _load_compared([], store, server, name) for name in (sweep, baseline_sweep)}
+        from mlmodelscope.report.sources import load_compared
+
+        found = {name: load_compared([], store, server, name) for name in (sweep, baseline_sweep)}
     except CompareError as exc:
         fail(str(exc))
         raise typer.Exit(GateStatus.NOT_COMPARABLE) from None
@@ -803,7 +809,9 @@ def report(
     try:
         if not sources and sweep is None:
             raise CompareError("nothing to report: give result files, run ids, or --sweep NAME")
-        loaded = _load_compared(sources, store, server, sweep)
+        from mlmodelscope.report.sources import load_compared
+
+        loaded = load_compared(sources, store, server, sweep)
         page = render_html(loaded)
     except CompareError as exc:
         fail(str(exc))
@@ -849,7 +857,9 @@ def analyze(
     try:
         if not sources and sweep is None:
             raise CompareError("nothing to analyze: give result files, run ids, or --sweep NAME")
-        loaded = _load_compared(sources, store, server, sweep)
+        from mlmodelscope.report.sources import load_compared
+
+        loaded = load_compared(sources, store, server, sweep)
         runs = label_runs([(run.source, run.document.to_json_dict()) for run in loaded])
         analysis = analyze_runs(runs, top=top)
         written = write(analysis, out, plots=plots)
@@ -864,89 +874,6 @@ def analyze(
         f"({len(runs)} runs)",
         highlight=False,
     )
-
-
-SWEEP_RUNS_LIMIT = 1000
-"""At most this many runs of one sweep are compared."""
-
-
-def _load_compared(
-    sources: list[str], store: str | None, server: str | None = None, sweep: str | None = None
-) -> list[LoadedRun]:
-    """The runs of ``sources`` (files, folders, run ids), opening the results store (or, with
-    ``server``, a remote `mlms serve`) only when some source is no file or folder; then, with
-    ``sweep``, the stored runs labelled ``mlmodelscope.io/sweep=<sweep>``, oldest first (those
-    not already among ``sources``). :class:`CompareError` names a source that fails."""
-    from mlmodelscope.report.compare import CompareError, load_runs
-
-    results_store = None
-    try:
-        if sweep is not None:
-            if server:
-                results_store, found = _remote_sweep(server, sweep)
-            else:
-                results_store = _compare_store(store, [], sweep)
-                found = [
-                    r.run_id for r in results_store.list_runs(sweep=sweep, limit=SWEEP_RUNS_LIMIT)
-                ]
-            if not found:
-                raise CompareError(
-                    f"--sweep {sweep}: no runs labelled mlmodelscope.io/sweep={sweep} in the "
-                    f"results store {results_store.url}"
-                )
-            given = set(sources)
-            sources = [*sources, *(r for r in reversed(found) if r not in given)]
-            return load_runs(sources, results_store)
-        run_ids = [source for source in sources if not Path(source).exists()]
-        if run_ids and server:
-            from mlmodelscope.server.client import TOKEN_ENV, RemoteError, RemoteRuns
-
-            try:
-                results_store = RemoteRuns(server, os.environ.get(TOKEN_ENV))
-                return load_runs(sources, results_store)
-            except RemoteError as exc:
-                raise CompareError(f"{', '.join(run_ids)}: {exc}") from None
-        if run_ids:
-            results_store = _compare_store(store, run_ids)
-        return load_runs(sources, results_store)
-    finally:
-        if results_store is not None:
-            results_store.close()
-
-
-def _remote_sweep(server: str, sweep: str) -> tuple[Any, list[str]]:
-    """The remote `mlms serve` and the run ids of ``sweep`` it has, newest first."""
-    from mlmodelscope.report.compare import CompareError
-    from mlmodelscope.server.client import TOKEN_ENV, RemoteError, RemoteRuns
-
-    try:
-        remote = RemoteRuns(server, os.environ.get(TOKEN_ENV))
-        return remote, remote.sweep_run_ids(sweep, SWEEP_RUNS_LIMIT)
-    except RemoteError as exc:
-        raise CompareError(f"--sweep {sweep}: {exc}") from None
-
-
-def _compare_store(url: str | None, run_ids: list[str], sweep: str | None = None) -> Any:
-    """The results store to look ``run_ids`` up in (sources that are no file or folder), or
-    to find the runs of ``sweep`` in."""
-    from mlmodelscope.report.compare import CompareError
-
-    what = (
-        f"--sweep {sweep}: a sweep's runs are found in the results store"
-        if sweep is not None
-        else f"{', '.join(run_ids)}: no such file or folder"
-    )
-    try:
-        from mlmodelscope.store import StoreError, open_store
-    except ImportError as exc:
-        needs = "it needs" if sweep is not None else "run ids need"
-        raise CompareError(
-            f"{what}, and {needs} the results store ({exc}): install mlmodelscope[store]"
-        ) from None
-    try:
-        return open_store(url)
-    except StoreError as exc:
-        raise CompareError(f"{what}; {exc}") from None
 
 
 SERVE_READ_TOKEN_ENV = "MLMS_SERVE_READ_TOKEN"

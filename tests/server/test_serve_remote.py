@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from mlmodelscope.cli import app
 from mlmodelscope.devtools.telemetry_servers import free_port
-from mlmodelscope.server.client import RemoteError, RemoteRuns
+from mlmodelscope.report.remote import RemoteError, RemoteRuns
 
 pytestmark = pytest.mark.frameworks
 
