@@ -6,16 +6,13 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from mlmodelscope import __version__
-
-if TYPE_CHECKING:
-    pass
 
 app = typer.Typer(
     name="mlms",
