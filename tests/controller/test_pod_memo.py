@@ -157,3 +157,28 @@ def test_a_state_the_run_ignored_is_not_remembered() -> None:
     assert handle_pod.pod_changed(waiting, ctx) == "unschedulable"
     assert kube.requests[PATCHES] == 1 and len(ctx.pod_memo) == 1
     assert kube.requests[GETS] == 2, "nothing was remembered: the second event read again"
+
+
+@pytest.mark.parametrize(
+    ("event", "shown", "refused", "deleted", "action"),
+    [
+        (pod(unschedulable="0/3 nodes"), False, False, False, "WRITE_UNSCHEDULABLE"),
+        (pod(), False, False, False, "SCHEDULED_LATER"),
+        (pod(), False, True, False, "WRITE_SCHEDULED"),
+        (pod(), True, False, False, "ALREADY_SHOWN"),
+        (pod(), False, False, True, "NOTHING"),
+        (pod(phase="Running"), False, True, False, "SHOWN_WHEN_IT_RUNS"),
+        (pod(node=None), False, False, False, "NOTHING"),
+    ],
+    ids=["refused", "placed", "placed after a refusal", "shown", "deleted", "running", "pending"],
+)
+def test_what_a_pod_event_needs_is_decided_without_a_request(
+    event: dict[str, Any], shown: bool, refused: bool, deleted: bool, action: str
+) -> None:
+    current: dict[str, Any] = {"observedGeneration": 1, "phase": "Pending", "jobName": "e-g1"}
+    if refused:
+        current["conditions"] = [
+            {"type": "Scheduled", "status": "False", "reason": "Unschedulable", "message": "0/3"}
+        ]
+    decision = handle_pod.decide(event, shown=shown, current=current, deleted=deleted)
+    assert decision.action is handle_pod.PodAction[action]

@@ -19,6 +19,8 @@ once, so the scheduler's old message does not stay.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import pod_path
@@ -60,11 +62,56 @@ def _started(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in STARTED_PHASES
 
 
-def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
-    """React to one evaluation pod event; returns what it did (for logs).
+class PodAction(StrEnum):
+    """What one pod event needs (:func:`decide`)."""
 
-    A scheduling state the evaluation's status was seen to show for this pod is not read
-    again (``ctx.pod_memo``): most pod events repeat "scheduled"."""
+    NOTHING = "nothing to do"
+    ALREADY_SHOWN = "already shown"
+    DISRUPTED = "disrupted"
+    SHOWN_WHEN_IT_RUNS = "scheduled, shown when it runs"
+    SCHEDULED_LATER = "scheduled, written unless it runs soon"
+    WRITE_SCHEDULED = "scheduled"
+    WRITE_UNSCHEDULABLE = "unschedulable"
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    action: PodAction
+    detail: str = ""
+    """The node (scheduled) or the scheduler's message (unschedulable)."""
+
+
+def decide(
+    pod: Mapping[str, Any], *, shown: bool, current: Mapping[str, Any], deleted: bool
+) -> PodDecision:
+    """What a pod event needs, from the pod, whether its scheduling state is known to be shown
+    (``shown``), and its run's status as last watched (``current``); no request. The
+    caller has found its evaluation and Job (:func:`pod_changed`)."""
+    if runs.disruption(pod) is not None:
+        return PodDecision(PodAction.DISRUPTED)
+    state = scheduling_state(pod)
+    if state is None:
+        return PodDecision(PodAction.NOTHING)
+    kind, detail = state
+    if shown:
+        return PodDecision(PodAction.ALREADY_SHOWN, detail)
+    if kind == "unschedulable":
+        return PodDecision(PodAction.WRITE_UNSCHEDULABLE, detail)
+    if deleted:
+        return PodDecision(PodAction.NOTHING)
+    if _started(pod):
+        return PodDecision(PodAction.SHOWN_WHEN_IT_RUNS, detail)  # Running sets Scheduled
+    owner = owner_of(pod)
+    job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
+    if owner is not None and job_name and _shows_unschedulable(current, owner[2], job_name):
+        return PodDecision(PodAction.WRITE_SCHEDULED, detail)  # at once: clears the refusal
+    return PodDecision(PodAction.SCHEDULED_LATER, detail)
+
+
+def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
+    """React to one evaluation pod event (:func:`decide`, then act); returns what it did (for
+    logs). A scheduling state the evaluation's status was seen to show for this pod is not
+    read again (``ctx.pod_memo``): most pod events repeat "scheduled"."""
     owner = owner_of(pod)
     state = scheduling_state(pod)
     job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
@@ -73,30 +120,27 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     if deleted and uid:
         ctx.pod_memo.forget(uid)  # its last event: what follows runs as without a memory
     if owner is None or not job_name:
-        return "nothing to do"
+        return PodAction.NOTHING.value
     namespace, name, generation = owner
-    lost = runs.disruption(pod)
-    if lost is not None:
+    current = (ctx.watched.get(namespace, name) or {}).get("status") or {}
+    decision = decide(pod, shown=shown, current=current, deleted=deleted)
+    action, detail = decision.action, decision.detail
+    if action is PodAction.DISRUPTED:
+        lost = runs.disruption(pod)
+        assert lost is not None
         return _disrupted(ctx, namespace, name, generation, job_name, pod, lost)
-    if state is None:
-        return "nothing to do"
-    kind, detail = state
-    if shown:
-        return f"{kind}, already shown"
-    if kind == "scheduled":
-        if deleted:
-            return "nothing to do"
-        if _started(pod):
-            return "scheduled, shown when it runs"  # the Running transition says it
-        current = (ctx.watched.get(namespace, name) or {}).get("status") or {}
-        if not _shows_unschedulable(current, generation, job_name):
-            ctx.retries.call_once(
-                ("scheduled", uid),
-                SCHEDULED_GRACE_SECONDS,
-                lambda: _write_scheduled(ctx, namespace, name, generation, job_name, uid, detail),
-            )
-            return "scheduled, written unless it runs soon"
-    if kind == "unschedulable":
+    if action is PodAction.ALREADY_SHOWN:
+        assert state is not None
+        return f"{state[0]}, already shown"
+    if action is PodAction.SCHEDULED_LATER:
+        ctx.retries.call_once(
+            ("scheduled", uid),
+            SCHEDULED_GRACE_SECONDS,
+            lambda: _write_scheduled(ctx, namespace, name, generation, job_name, uid, detail),
+        )
+    if action not in (PodAction.WRITE_SCHEDULED, PodAction.WRITE_UNSCHEDULABLE):
+        return action.value
+    if action is PodAction.WRITE_UNSCHEDULABLE:
         evaluation, _ = ctx.update_status(
             namespace,
             name,
@@ -108,16 +152,17 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             name,
             lambda st: status.scheduled(st, generation, job_name, detail, ctx.clock()),
         )
+    assert state is not None
     if (
         uid
         and not deleted
         and evaluation is not None
         and status.shows_pod_state(
-            evaluation.get("status") or {}, generation, job_name, kind, detail
+            evaluation.get("status") or {}, generation, job_name, state[0], detail
         )
     ):
         ctx.pod_memo.remember(uid, state)
-    return kind
+    return action.value
 
 
 def _shows_unschedulable(current: Mapping[str, Any], generation: int, job_name: str) -> bool:
