@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from launch_fixtures import CATALOG, DIGITS, FAILS_FAST, WRITE, launch_client, wait_for_state
 from launch_fixtures import workers_of as workers
 from serve_fixtures import READ_TOKEN, bearer
@@ -57,6 +58,11 @@ def _problems(answer: Any) -> dict[tuple[Any, ...], str]:
         ({"model": "resnet50"}, ("body", "dataset"), "'imagenet-1k'"),
         ({"frameworks": ["onnxruntime", "onnxruntime"]}, ("body", "frameworks", 1), "twice"),
         ({"colour": "blue"}, ("body", "colour"), "Extra inputs are not permitted"),
+        (
+            {"hardware": {"device": "tpu"}},
+            ("body", "hardware", "device"),
+            "spec.hardware.device",
+        ),
     ],
 )
 def test_a_bad_form_is_refused_naming_its_field(
@@ -83,6 +89,31 @@ def test_every_problem_is_named_at_once(sqlite_url: str) -> None:
         ("body", "scenario"),
         ("body", "dataset", "split"),
     }
+
+
+def test_the_hardware_reaches_every_evaluation_and_a_sweeps_template(sqlite_url: str) -> None:
+    """A node pool chosen on the form: its nodeSelector and tolerations, as the spec has them."""
+    hardware = {
+        "nodeSelector": {"mlmodelscope.io/pool": "cpu"},
+        "tolerations": [
+            {"key": "pool", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"}
+        ],
+    }
+    with launch_client(sqlite_url, workers=0) as client:
+        one = client.post(
+            "/api/v1/launches?dry_run=true", json={**DIGITS, "hardware": hardware}, headers=WRITE
+        )
+        sweep = client.post(
+            "/api/v1/launches?dry_run=true",
+            json={**DIGITS, "kind": "sweep", "hardware": hardware},
+            headers=WRITE,
+        )
+    assert one.status_code == 200, one.text
+    for document in yaml.safe_load_all(one.json()["yaml"]):
+        assert document["spec"]["hardware"] == hardware
+    assert sweep.status_code == 200, sweep.text
+    [swept] = yaml.safe_load_all(sweep.json()["yaml"])
+    assert swept["spec"]["template"]["hardware"] == hardware
 
 
 def test_the_preview_is_what_mlms_validate_accepts(sqlite_url: str, tmp_path: Path) -> None:

@@ -73,6 +73,11 @@ class LaunchForm(BaseModel):
         description='spec.dataset, e.g. {"type": "digits", "split": "test"}; default: the '
         "Model's dataset where the agent knows it by name (digits).",
     )
+    hardware: dict[str, Any] | None = Field(
+        None,
+        description="spec.hardware by its spec names (device, nodeSelector, tolerations, "
+        "resources, ...), e.g. to run on a node pool; a sweep's template gets it.",
+    )
     scenario_settings: dict[str, Any] = Field(
         {},
         description="Other spec.scenario fields, by their spec names (warmup, minQueryCount, "
@@ -122,16 +127,19 @@ def document_for(form: LaunchForm, framework: str, dataset: dict[str, Any]) -> d
     it."""
     scenario = {"type": form.scenario, "batchSizes": list(form.batch_sizes)}
     scenario.update(form.scenario_settings)
+    spec: dict[str, Any] = {
+        "modelRef": {"name": form.model},
+        "framework": {"name": framework},
+        "dataset": dataset,
+        "scenario": scenario,
+    }
+    if form.hardware is not None:
+        spec["hardware"] = form.hardware
     return {
         "apiVersion": API_VERSION_FULL,
         "kind": KIND,
         "metadata": {"name": evaluation_name(form, framework)},
-        "spec": {
-            "modelRef": {"name": form.model},
-            "framework": {"name": framework},
-            "dataset": dataset,
-            "scenario": scenario,
-        },
+        "spec": spec,
     }
 
 
@@ -224,6 +232,7 @@ def sweep_document(form: LaunchForm, dataset: dict[str, Any]) -> dict[str, Any]:
             "template": {
                 "dataset": dataset,
                 "scenario": {"type": form.scenario, **form.scenario_settings},
+                **({"hardware": form.hardware} if form.hardware is not None else {}),
             },
         },
     }
@@ -326,6 +335,8 @@ def form_location(path: str, framework_index: int) -> tuple[str | int, ...]:
         return ("body", "scenario_settings", *rest)
     if head == ["spec", "dataset"]:
         return ("body", "dataset", *rest)
+    if head == ["spec", "hardware"]:
+        return ("body", "hardware", *rest)
     if head and head[0] == "spec" and len(head) > 1 and head[1] in _FROM_THE_MODEL:
         return ("body", "model")
     return ("body", *parts) if parts else ("body",)
