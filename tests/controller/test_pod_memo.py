@@ -175,10 +175,5 @@ def test_a_state_the_run_ignored_is_not_remembered() -> None:
 def test_what_a_pod_event_needs_is_decided_without_a_request(
     event: dict[str, Any], shown: bool, refused: bool, deleted: bool, action: str
 ) -> None:
-    current: dict[str, Any] = {"observedGeneration": 1, "phase": "Pending", "jobName": "e-g1"}
-    if refused:
-        current["conditions"] = [
-            {"type": "Scheduled", "status": "False", "reason": "Unschedulable", "message": "0/3"}
-        ]
-    decision = handle_pod.decide(event, shown=shown, current=current, deleted=deleted)
+    decision = handle_pod.decide(event, shown=shown, refused=refused, deleted=deleted)
     assert decision.action is handle_pod.PodAction[action]

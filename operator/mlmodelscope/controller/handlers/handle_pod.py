@@ -79,16 +79,18 @@ class PodDecision:
     action: PodAction
     detail: str = ""
     """The node (scheduled) or the scheduler's message (unschedulable)."""
+    lost: runs.Disruption | None = None
+    """What took the pod away (DISRUPTED)."""
 
 
-def decide(
-    pod: Mapping[str, Any], *, shown: bool, current: Mapping[str, Any], deleted: bool
-) -> PodDecision:
+def decide(pod: Mapping[str, Any], *, shown: bool, refused: bool, deleted: bool) -> PodDecision:
     """What a pod event needs, from the pod, whether its scheduling state is known to be shown
-    (``shown``), and its run's status as last watched (``current``); no request. The
-    caller has found its evaluation and Job (:func:`pod_changed`)."""
-    if runs.disruption(pod) is not None:
-        return PodDecision(PodAction.DISRUPTED)
+    (``shown``) and whether its run's status still carries the scheduler's refusal
+    (``refused``); no request. The caller has found its evaluation and Job
+    (:func:`pod_changed`)."""
+    lost = runs.disruption(pod)
+    if lost is not None:
+        return PodDecision(PodAction.DISRUPTED, lost=lost)
     state = scheduling_state(pod)
     if state is None:
         return PodDecision(PodAction.NOTHING)
@@ -101,9 +103,7 @@ def decide(
         return PodDecision(PodAction.NOTHING)
     if _started(pod):
         return PodDecision(PodAction.SHOWN_WHEN_IT_RUNS, detail)  # Running sets Scheduled
-    owner = owner_of(pod)
-    job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
-    if owner is not None and job_name and _shows_unschedulable(current, owner[2], job_name):
+    if refused:
         return PodDecision(PodAction.WRITE_SCHEDULED, detail)  # at once: clears the refusal
     return PodDecision(PodAction.SCHEDULED_LATER, detail)
 
@@ -123,12 +123,11 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
         return PodAction.NOTHING.value
     namespace, name, generation = owner
     current = (ctx.watched.get(namespace, name) or {}).get("status") or {}
-    decision = decide(pod, shown=shown, current=current, deleted=deleted)
+    refused = _shows_unschedulable(current, generation, job_name)
+    decision = decide(pod, shown=shown, refused=refused, deleted=deleted)
     action, detail = decision.action, decision.detail
-    if action is PodAction.DISRUPTED:
-        lost = runs.disruption(pod)
-        assert lost is not None
-        return _disrupted(ctx, namespace, name, generation, job_name, pod, lost)
+    if decision.lost is not None:
+        return _disrupted(ctx, namespace, name, generation, job_name, pod, decision.lost)
     if action is PodAction.ALREADY_SHOWN:
         assert state is not None
         return f"{state[0]}, already shown"
