@@ -184,3 +184,37 @@ def sweep_manifest(name: str, matrix: dict[str, Any], **spec: Any) -> dict[str, 
             **spec,
         },
     }
+
+
+def examples_claim(
+    cluster: Cluster, namespace: str, claim: str, volume: str
+) -> list[dict[str, Any]]:
+    """A PersistentVolume ``volume`` on the dev cluster's example models folder (the digits
+    CNN in every format) and the claim ``claim`` in ``namespace`` bound to it, as a platform
+    team provides models."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadOnlyMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "claimRef": {"namespace": namespace, "name": claim},
+                "hostPath": {"path": str(cluster.examples_dir), "type": "Directory"},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cluster_evaluations import examples_claim
 from operator_process import OperatorProcess
 
 from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
@@ -295,32 +296,7 @@ def examples_in_namespace(cluster: Cluster, namespace: str) -> Iterator[None]:
     """What a launch of the catalog's digits-cnn needs in NS: the Model (the operator resolves
     modelRef there) and the claim its URI names, bound to the dev cluster's examples folder."""
     volume = f"{namespace}-examples"
-    manifests: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "claimRef": {"namespace": namespace, "name": CLAIM},
-                "hostPath": {"path": str(cluster.examples_dir), "type": "Directory"},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM, "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    ]
+    manifests = examples_claim(cluster, namespace, CLAIM, volume)
     try:
         for manifest in manifests:
             cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))

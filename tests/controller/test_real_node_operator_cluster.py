@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_evaluations import examples_claim
 from operator_process import OperatorProcess
 
 from mlmodelscope.agent.digits import FRAMEWORK_FORMATS, MODEL_FILES, digits_evaluation
@@ -37,32 +38,7 @@ def models_claim(cluster: Cluster, namespace: str) -> str:
     format (the dev cluster's example models folder), as a platform team provides models."""
     claim = "digits-models"
     volume = f"{namespace}-models"
-    manifests: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadOnlyMany"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "claimRef": {"namespace": namespace, "name": claim},
-                "hostPath": {"path": str(cluster.examples_dir), "type": "Directory"},
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadOnlyMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    ]
+    manifests = examples_claim(cluster, namespace, claim, volume)
     for manifest in manifests:
         cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     return claim
