@@ -17,6 +17,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages as /proc/loadavg gives them, else "unknown"."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def versions() -> dict[str, str]:
     """Versions of what was measured (package metadata: imports no framework)."""
     from importlib import metadata

@@ -31,6 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from machine_info import load_average
+
 ZOO_DEFAULT = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "vgg16", "bert_base",
                "mlp")  # fmt: skip
 
@@ -124,13 +126,6 @@ def _pct_fine(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.2f} %"
 
 
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", type=Path, help="ONNX model files")
@@ -161,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "config": asdict(config),
         "resolution": args.resolution,
-        "loadavg_before": _loadavg(),
+        "loadavg_before": load_average(),
         "models": [],
     }
     checks = []
@@ -174,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         d = check.distribution
         print(f"{check.model}: {d.layers} layers, median |error| {_pct(d.median_abs)}, "
               f"p90 {_pct(d.p90_abs)}, {row['seconds']:.1f} s", file=sys.stderr)  # fmt: skip
-    report["loadavg_after"] = _loadavg()
+    report["loadavg_after"] = load_average()
     report["pooled"] = asdict(pooled(checks))
     report["by_op_type"] = {k: asdict(v) for k, v in by_op_type(checks).items()}
     text = markdown(report)

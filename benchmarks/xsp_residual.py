@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine_info import load_average
 
 ZOO_DEFAULT = ("resnet18", "resnet50", "mobilenet_v2", "efficientnet_b0", "vgg16", "bert_base",
                "mlp")  # fmt: skip
@@ -144,13 +145,6 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", type=Path, help="ONNX model files")
@@ -171,14 +165,14 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "batch_size": args.batch,
         "calls": calls,
-        "loadavg_before": _loadavg(),
+        "loadavg_before": load_average(),
         "models": [],
     }
     for path in models:
         row = measure(Path(path), args.batch, calls)
         report["models"].append(row)
         print(json.dumps(row), file=sys.stderr)
-    report["loadavg_after"] = _loadavg()
+    report["loadavg_after"] = load_average()
     text = markdown(report)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
