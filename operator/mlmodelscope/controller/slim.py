@@ -50,8 +50,8 @@ def slim_evaluation(evaluation: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def compress(body: Mapping[str, Any]) -> bytes:
-    """``body`` without managedFields as deflated compact JSON: an evaluation with its spec in
-    about a fifth of its JSON text, for the time it waits for a reconcile."""
+    """``body`` without managedFields as deflated compact JSON, for the time an evaluation with
+    its spec waits for a reconcile."""
     return zlib.compress(json.dumps(slim(body), separators=(",", ":")).encode(), 1)
 
 

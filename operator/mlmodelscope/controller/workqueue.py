@@ -2,7 +2,7 @@
 
 A watch event only decides *whether* an evaluation needs a reconcile: its generation was not
 taken yet and its run has not ended. If it does, the event queues the evaluation's (namespace,
-name) with the event's body, deflated (:func:`..slim.compress`, about 1 KiB). Threads
+name) with the event's body, deflated (:func:`..slim.compress`). Threads
 (``MLMS_OPERATOR_RECONCILE_WORKERS``) take the keys in arrival order and reconcile each
 (:func:`..handlers.handle_evaluation.evaluation_changed`, level-based) from that body, so the
 first reconcile of a generation reads nothing; a retry reads the evaluation fresh. A key queued
