@@ -145,7 +145,7 @@ def fill(url: str, base: dict[str, Any], count: int, seed: int) -> dict[str, flo
     parsed = ResultDocument.model_validate(base)
     assert parsed.run_id is not None
     template = _run_row(parsed, parsed.run_id, base)
-    for key in ("trace_id", "labels", "metric", "metric_value"):  # not in revision 0001
+    for key in ("trace_id", "labels", "metric", "metric_value", "dataset"):  # not in 0001
         template.pop(key, None)
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
@@ -154,7 +154,10 @@ def fill(url: str, base: dict[str, Any], count: int, seed: int) -> dict[str, flo
         for doc in synthetic_runs(base, count, seed):
             rows.append(_row(template, doc))
             for result in doc.get("results") or []:
-                batches.append(_result_row(doc["run_id"], _batch(result)))
+                batch = _result_row(doc["run_id"], _batch(result))
+                for key in ("joules_per_inference", "energy_method", "cost_per_1000"):  # 0008
+                    del batch[key]
+                batches.append(batch)
             if len(rows) >= BATCH:
                 conn.execute(runs.insert(), rows)
                 conn.execute(run_results.insert(), batches)

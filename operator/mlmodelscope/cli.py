@@ -468,6 +468,14 @@ def runs(
         str | None,
         typer.Option("--metric", help="Only runs whose primary metric is this (top1, miou, ...)."),
     ] = None,
+    dataset: Annotated[
+        str | None,
+        typer.Option(
+            "--dataset",
+            help="Only runs of this dataset: its name and sample count, as the API and the "
+            "dashboard show it (e.g. 'digits/test (360 samples)').",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 20,
 ) -> None:
     """List the runs recorded in the results store, newest first, each with its task's
@@ -486,6 +494,7 @@ def runs(
                 gpu=gpu,
                 evaluation=evaluation,
                 metric=metric,
+                dataset=dataset,
                 limit=limit,
             )
             where = opened.url
@@ -518,7 +527,7 @@ def runs(
         )
     console.print(table)
     if not found:
-        filtered = any((model, framework, device, gpu, evaluation, metric))
+        filtered = any((model, framework, device, gpu, evaluation, metric, dataset))
         console.print("no recorded run matches these filters" if filtered else "no runs recorded")
 
 

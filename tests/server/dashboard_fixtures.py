@@ -26,8 +26,14 @@ QUICK = {
 }
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
 FAILED = "digits-bad-hash"
+FIRST_100 = "digits-first-100"
+"""The ONNX Runtime run on the first 100 samples of the digits test split (``limit: 100``)."""
+WHOLE_DATASET = "digits/test (360 samples)"
+FIRST_100_DATASET = "digits/test (100 samples)"
+"""The two runs' datasets as the store names them."""
 
 _made: dict[str, dict[str, Any]] = {}
+_limited: dict[str, dict[str, Any]] = {}
 
 
 def evaluation_name(framework: str) -> str:
@@ -61,6 +67,17 @@ def real_documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[s
             _made[name] = _run(folder, framework, name)
         _made[FAILED] = _run(folder, "onnxruntime", FAILED, model={"sha256": "1" * 64})
     return copy.deepcopy(_made)
+
+
+def limited_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The digits CNN in ONNX Runtime on the first 100 samples of the test split, evaluated
+    by the agent once per session (a copy)."""
+    if not _limited:
+        folder = tmp_path_factory.mktemp("dashboard-limited")
+        _limited[FIRST_100] = _run(
+            folder, "onnxruntime", FIRST_100, dataset={"type": "digits", "limit": 100}
+        )
+    return copy.deepcopy(_limited[FIRST_100])
 
 
 def record(store_url: str, documents: list[dict[str, Any]]) -> None:

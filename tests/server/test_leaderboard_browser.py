@@ -1,9 +1,10 @@
 """The leaderboard's acceptance test: real runs of the digits CNN in ONNX Runtime, PyTorch and
 TensorFlow and of the task examples (segmentation, text classification) recorded in a fresh
 SQLite store, served by a real uvicorn server, driven in real headless Chromium with
-JavaScript off: open the leaderboard, filter it by framework, follow a model's link to its
-history. A full-page screenshot of each page is kept in $MLMS_SCREENSHOT_DIR (else the test's
-tmp_path) for a person to look at."""
+JavaScript off: open the leaderboard, filter it by framework, rank it by a column's heading,
+narrow it to one dataset, follow a model's link to its history. A full-page screenshot of
+each page is kept in $MLMS_SCREENSHOT_DIR (else the test's tmp_path) for a person to look
+at."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from browser import chromium, screenshot_dir, serve
-from dashboard_fixtures import FRAMEWORKS, evaluation_name, real_documents, record
+from dashboard_fixtures import FRAMEWORKS, WHOLE_DATASET, evaluation_name, real_documents, record
 
 from mlmodelscope.server.app import ServeSettings, create_app
 
@@ -80,6 +81,20 @@ def test_leaderboard_filter_and_history_in_chromium(
         expect(page.locator("th.ranked")).to_have_count(2)
         shoot(page, "leaderboard-2-pytorch")
 
+        top1_table = page.locator('table.leaderboard[data-task="top1"]')
+        top1_table.locator("th a.rank", has_text="samples/s").click()
+        assert "rank=throughput" in page.url and "framework=pytorch" in page.url
+        expect(page.locator('select[name="rank"]')).to_have_value("throughput")
+        expect(top1_table.locator("th.ranked")).to_have_text("samples/s")
+        page.select_option('select[name="dataset"]', WHOLE_DATASET)
+        page.get_by_role("button", name="Show").click()
+        expect(boards).to_have_count(1)  # the tasks with runs on that dataset: top1
+        expect(page.locator(f'div.dataset[data-dataset="{WHOLE_DATASET}"] h3')).to_have_text(
+            f"Dataset {WHOLE_DATASET}"
+        )
+        expect(top1).to_have_count(1)
+        shoot(page, "leaderboard-3-dataset")
+
         top1.first.get_by_role("link", name=model, exact=True).click()
         assert page.url == f"{base}/models/{model}/history"
         expect(page.locator("h1")).to_have_text(f"History of {model}")
@@ -91,7 +106,7 @@ def test_leaderboard_filter_and_history_in_chromium(
         for plot in ("history-metric", "history-latency"):
             expect(page.locator(f"svg#{plot}")).to_be_visible()
             expect(page.locator(f"svg#{plot} path.history-{plot[8:]}")).to_have_count(3)
-        shoot(page, "leaderboard-3-history")
+        shoot(page, "leaderboard-4-history")
 
         history.nth(0).get_by_role("link").click()
         assert page.url == f"{base}/runs/{oldest_first[0]['run_id']}"

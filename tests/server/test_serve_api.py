@@ -12,10 +12,11 @@ from typing import Any
 import jsonschema
 import pytest
 import sqlalchemy as sa
-from dashboard_fixtures import timed
+from dashboard_fixtures import FIRST_100_DATASET, WHOLE_DATASET, limited_document, timed
 from fastapi.testclient import TestClient
 from serve_fixtures import ClientFactory, bearer
 
+from mlmodelscope.devtools.documents import EFFICIENCY_KEYS, metered
 from mlmodelscope.report.compare import SIGNIFICANCE_RUNS, compare, parse_result
 from mlmodelscope.server.app import ServeSettings, create_app
 from mlmodelscope.store import Store
@@ -44,6 +45,8 @@ def test_list_runs_newest_first_with_their_batch_rows(
         assert item["model_name"] == document["spec"]["model"]["name"]
         assert item["framework"] == document["spec"]["framework"]["name"]
         assert item["scenario"] == "SingleStream"
+        succeeded = document["status"] == "Succeeded"
+        assert item["dataset"] == (WHOLE_DATASET if succeeded else None)  # Failed: never loaded
         expected = rows(document)
         assert [r["batch_size"] for r in item["results"]] == sorted(expected)
         for row in item["results"]:
@@ -53,6 +56,7 @@ def test_list_runs_newest_first_with_their_batch_rows(
             }
             assert row["throughput"] == wanted["throughput"]
             assert row["valid"] == wanted["valid"]
+            assert [row[k] for k in EFFICIENCY_KEYS] == [None] * 3  # no counter, no price
         if document["status"] == "Succeeded":
             assert item["top1"] == document["accuracy"]["top1"]
             assert item["framework_version"] == document["backend"]["framework_version"]
@@ -245,6 +249,7 @@ def test_leaderboard_keeps_the_best_succeeded_run_per_model_and_hardware(
     assert entry["throughput"] == rows(best)[1]["throughput"]
     assert entry["top1"] == best["accuracy"]["top1"]
     assert entry["device"] == "cpu" and entry["gpu_product"] is None
+    assert entry["dataset"] == WHOLE_DATASET and board["dataset"] is None
     assert by_framework["pytorch"]["run_id"] == docs["srv-torch"]["run_id"]
     assert by_framework["pytorch"]["runs"] == 1
     values = [e["value"] for e in board["entries"]]
@@ -260,6 +265,79 @@ def test_leaderboard_keeps_the_best_succeeded_run_per_model_and_hardware(
     assert [e["run_id"] for e in only.json()["entries"]] == [docs["srv-torch"]["run_id"]]
     assert client.get("/api/v1/leaderboard", params={"batch_size": 3}).json()["entries"] == []
     assert client.get("/api/v1/leaderboard", params={"metric": "nope"}).status_code == 422
+
+
+def test_dataset_and_efficiency_in_listing_leaderboard_history_and_csv(
+    make_client: ClientFactory, docs: Docs, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two more runs posted: ONNX Runtime on the first 100 samples (the agent's own run), and
+    srv-ort-a as if a RAPL counter and a price per node-hour had been given
+    (:func:`~mlmodelscope.devtools.documents.metered`)."""
+    client = make_client(write_token="w")
+    limited = limited_document(tmp_path_factory)
+    energy = metered(docs["srv-ort-a"], {1: 0.004, 8: 0.001}, 2.5)
+    energy["run_id"] = str(uuid.uuid4())
+    energy["evaluation"]["name"] = "srv-metered"
+    for document in (limited, energy):
+        posted = client.post("/api/v1/runs", json=document, headers=bearer("w"))
+        assert posted.status_code == 201, posted.text
+    efficiency = [tuple(r[k] for k in EFFICIENCY_KEYS) for r in energy["results"]]
+    assert efficiency[0][:2] == (pytest.approx(0.004), "rapl") and efficiency[0][2] is not None
+
+    items = {i["run_id"]: i for i in client.get("/api/v1/runs").json()["items"]}
+    assert items[limited["run_id"]]["dataset"] == FIRST_100_DATASET
+    assert items[energy["run_id"]]["dataset"] == WHOLE_DATASET
+    listed = [tuple(r[k] for k in EFFICIENCY_KEYS) for r in items[energy["run_id"]]["results"]]
+    assert listed == efficiency
+    only = client.get("/api/v1/runs", params={"dataset": FIRST_100_DATASET}).json()
+    assert only["total"] == 1 and only["items"][0]["run_id"] == limited["run_id"]
+    detail = client.get(f"/api/v1/runs/{energy['run_id']}").json()  # the document itself
+    assert [tuple(r[k] for k in EFFICIENCY_KEYS) for r in detail["results"]] == efficiency
+
+    board = client.get("/api/v1/leaderboard").json()
+    ort = [e for e in board["entries"] if e["framework"] == "onnxruntime"]
+    assert [(e["dataset"], e["runs"]) for e in ort] == [(FIRST_100_DATASET, 1), (WHOLE_DATASET, 3)]
+    assert ort[0]["run_id"] == limited["run_id"]  # never ranked against the whole split
+    narrowed = client.get("/api/v1/leaderboard", params={"dataset": FIRST_100_DATASET}).json()
+    assert narrowed["dataset"] == FIRST_100_DATASET
+    assert [e["run_id"] for e in narrowed["entries"]] == [limited["run_id"]]
+    joules = client.get("/api/v1/leaderboard", params={"metric": "joules_per_inference"}).json()
+    assert [
+        (e["run_id"], e["value"], e["energy_method"], e["runs"]) for e in joules["entries"]
+    ] == [
+        (energy["run_id"], efficiency[0][0], "rapl", 1)  # the runs without a counter: none
+    ]
+    cost = client.get("/api/v1/leaderboard", params={"metric": "cost_per_1000", "batch_size": 8})
+    assert [(e["run_id"], e["value"]) for e in cost.json()["entries"]] == [
+        (energy["run_id"], efficiency[1][2])
+    ]
+
+    model = energy["model"]["name"]
+    history = client.get(f"/api/v1/models/{model}/history").json()["points"]
+    by_run = {p["run_id"]: p for p in history}
+    assert by_run[limited["run_id"]]["dataset"] == FIRST_100_DATASET
+    assert by_run[docs["srv-bad-hash"]["run_id"]]["dataset"] is None
+    point = by_run[energy["run_id"]]
+    assert (point["joules_per_inference"], point["cost_per_1000"]) == (
+        efficiency[0][0],
+        efficiency[0][2],
+    )
+    first_100 = client.get(
+        f"/api/v1/models/{model}/history", params={"dataset": FIRST_100_DATASET}
+    ).json()
+    assert [p["run_id"] for p in first_100["points"]] == [limited["run_id"]]
+
+    table = csv.DictReader(io.StringIO(client.get("/api/v1/runs.csv").text))
+    exported = {(r["run_id"], r["batch_size"]): r for r in table}
+    for result, values in zip(energy["results"], efficiency, strict=True):
+        row = exported[(energy["run_id"], str(result["batch_size"]))]
+        assert row["dataset"] == WHOLE_DATASET
+        assert (float(row["joules_per_inference"]), row["energy_method"]) == values[:2]
+        assert float(row["cost_per_1000"]) == values[2]
+    assert exported[(limited["run_id"], "1")]["joules_per_inference"] == ""
+    for bad in ({"dataset": "a\x00b"}, {"dataset": "d" * 254}):
+        assert client.get("/api/v1/leaderboard", params=bad).status_code == 422
+        assert client.get("/api/v1/runs", params=bad).status_code == 422
 
 
 def test_history_of_a_model_oldest_first(make_client: ClientFactory, docs: Docs) -> None:

@@ -76,3 +76,19 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def store(store_url: str) -> Iterator[Store]:
     with open_store(store_url) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def limited_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A Succeeded run of the same model on the first 100 samples of the digits test split
+    (``dataset.limit: 100``), as the agent wrote it."""
+    from mlmodelscope.agent.runner import evaluate
+    from mlmodelscope.spec import load_evaluations
+
+    folder = tmp_path_factory.mktemp("limited")
+    [loaded] = load_evaluations(
+        digits_spec(folder, "digits-ort-100", dataset={"type": "digits", "limit": 100})
+    )
+    evaluate(loaded, output=folder / "limited.json")
+    document: dict[str, Any] = json.loads((folder / "limited.json").read_text())
+    return document

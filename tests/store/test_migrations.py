@@ -25,6 +25,8 @@ pytestmark = pytest.mark.frameworks
 
 ADDED_IN_0002 = {"trace_id", "labels"}
 ADDED_IN_0003 = {"metric", "metric_value"}
+ADDED_IN_0008 = {"dataset"}
+RESULTS_ADDED_IN_0008 = {"joules_per_inference", "energy_method", "cost_per_1000"}
 SWEEP = {"sweep": "batch-sizes", "team": "vision"}
 INDEXES_0001 = {
     "ix_runs_model_name",
@@ -72,11 +74,18 @@ def record_in_0001_shape(engine: sa.Engine, documents: list[dict[str, Any]]) -> 
             parsed = ResultDocument.model_validate(document)
             assert parsed.run_id is not None
             row = _run_row(parsed, parsed.run_id, document)
-            for key in ADDED_IN_0002 | ADDED_IN_0003:
+            for key in ADDED_IN_0002 | ADDED_IN_0003 | ADDED_IN_0008:
                 del row[key]
             assert set(row) == live
             conn.execute(runs.insert(), row)
-            batches = [_result_row(parsed.run_id, r) for r in parsed.results or []]
+            batches = [
+                {
+                    k: v
+                    for k, v in _result_row(parsed.run_id, r).items()
+                    if k not in RESULTS_ADDED_IN_0008
+                }
+                for r in parsed.results or []
+            ]
             if batches:
                 conn.execute(run_results.insert(), batches)
 
@@ -156,7 +165,7 @@ def test_upgrade_from_0001_keeps_every_run_and_backfills(
     assert batch_rows == 3 * len(old_runs[0]["results"])
     assert indexes(engine_at_0001) == INDEXES_0001
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0007"
+    assert revision(engine_at_0001) == "0008"
     check_at_head(store_url, old_runs, batch_rows)
 
 
@@ -176,7 +185,7 @@ def test_downgrade_to_0001_and_up_again(
         assert count(store.engine, "run_results") == 2 * len(old_runs[0]["results"])
         record_in_0001_shape(store.engine, old_runs[3:])  # the old release writes again
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0007"
+    assert revision(engine_at_0001) == "0008"
     check_at_head(store_url, old_runs, 3 * len(old_runs[0]["results"]))
 
 

@@ -135,11 +135,14 @@ def record_in_0002_shape(engine: sa.Engine, documents: list[dict[str, Any]]) -> 
             parsed = ResultDocument.model_validate(document)
             assert parsed.run_id is not None
             row = _run_row(parsed, parsed.run_id, document)
-            del row["metric"], row["metric_value"]
+            del row["metric"], row["metric_value"], row["dataset"]  # dataset: 0008
             assert set(row) == live
             conn.execute(runs.insert(), row)
             if parsed.results:
                 rows = [_result_row(parsed.run_id, r) for r in parsed.results]
+                for batch in rows:  # 0008's
+                    del batch["joules_per_inference"], batch["energy_method"]
+                    del batch["cost_per_1000"]
                 conn.execute(run_results.insert(), rows)
 
 

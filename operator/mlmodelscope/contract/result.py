@@ -145,6 +145,12 @@ class DatasetInfo(ContractModel):
     truncated: Annotated[int, Field(ge=0)] | None = None
     """Text datasets: texts longer than ``dataset.maxLength`` tokens, cut to it."""
 
+    def identity(self) -> str:
+        """Which data the numbers came from, as the store, the leaderboard and comparisons
+        name it: the agent's name for the dataset (its type and path, or split) and how many
+        samples were evaluated (``limit`` applied), e.g. ``digits/test (360 samples)``."""
+        return f"{self.name} ({self.samples} samples)"
+
 
 class BackendInfo(ContractModel):
     """The framework as loaded."""

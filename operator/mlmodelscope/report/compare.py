@@ -435,7 +435,7 @@ def numerical_agreement(
     pass."""
     reference = runs[0].document
     key = _dataset_key(reference)
-    if key is None or reference.accuracy is None:
+    if key is None or reference.dataset is None or reference.accuracy is None:
         return None
     pairs: list[Agreement] = []
     others: list[str] = []
@@ -448,7 +448,7 @@ def numerical_agreement(
         return None
     return NumericalAgreement(
         reference=labels[0],
-        dataset=f"{key[0]} ({key[2]} samples)",
+        dataset=reference.dataset.identity(),
         pairs=pairs,
         other_datasets=others,
     )

@@ -97,6 +97,12 @@ class BatchRow(BaseModel):
     """Its value (the task's, not per batch size: the accuracy pass runs once)."""
     valid: bool | None
     """MLPerf-style verdict of this batch size."""
+    joules_per_inference: float | None = None
+    """Energy per inference (J per sample) from the hardware's counter; null: not measured."""
+    energy_method: str | None = None
+    """The counter it was read from: nvml (the GPU board) or rapl (the CPU packages)."""
+    cost_per_1000: float | None = None
+    """USD per 1,000 inferences from the price per node-hour the run was given; null: none."""
 
 
 class RunItem(BaseModel):
@@ -113,6 +119,9 @@ class RunItem(BaseModel):
     device: str | None
     gpu_product: str | None
     scenario: str | None
+    dataset: str | None = None
+    """Which data the numbers came from: the dataset's name and sample count, e.g.
+    ``digits/test (360 samples)``; null for a run that never loaded its dataset."""
     valid: bool | None
     """VALID when every batch size was."""
     top1: float | None
@@ -160,7 +169,10 @@ class Recorded(BaseModel):
 class Leaderboard(BaseModel):
     metric: str
     batch_size: int
+    dataset: str | None = None
+    """The ``dataset`` filter; null: every dataset, each ranked on its own."""
     entries: list[LeaderboardEntry]
+    """Sorted by dataset, then model, then best first."""
 
 
 class History(BaseModel):
@@ -200,6 +212,10 @@ def run_filter(
     metric_name: Annotated[
         str | None, _text("The name of the runs' primary metric: top1, miou, accuracy.")
     ] = None,
+    dataset: Annotated[
+        str | None,
+        _text("The runs' dataset: its name and sample count, e.g. digits/test (360 samples)."),
+    ] = None,
 ) -> RunFilter:
     """The filters of ``GET /api/v1/runs`` (exact values; absent: any)."""
     return RunFilter(
@@ -213,6 +229,7 @@ def run_filter(
         scenario=scenario,
         sweep=sweep,
         metric=metric_name,
+        dataset=dataset,
     )
 
 
@@ -421,14 +438,15 @@ def compare_runs(
     return compare(loaded, significance=len(loaded) <= SIGNIFICANCE_RUNS)
 
 
-@router.get("/leaderboard", summary="The best run per model and hardware")
+@router.get("/leaderboard", summary="The best run per dataset, model and hardware")
 def leaderboard(
     request: Request,
     where: Filter,
     metric: Annotated[
         Metric,
         Query(
-            description="Rank by: p50_ms, p99_ms (lowest wins), throughput, top1, metric_value "
+            description="Rank by: p50_ms, p99_ms, joules_per_inference, cost_per_1000 (lowest "
+            "wins; runs that did not measure it take no part), throughput, top1, metric_value "
             "(highest; the primary metric metric_name names, e.g. metric_name=miou)."
         ),
     ] = "p50_ms",
@@ -436,8 +454,9 @@ def leaderboard(
         int, Query(ge=1, le=MAX_BATCH, description="The batch size the metric is read at.")
     ] = 1,
 ) -> Leaderboard:
-    """Per (model, framework, device, GPU product), the Succeeded run with the best ``metric``
-    at ``batch_size``. The ``status`` filter is ignored: only Succeeded runs rank."""
+    """Per (dataset, model, framework, device, GPU product), the Succeeded run with the best
+    ``metric`` at ``batch_size``: runs of different datasets never rank against each other.
+    The ``status`` filter is ignored: only Succeeded runs rank."""
     if metric == "metric_value" and where.metric is None:
         raise _validation_error(
             [(["query", "metric"], "metric_value ranks one primary metric: add metric_name=<name>")]
@@ -445,7 +464,7 @@ def leaderboard(
     entries = queries.leaderboard(
         store_of(request), metric=metric, batch_size=batch_size, where=where
     )
-    return Leaderboard(metric=metric, batch_size=batch_size, entries=entries)
+    return Leaderboard(metric=metric, batch_size=batch_size, dataset=where.dataset, entries=entries)
 
 
 @router.get(
@@ -460,6 +479,9 @@ def model_history(
     device: Annotated[str | None, _text("Device.")] = None,
     gpu: Annotated[str | None, _text("GPU product.")] = None,
     status: Annotated[str | None, _text("Succeeded or Failed.")] = None,
+    dataset: Annotated[
+        str | None, _text("Dataset: its name and sample count, e.g. digits/test (360 samples).")
+    ] = None,
     batch_size: Annotated[
         int | None,
         Query(ge=1, le=MAX_BATCH, description="Numbers at this batch size (default: smallest)."),
@@ -467,7 +489,7 @@ def model_history(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="The newest runs.")] = MAX_PAGE,
 ) -> History:
     store = store_of(request)
-    where = RunFilter(framework=framework, device=device, gpu=gpu, status=status)
+    where = RunFilter(framework=framework, device=device, gpu=gpu, status=status, dataset=dataset)
     points = queries.history(store, model, batch_size=batch_size, where=where, limit=limit)
     if not points and not queries.model_known(store, model):
         raise HTTPException(404, detail=f"no recorded run of model {model!r}")

@@ -7,11 +7,12 @@
 - ``/runs/{run_id}``: one run, with its stack, spec and a link to its trace in Jaeger;
 - ``/runs/{run_id}/analysis``: `mlms analyze` of one run traced at framework level (tables,
   and PNG plots embedded when matplotlib is installed); 404 for a run without a correction.
-- ``/leaderboard``: per task (primary metric), the best Succeeded run per model and hardware,
-  ranked by the primary metric, p50 or p99 latency or throughput, filtered by a GET form
-  (the API's ranking, :mod:`.pages.leaderboard`);
-- ``/models/{name}/history``: a model's runs oldest first, with SVG plots of the primary
-  metric and p50 latency over time; 404 naming a model with no recorded run;
+- ``/leaderboard``: per task (primary metric) and dataset, the best Succeeded run per model
+  and hardware, ranked by the primary metric, p50 or p99 latency, throughput, energy per
+  inference or cost per 1,000 inferences, filtered by a GET form (the API's ranking,
+  :mod:`.pages.leaderboard`);
+- ``/models/{name}/history``: a model's runs oldest first with their dataset, with SVG plots
+  of the primary metric and p50 latency over time; 404 naming a model with no recorded run;
 - ``/launch``, ``/launches``, ``/launches/{launch_id}``, ``/sweep-launches/{sweep_id}``: the
   Launch form, the launches and a launched sweep with its children, whose states update
   without reloading (:mod:`.pages.launch`, the one page script).
@@ -182,6 +183,7 @@ def runs_page(
     gpu: str | None = None,
     status: str | None = None,
     evaluation: str | None = None,
+    dataset: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = LIMIT,
 ) -> HTMLResponse:
     store = store_of(request)
@@ -192,6 +194,7 @@ def runs_page(
         "gpu": _given(gpu),
         "status": _given(status),
         "evaluation": _given(evaluation),
+        "dataset": _given(dataset),
     }
     runs = store.list_runs(**chosen, limit=limit)
     options = render.filter_options(store.list_runs(limit=OPTIONS_FROM))
@@ -270,46 +273,59 @@ def analysis_page(request: Request, run_id: str) -> HTMLResponse:
     return html(request, render.analysis_page(loaded, analysis, figures))
 
 
-Rank = Literal["metric_value", "p50_ms", "p99_ms", "throughput"]
+Rank = Literal[
+    "metric_value", "p50_ms", "p99_ms", "throughput", "joules_per_inference", "cost_per_1000"
+]
 
 
 @router.get("/leaderboard", response_class=HTMLResponse, dependencies=READ)
 def leaderboard_page(
     request: Request,
     metric_name: str | None = None,
+    dataset: str | None = None,
     framework: str | None = None,
     device: str | None = None,
     gpu: str | None = None,
     rank: Rank = "metric_value",
     batch_size: str | None = None,
 ) -> HTMLResponse:
-    """Per task (primary metric), :func:`~mlmodelscope.store.queries.leaderboard`, the API's
-    ranking, ordered best first across models."""
+    """Per task (primary metric) and dataset, :func:`~mlmodelscope.store.queries.leaderboard`,
+    the API's ranking, ordered best first across models; with a dataset chosen, only the
+    tasks that have runs on it."""
     store = store_of(request)
     size = _batch_size(batch_size) or 1
     chosen = {
         "metric_name": _given(metric_name),
+        "dataset": _given(dataset),
         "framework": _given(framework),
         "device": _given(device),
         "gpu": _given(gpu),
     }
-    tasks = queries.metric_names(store)
-    where = RunFilter(framework=chosen["framework"], device=chosen["device"], gpu=chosen["gpu"])
+    where = RunFilter(
+        framework=chosen["framework"],
+        device=chosen["device"],
+        gpu=chosen["gpu"],
+        dataset=chosen["dataset"],
+    )
+    tasks = [chosen["metric_name"]] if chosen["metric_name"] else None
     boards = [
         (
             task,
-            queries.best_first(
-                queries.leaderboard(
-                    store, metric=rank, batch_size=size, where=replace(where, metric=task)
-                ),
-                rank,
-            ),
+            {
+                name: queries.best_first(entries, rank)
+                for name, entries in queries.by_dataset(
+                    queries.leaderboard(
+                        store, metric=rank, batch_size=size, where=replace(where, metric=task)
+                    )
+                ).items()
+            },
         )
-        for task in ([chosen["metric_name"]] if chosen["metric_name"] else tasks)
+        for task in tasks or queries.metric_names(store, dataset=chosen["dataset"])
     ]
     options = {
         **render.filter_options(store.list_runs(limit=OPTIONS_FROM)),
-        "metric_name": tasks,
+        "metric_name": queries.metric_names(store),
+        "dataset": queries.dataset_names(store),
     }
     return html(request, board.leaderboard_page(boards, chosen, options, rank, size))
 
@@ -322,6 +338,7 @@ def history_page(
     device: str | None = None,
     gpu: str | None = None,
     status: str | None = None,
+    dataset: str | None = None,
     batch_size: str | None = None,
 ) -> HTMLResponse:
     """The model's runs oldest first (:func:`~mlmodelscope.store.queries.history`, as the
@@ -329,6 +346,7 @@ def history_page(
     store = store_of(request)
     size = _batch_size(batch_size)
     chosen = {
+        "dataset": _given(dataset),
         "framework": _given(framework),
         "device": _given(device),
         "gpu": _given(gpu),

@@ -1,6 +1,6 @@
 """Read-side queries over the results store beyond :meth:`Store.list_runs`: paging and
-counting, a leaderboard per model and hardware, a model's history, and one flat row per run
-and batch size (CSV export). `mlms serve` answers its API and dashboard with them.
+counting, a leaderboard per dataset, model and hardware, a model's history, and one flat row
+per run and batch size (CSV export). `mlms serve` answers its API and dashboard with them.
 
 Plain SQLAlchemy Core over the tables of :mod:`mlmodelscope.store.schema` (window functions
 included), so every query runs the same on SQLite and PostgreSQL.
@@ -28,18 +28,33 @@ from mlmodelscope.store.store import (
 SUCCEEDED: Final = "Succeeded"
 ANY_RUN: Final = RunFilter()
 """The filter that matches every run."""
-Metric = Literal["p50_ms", "p99_ms", "throughput", "top1", "metric_value"]
+Metric = Literal[
+    "p50_ms",
+    "p99_ms",
+    "throughput",
+    "top1",
+    "metric_value",
+    "joules_per_inference",
+    "cost_per_1000",
+]
 LOWER_IS_BETTER: Final[dict[str, bool]] = {
     "p50_ms": True,
     "p99_ms": True,
     "throughput": False,
     "top1": False,
     "metric_value": False,
+    "joules_per_inference": True,
+    "cost_per_1000": True,
 }
 """Each leaderboard metric, and whether its best run has the lowest value. ``metric_value`` is
 the task's primary metric (top1, miou, accuracy: higher is better for each); it ranks only
 runs whose primary metric has the name the filter gives (:attr:`RunFilter.metric`), so an
-mIoU is never ranked against an accuracy."""
+mIoU is never ranked against an accuracy. ``joules_per_inference`` and ``cost_per_1000`` rank
+only the runs that measured them."""
+RESULT_METRICS: Final = frozenset(
+    {"p50_ms", "p99_ms", "throughput", "joules_per_inference", "cost_per_1000"}
+)
+"""The metrics read from the batch size's row (the others are the run's)."""
 
 
 def count_runs(store: Store, where: RunFilter = ANY_RUN) -> int:
@@ -62,8 +77,12 @@ def page_runs(
 
 @dataclass(frozen=True)
 class LeaderboardEntry:
-    """The best Succeeded run of one model on one framework, device and GPU product."""
+    """The best Succeeded run of one model on one dataset, framework, device and GPU
+    product."""
 
+    dataset: str | None
+    """The runs' dataset (``digits/test (360 samples)``): entries of different datasets are
+    never ranked against each other."""
     model_name: str | None
     framework: str | None
     device: str | None
@@ -85,8 +104,14 @@ class LeaderboardEntry:
     metric_value: float | None
     valid: bool | None
     """The verdict of the best run at this batch size."""
+    joules_per_inference: float | None
+    """Energy per inference (J) of the best run at this batch size; None: not measured."""
+    energy_method: str | None
+    """The counter it was read from: nvml (the GPU board) or rapl (the CPU packages)."""
+    cost_per_1000: float | None
+    """USD per 1,000 inferences of the best run at this batch size; None: no price given."""
     runs: int
-    """Succeeded runs in the group that measured this batch size."""
+    """Succeeded runs in the group that measured this batch size (and the metric)."""
 
 
 def leaderboard(
@@ -96,23 +121,42 @@ def leaderboard(
     batch_size: int = 1,
     where: RunFilter = ANY_RUN,
 ) -> list[LeaderboardEntry]:
-    """Per (model, framework, device, GPU product), the Succeeded run with the best
-    ``metric`` at ``batch_size`` (lowest latency, highest throughput, top-1 or primary metric;
-    ties: the newer run). Runs that did not measure ``batch_size``, or lack the metric, take no
-    part. Sorted by model, then best value first. ``metric_value`` needs ``where.metric``, the
-    primary metric's name."""
+    """Per (dataset, model, framework, device, GPU product), the Succeeded run with the best
+    ``metric`` at ``batch_size`` (lowest latency, energy or cost, highest throughput, top-1 or
+    primary metric; ties: the newer run). Runs that did not measure ``batch_size``, or lack the
+    metric, take no part. Sorted by dataset, then model, then best value first: a dataset's
+    entries are contiguous, and no run is ranked against another dataset's.
+    ``metric_value`` needs ``where.metric``, the primary metric's name."""
+    query = leaderboard_query(metric=metric, batch_size=batch_size, where=where)
+    with store.engine.connect() as conn:
+        found = conn.execute(query).mappings().all()
+    return [LeaderboardEntry(**{**row, "started_at": as_utc(row["started_at"])}) for row in found]
+
+
+def leaderboard_query(
+    *, metric: Metric = "p50_ms", batch_size: int = 1, where: RunFilter = ANY_RUN
+) -> sa.Select[Any]:
+    """The SELECT :func:`leaderboard` runs (a window over the matching Succeeded runs: their
+    rank and count per group)."""
     if metric not in LOWER_IS_BETTER:
         raise ValueError(f"metric {metric!r}: one of {', '.join(LOWER_IS_BETTER)}")
     if metric == "metric_value" and where.metric is None:
         raise ValueError(
             "metric 'metric_value' ranks one primary metric: name it (top1, miou, accuracy)"
         )
-    value = runs.c[metric] if metric in ("top1", "metric_value") else run_results.c[metric]
+    value = run_results.c[metric] if metric in RESULT_METRICS else runs.c[metric]
     best = value.asc() if LOWER_IS_BETTER[metric] else value.desc()
-    group = (runs.c.model_name, runs.c.framework, runs.c.device, runs.c.gpu_product)
+    group = (
+        runs.c.dataset,
+        runs.c.model_name,
+        runs.c.framework,
+        runs.c.device,
+        runs.c.gpu_product,
+    )
     ranked = (
         where.apply(
             sa.select(
+                runs.c.dataset,
                 runs.c.model_name,
                 runs.c.framework,
                 runs.c.device,
@@ -130,6 +174,9 @@ def leaderboard(
                 runs.c.metric,
                 runs.c.metric_value,
                 run_results.c.valid,
+                run_results.c.joules_per_inference,
+                run_results.c.energy_method,
+                run_results.c.cost_per_1000,
                 sa.func.count().over(partition_by=group).label("runs"),
                 sa.func.row_number()
                 .over(partition_by=group, order_by=(best, *NEWEST_FIRST))
@@ -144,36 +191,57 @@ def leaderboard(
         .subquery()
     )
     order = ranked.c.value.asc() if LOWER_IS_BETTER[metric] else ranked.c.value.desc()
-    query = (
+    return (
         sa.select(*(c for c in ranked.c if c.name != "rank"))
         .where(ranked.c.rank == 1)
         .order_by(
             # NULLs last on both dialects, without NULLS LAST
+            ranked.c.dataset.is_(None),
+            ranked.c.dataset,
             ranked.c.model_name.is_(None),
             ranked.c.model_name,
             order,
             ranked.c.run_id,
         )
     )
-    with store.engine.connect() as conn:
-        found = conn.execute(query).mappings().all()
-    return [LeaderboardEntry(**{**row, "started_at": as_utc(row["started_at"])}) for row in found]
 
 
 def best_first(entries: list[LeaderboardEntry], metric: Metric) -> list[LeaderboardEntry]:
-    """:func:`leaderboard`'s entries ranked across models: best ``metric`` first (lowest
-    latency, highest throughput or metric); ties keep :func:`leaderboard`'s order."""
+    """:func:`leaderboard`'s entries of one dataset ranked across models: best ``metric``
+    first (lowest latency, energy or cost, highest throughput or metric); ties keep
+    :func:`leaderboard`'s order."""
+    if len({entry.dataset for entry in entries}) > 1:
+        raise ValueError("best_first ranks one dataset's entries: split them by dataset first")
     return sorted(entries, key=lambda entry: entry.value, reverse=not LOWER_IS_BETTER[metric])
 
 
-def metric_names(store: Store) -> list[str]:
-    """The primary metrics' names of the Succeeded runs, sorted: one leaderboard each, since
-    only runs of the same metric (the same task) rank against each other."""
+def by_dataset(entries: list[LeaderboardEntry]) -> dict[str | None, list[LeaderboardEntry]]:
+    """:func:`leaderboard`'s entries split by dataset, in its order."""
+    found: dict[str | None, list[LeaderboardEntry]] = {}
+    for entry in entries:
+        found.setdefault(entry.dataset, []).append(entry)
+    return found
+
+
+def metric_names(store: Store, *, dataset: str | None = None) -> list[str]:
+    """The primary metrics' names of the Succeeded runs (of ``dataset``, when given), sorted:
+    one leaderboard each, since only runs of the same metric (the same task) rank against
+    each other."""
+    query = sa.select(runs.c.metric).where(runs.c.status == SUCCEEDED, runs.c.metric.is_not(None))
+    if dataset is not None:
+        query = query.where(runs.c.dataset == dataset)
+    query = query.distinct().order_by(runs.c.metric)
+    with store.engine.connect() as conn:
+        return [str(name) for name in conn.execute(query).scalars()]
+
+
+def dataset_names(store: Store) -> list[str]:
+    """The datasets of the Succeeded runs, sorted: the leaderboard's dataset menu."""
     query = (
-        sa.select(runs.c.metric)
-        .where(runs.c.status == SUCCEEDED, runs.c.metric.is_not(None))
+        sa.select(runs.c.dataset)
+        .where(runs.c.status == SUCCEEDED, runs.c.dataset.is_not(None))
         .distinct()
-        .order_by(runs.c.metric)
+        .order_by(runs.c.dataset)
     )
     with store.engine.connect() as conn:
         return [str(name) for name in conn.execute(query).scalars()]
@@ -187,6 +255,8 @@ class HistoryPoint:
     run_id: str
     evaluation: str | None
     started_at: datetime
+    dataset: str | None
+    """Which data the numbers came from (None: the run never loaded its dataset)."""
     framework: str | None
     framework_version: str | None
     device: str | None
@@ -202,6 +272,10 @@ class HistoryPoint:
     metric_value: float | None
     valid: bool | None
     """The verdict at this batch size."""
+    joules_per_inference: float | None
+    """Energy per inference (J) at this batch size; None: not measured."""
+    cost_per_1000: float | None
+    """USD per 1,000 inferences at this batch size; None: no price given."""
 
 
 def history(
@@ -235,6 +309,7 @@ def history(
                 runs.c.run_id,
                 runs.c.evaluation,
                 runs.c.started_at,
+                runs.c.dataset,
                 runs.c.framework,
                 runs.c.framework_version,
                 runs.c.device,
@@ -248,6 +323,8 @@ def history(
                 runs.c.metric,
                 runs.c.metric_value,
                 run_results.c.valid,
+                run_results.c.joules_per_inference,
+                run_results.c.cost_per_1000,
             ).select_from(runs.outerjoin(run_results, joined))
         )
         .where(runs.c.model_name == model)
@@ -280,6 +357,7 @@ CSV_COLUMNS: Final = (
     "device",
     "gpu_product",
     "scenario",
+    "dataset",
     "status",
     "error_type",
     "top1",
@@ -294,8 +372,12 @@ CSV_COLUMNS: Final = (
     "throughput",
     "qps",
     "valid",
+    "joules_per_inference",
+    "energy_method",
+    "cost_per_1000",
 )
-"""The columns of :func:`flat_rows`; ``valid`` is the verdict of the batch size."""
+"""The columns of :func:`flat_rows`; ``valid`` is the verdict of the batch size, and the last
+three its energy per inference (J), the counter read, and cost per 1,000 inferences (USD)."""
 BATCH_COLUMNS: Final = CSV_COLUMNS[CSV_COLUMNS.index("batch_size") :]
 
 
@@ -317,6 +399,7 @@ def flat_rows(summaries: list[RunSummary]) -> list[dict[str, Any]]:
             "device": run.device,
             "gpu_product": run.gpu_product,
             "scenario": run.scenario,
+            "dataset": run.dataset,
             "status": run.status,
             "error_type": run.error_type,
             "top1": run.top1,
@@ -336,6 +419,9 @@ def flat_rows(summaries: list[RunSummary]) -> list[dict[str, Any]]:
                     "throughput": result.throughput,
                     "qps": result.qps,
                     "valid": result.valid,
+                    "joules_per_inference": result.joules_per_inference,
+                    "energy_method": result.energy_method,
+                    "cost_per_1000": result.cost_per_1000,
                 }
             rows.append({**common, **batch})
     return rows

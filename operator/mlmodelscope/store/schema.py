@@ -37,6 +37,8 @@ runs: Final = sa.Table(
     sa.Column("device", sa.String(64), nullable=True),
     sa.Column("gpu_product", sa.String(128), nullable=True),
     sa.Column("scenario", sa.String(32), nullable=True),
+    # Which data the numbers came from: "digits/test (360 samples)" (revision 0008).
+    sa.Column("dataset", sa.String(253), nullable=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("valid", sa.Boolean, nullable=True),
     sa.Column("top1", sa.Float, nullable=True),
@@ -60,6 +62,9 @@ runs: Final = sa.Table(
     sa.Index("ix_runs_evaluation_started_at", "evaluation", "namespace", "started_at"),
     sa.Index("ix_runs_gpu_product_started_at", "gpu_product", "started_at"),
     sa.Index("ix_runs_metric_started_at", "metric", "started_at"),
+    # The leaderboard of one dataset reads its Succeeded runs of one primary metric from one
+    # index range (revision 0008).
+    sa.Index("ix_runs_dataset_status_metric", "dataset", "status", "metric"),
     sa.Index("ix_runs_model_sha256", "model_sha256"),
     sa.Index("ix_runs_framework", "framework", "framework_version"),
     sa.Index("ix_runs_device", "device", "gpu_product"),
@@ -84,6 +89,12 @@ run_results: Final = sa.Table(
     sa.Column("throughput", sa.Float, nullable=True),
     sa.Column("qps", sa.Float, nullable=True),
     sa.Column("valid", sa.Boolean, nullable=True),
+    # The row's efficiency, as the document's row has it (revision 0008): J per sample from
+    # the hardware's energy counter (nvml or rapl), USD per 1,000 samples from a price per
+    # node-hour; NULL when not measured.
+    sa.Column("joules_per_inference", sa.Float, nullable=True),
+    sa.Column("energy_method", sa.String(16), nullable=True),
+    sa.Column("cost_per_1000", sa.Float, nullable=True),
 )
 
 launches: Final = sa.Table(

@@ -8,6 +8,7 @@ a retried write never duplicates a run.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -31,6 +32,9 @@ from mlmodelscope.store.schema import brick_timings, run_results, runs
 MIGRATIONS: Final = Path(__file__).parent / "migrations"
 DB_FILE: Final = "runs.db"
 DEFAULT_LIMIT: Final = 100
+DATASET_NAME_KEPT: Final = 200
+"""A dataset name longer than this is stored as its first 200 characters, ``...sha256:`` and
+the first 12 hex digits of the whole name's sha256 (the column holds 253)."""
 
 
 class StoreError(RuntimeError):
@@ -81,6 +85,9 @@ class RunSummary:
     device: str | None
     gpu_product: str | None
     scenario: str | None
+    dataset: str | None
+    """Which data the numbers came from, ``digits/test (360 samples)``
+    (:func:`dataset_identity`); None for a run that never loaded its dataset."""
     valid: bool | None
     top1: float | None
     top5: float | None
@@ -112,6 +119,8 @@ class RunFilter:
     namespace: str | None = None
     status: str | None = None
     scenario: str | None = None
+    dataset: str | None = None
+    """The run's :func:`dataset_identity`, e.g. ``digits/test (360 samples)``."""
     sweep: str | None = None
     """The EvaluationSweep a run was a child of: its ``mlmodelscope.io/sweep`` label."""
     metric: str | None = None
@@ -130,6 +139,7 @@ class RunFilter:
             "namespace": runs.c.namespace,
             "status": runs.c.status,
             "scenario": runs.c.scenario,
+            "dataset": runs.c.dataset,
             "metric": runs.c.metric,
         }
         for item in fields(self):
@@ -225,11 +235,13 @@ class Store:
         status: str | None = None,
         sweep: str | None = None,
         metric: str | None = None,
+        dataset: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> list[RunSummary]:
         """Recorded runs, newest first, filtered by exact values (None: any); ``sweep``: the
         runs labelled ``mlmodelscope.io/sweep=<sweep>``; ``metric``: the runs whose primary
-        metric has that name (top1, miou, accuracy)."""
+        metric has that name (top1, miou, accuracy); ``dataset``: the runs of that
+        :func:`dataset_identity`."""
         where = RunFilter(
             model=model,
             framework=framework,
@@ -240,6 +252,7 @@ class Store:
             status=status,
             sweep=sweep,
             metric=metric,
+            dataset=dataset,
         )
         query = where.apply(sa.select(*SUMMARY_COLUMNS)).order_by(*NEWEST_FIRST).limit(limit)
         with self.engine.connect() as conn:
@@ -327,6 +340,20 @@ def _timestamp(text: str) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def dataset_identity(doc: ResultDocument) -> str | None:
+    """The ``dataset`` column: the document's :meth:`DatasetInfo.identity
+    <mlmodelscope.contract.result.DatasetInfo.identity>` (``digits/test (360 samples)``), its
+    name shortened past :data:`DATASET_NAME_KEPT` characters; None without a dataset section
+    (a run that failed before loading its data)."""
+    if doc.dataset is None:
+        return None
+    name = doc.dataset.name
+    if len(name) > DATASET_NAME_KEPT:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+        name = f"{name[:DATASET_NAME_KEPT]}...sha256:{digest}"
+    return doc.dataset.model_copy(update={"name": name}).identity()
+
+
 def _run_row(doc: ResultDocument, run_id: str, document: dict[str, Any]) -> dict[str, Any]:
     scenario = (doc.spec.get("scenario") or {}).get("type")
     if doc.measurements:
@@ -355,6 +382,7 @@ def _run_row(doc: ResultDocument, run_id: str, document: dict[str, Any]) -> dict
         "device": doc.backend.device if doc.backend else None,
         "gpu_product": gpu,
         "scenario": scenario,
+        "dataset": dataset_identity(doc),
         "status": doc.status,
         "valid": valid,
         "top1": doc.accuracy.top1 if doc.accuracy else None,
@@ -383,6 +411,9 @@ def _result_row(run_id: str, row: BatchResult) -> dict[str, Any]:
         "throughput": row.throughput,
         "qps": row.qps,
         "valid": row.valid,
+        "joules_per_inference": row.joules_per_inference,
+        "energy_method": row.energy_method,
+        "cost_per_1000": row.cost_per_1000,
     }
 
 
@@ -416,6 +447,9 @@ def batch_result(row: sa.RowMapping, run: sa.RowMapping) -> BatchResult:
         metric=run["metric"],
         metric_value=run["metric_value"],
         valid=row["valid"],
+        joules_per_inference=row["joules_per_inference"],
+        energy_method=row["energy_method"],
+        cost_per_1000=row["cost_per_1000"],
     )
 
 

@@ -1,11 +1,13 @@
 """The dashboard's leaderboard and model history pages as HTML strings.
 
-- the leaderboard (``/leaderboard``): one table per task, i.e. per primary metric (top1, miou,
-  accuracy: only runs of the same metric rank against each other), of the best Succeeded run
-  per model, framework, device and GPU product (:func:`mlmodelscope.store.queries.leaderboard`,
-  what ``GET /api/v1/leaderboard`` answers), ranked across models by the primary metric, p50 or
-  p99 latency, or throughput; GET-form filters for the task, framework, device and GPU;
-- a model's history (``/models/{name}/history``): its runs oldest first
+- the leaderboard (``/leaderboard``): one section per task, i.e. per primary metric (top1,
+  miou, accuracy), holding one table per dataset (only runs of the same metric on the same
+  dataset rank against each other), of the best Succeeded run per model, framework, device and
+  GPU product (:func:`mlmodelscope.store.queries.leaderboard`, what ``GET /api/v1/leaderboard``
+  answers), ranked across models by the primary metric, p50 or p99 latency, throughput, energy
+  per inference or cost per 1,000 inferences (the rank menu, or a column's heading); GET-form
+  filters for the task, dataset, framework, device and GPU;
+- a model's history (``/models/{name}/history``): its runs oldest first with their dataset
   (:func:`mlmodelscope.store.queries.history`, as ``GET /api/v1/models/{name}/history``), with
   the report's SVG plots of the primary metric and p50 latency against time.
 
@@ -22,7 +24,15 @@ from urllib.parse import quote, urlencode
 
 from mlmodelscope.contract.metric import FRACTIONS, format_metric
 from mlmodelscope.report import html as report
-from mlmodelscope.server.pages.render import esc, history_url, model_link, page, run_url
+from mlmodelscope.server.pages.render import (
+    cost_cell,
+    energy_cell,
+    esc,
+    history_url,
+    model_link,
+    page,
+    run_url,
+)
 from mlmodelscope.store.queries import HistoryPoint, LeaderboardEntry, Metric
 
 RANKS: Final[dict[str, str]] = {
@@ -30,17 +40,21 @@ RANKS: Final[dict[str, str]] = {
     "p50_ms": "p50 latency (lowest first)",
     "p99_ms": "p99 latency (lowest first)",
     "throughput": "throughput (highest first)",
+    "joules_per_inference": "energy per inference (lowest first)",
+    "cost_per_1000": "cost per 1,000 inferences (lowest first)",
 }
 """What a leaderboard can rank by (a :data:`~mlmodelscope.store.queries.Metric`), as the
 rank menu says it."""
 BOARD_FILTERS: Final = {
     "metric_name": "task metric",
+    "dataset": "dataset",
     "framework": "framework",
     "device": "device",
     "gpu": "GPU",
 }
 """The leaderboard's filters: query parameter -> label."""
 HISTORY_FILTERS: Final = {
+    "dataset": "dataset",
     "framework": "framework",
     "device": "device",
     "gpu": "GPU",
@@ -118,6 +132,12 @@ BOARD_COLUMNS: Final = (
     ("p50 ms", "at the batch size"),
     ("p99 ms", "at the batch size"),
     ("samples/s", "at the batch size"),
+    (
+        "energy mJ/inference",
+        "at the batch size, from the GPU board's (nvml) or the CPU packages' (rapl) energy "
+        "counter; blank: not measured",
+    ),
+    ("cost USD/1k inferences", "at the batch size, from a price per node-hour; blank: none given"),
     ("verdict", "the best run's verdict at the batch size"),
     ("runs", "Succeeded runs of this model and hardware that measured the batch size"),
     ("best run", "its page"),
@@ -129,6 +149,14 @@ RANKED_COLUMN: Final = {
     "p50_ms": "p50 ms",
     "p99_ms": "p99 ms",
     "throughput": "samples/s",
+    "joules_per_inference": "energy mJ/inference",
+    "cost_per_1000": "cost USD/1k inferences",
+}
+RANK_OF_COLUMN: Final = {column: rank for rank, column in RANKED_COLUMN.items()}
+"""A rankable column's heading -> the rank its link asks for."""
+UNMEASURED: Final = {
+    "joules_per_inference": " and measured its energy per inference",
+    "cost_per_1000": " and was given a price per node-hour",
 }
 
 
@@ -144,6 +172,8 @@ def _board_row(position: int, entry: LeaderboardEntry) -> str:
         + report.number("p50_ms", entry.p50_ms, _ms(entry.p50_ms))
         + report.number("p99_ms", entry.p99_ms, _ms(entry.p99_ms))
         + report.number("throughput", entry.throughput, _rate(entry.throughput))
+        + energy_cell(entry.joules_per_inference, entry.energy_method)
+        + cost_cell(entry.cost_per_1000)
         + _verdict(entry.valid)
         + report.number("runs", entry.runs, str(entry.runs))
         + f'<td><a class="run" href="{esc(run_url(entry.run_id))}" title="{esc(entry.run_id)}">'
@@ -153,40 +183,81 @@ def _board_row(position: int, entry: LeaderboardEntry) -> str:
     )
 
 
-def _head(name: str, hint: str, ranked: bool) -> str:
-    attributes = (' class="ranked"' if ranked else "") + (f' title="{esc(hint)}"' if hint else "")
-    return f"<th{attributes}>{esc(name)}</th>"
+def _head(name: str, hint: str, rank: str, query: Mapping[str, str]) -> str:
+    """A column heading; a rankable column's is a link that ranks by it (``query``: the
+    page's own query string, its rank replaced)."""
+    ranked = RANK_OF_COLUMN.get(name)
+    attributes = (' class="ranked"' if ranked == rank else "") + (
+        f' title="{esc(hint)}"' if hint else ""
+    )
+    if ranked is None:
+        return f"<th{attributes}>{esc(name)}</th>"
+    href = "/leaderboard?" + urlencode({**query, "rank": ranked})
+    return f'<th{attributes}><a class="rank" href="{esc(href)}">{esc(name)}</a></th>'
 
 
-def _board(task: str, entries: Sequence[LeaderboardEntry], query: Mapping[str, str]) -> str:
-    """One task's table; ``query``: the page's filters, rank and batch size."""
-    rank = query["metric"]
-    api = "/api/v1/leaderboard?" + urlencode({**query, "metric_name": task})
-    head = "".join(_head(name, hint, name == RANKED_COLUMN[rank]) for name, hint in BOARD_COLUMNS)
-    if not entries:
-        table = '<p class="note">No run of this task matches these filters at this batch size.</p>'
+def _table(
+    task: str,
+    dataset: str | None,
+    entries: Sequence[LeaderboardEntry],
+    api: Mapping[str, str],
+    here: Mapping[str, str],
+) -> str:
+    """One dataset's table of a task; ``api``: the query of its JSON link, ``here``: the
+    page's query."""
+    rank = api["metric"]
+    head = "".join(_head(name, hint, rank, here) for name, hint in BOARD_COLUMNS)
+    rows = "".join(_board_row(i, entry) for i, entry in enumerate(entries, 1))
+    link = "/api/v1/leaderboard?" + urlencode(
+        {**api, "metric_name": task, **({"dataset": dataset} if dataset else {})}
+    )
+    return (
+        f'<div class="dataset" data-dataset="{esc(dataset or "")}">'
+        f"<h3>Dataset {esc(dataset or '-')}</h3>"
+        f'<div class="scroll"><table class="listing leaderboard" data-task="{esc(task)}" '
+        f'data-dataset="{esc(dataset or "")}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{rows}</tbody></table></div>"
+        f'<p class="hint"><a href="{esc(link)}">This table as JSON</a> (the API lists it by '
+        "model)</p></div>"
+    )
+
+
+def _board(
+    task: str,
+    tables: Mapping[str | None, Sequence[LeaderboardEntry]],
+    api: Mapping[str, str],
+    here: Mapping[str, str],
+) -> str:
+    """One task's section: a table per dataset."""
+    if not tables:
+        link = "/api/v1/leaderboard?" + urlencode({**api, "metric_name": task})
+        note = (
+            "No run of this task matches these filters at this batch size"
+            f"{UNMEASURED.get(api['metric'], '')}."
+        )
+        body = (
+            f'<p class="note">{esc(note)}</p>'
+            f'<p class="hint"><a href="{esc(link)}">This table as JSON</a></p>'
+        )
     else:
-        rows = "".join(_board_row(i, entry) for i, entry in enumerate(entries, 1))
-        table = (
-            f'<div class="scroll"><table class="listing leaderboard" data-task="{esc(task)}">'
-            f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
+        body = "".join(
+            _table(task, dataset, entries, api, here) for dataset, entries in tables.items()
         )
     return (
         f'<section class="board" data-task="{esc(task)}"><h2>Task metric {esc(task)}</h2>'
-        f'{table}<p class="hint"><a href="{esc(api)}">This table as JSON</a> (the API lists '
-        "it by model)</p></section>"
+        f"{body}</section>"
     )
 
 
 def leaderboard_page(
-    boards: Sequence[tuple[str, Sequence[LeaderboardEntry]]],
+    boards: Sequence[tuple[str, Mapping[str | None, Sequence[LeaderboardEntry]]]],
     chosen: Mapping[str, str | None],
     options: Mapping[str, Sequence[str]],
     rank: Metric,
     batch_size: int,
 ) -> str:
-    """One table per task (``boards``: primary metric name and its entries, best first)
-    under the filter form."""
+    """One section per task and in it one table per dataset (``boards``: primary metric name
+    and, by dataset, its entries best first) under the filter form."""
     filters = "".join(
         _select(name, label, options.get(name, []), chosen.get(name))
         for name, label in BOARD_FILTERS.items()
@@ -204,7 +275,8 @@ def leaderboard_page(
     intro = (
         f"<p>Per model, framework, device and GPU product, the Succeeded run with the best "
         f"{esc(RANKS[rank])} at batch size {batch_size}, ranked across models. Only runs of "
-        "the same primary metric (the same task) rank against each other.</p>"
+        "the same primary metric (the same task) on the same dataset rank against each other; "
+        "a column's heading ranks by it.</p>"
     )
     if not boards:
         empty = (
@@ -213,8 +285,9 @@ def leaderboard_page(
             else "No Succeeded run with a primary metric is recorded yet."
         )
         return page("Leaderboard", f'{form}{intro}<p class="note">{esc(empty)}</p>')
-    query = {**active, "metric": rank, "batch_size": str(batch_size)}
-    sections = "".join(_board(task, entries, query) for task, entries in boards)
+    api = {**active, "metric": rank, "batch_size": str(batch_size)}
+    here = {**active, "rank": rank, "batch_size": str(batch_size)}
+    sections = "".join(_board(task, tables, api, here) for task, tables in boards)
     return page("Leaderboard", f"{form}{intro}{sections}")
 
 
@@ -224,6 +297,7 @@ HISTORY_COLUMNS: Final = (
     "run",
     "started (UTC)",
     "evaluation",
+    "dataset",
     "framework",
     "device / GPU",
     "status",
@@ -244,6 +318,7 @@ def _history_row(point: HistoryPoint) -> str:
         f"<code>{esc(point.run_id[:8])}</code></a></td>"
         f"<td>{esc(_when(point.started_at))}</td>"
         f'<td class="wrap">{esc(point.evaluation or "-")}</td>'
+        f'<td class="wrap dataset">{esc(point.dataset or "-")}</td>'
         f"<td>{esc(_framework(point.framework, point.framework_version))}</td>"
         f"<td>{esc(_hardware(point.device, point.gpu_product))}</td>"
         f'<td><span class="status-{esc(point.status)}">{esc(point.status)}</span></td>'
@@ -270,14 +345,17 @@ def _time_axis(points: Sequence[HistoryPoint]) -> tuple[datetime, str, float]:
 
 def history_plots(points: Sequence[HistoryPoint]) -> str:
     """The primary metric and p50 latency of ``points`` against time, one series per
-    framework, device and GPU product (the report's SVG charts); empty without two points."""
+    framework, device and GPU product, and per dataset when they span several (the report's
+    SVG charts); empty without two points."""
     measured = [p for p in points if p.p50_ms is not None or p.metric_value is not None]
     if len(measured) < 2:
         return ""
     origin, unit, seconds = _time_axis(measured)
+    several = len({p.dataset for p in measured}) > 1
     configs: dict[tuple[str | None, ...], list[HistoryPoint]] = {}
     for point in measured:
-        configs.setdefault((point.framework, point.device, point.gpu_product), []).append(point)
+        key = (point.framework, point.device, point.gpu_product)
+        configs.setdefault(key + ((point.dataset,) if several else ()), []).append(point)
     names = sorted({p.metric for p in measured if p.metric_value is not None and p.metric})
     metric = names[0] if len(names) == 1 else None
     scale = 100.0 if metric in FRACTIONS else 1.0
@@ -287,8 +365,8 @@ def history_plots(points: Sequence[HistoryPoint]) -> str:
 
     def series(value: str) -> list[report.Series]:
         found = []
-        for index, ((framework, device, gpu), group) in enumerate(configs.items()):
-            label = " · ".join(v for v in (framework, device, gpu) if v) or "-"
+        for index, (config, group) in enumerate(configs.items()):
+            label = " · ".join(v for v in config if v) or "-"
             if value == "metric":
                 xy = [
                     (x(p), scale * p.metric_value)

@@ -14,6 +14,7 @@ Every string that comes from a document, the store or the request is escaped
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
@@ -38,6 +39,7 @@ FILTERS: Final = {
     "gpu": "gpu_product",
     "status": "status",
     "evaluation": "evaluation",
+    "dataset": "dataset",
 }
 """Filter (query parameter, and keyword of ``Store.list_runs``) -> RunSummary attribute."""
 
@@ -86,6 +88,7 @@ form.launch label.check{flex-direction:row;align-items:center;gap:4px;font-size:
 .state-succeeded{color:#1a7f37}.state-failed{color:#c62828}.state-running{color:#b26a00}
 .state-cancelled,.state-interrupted{color:#777}pre.message{white-space:pre-wrap;margin:0}
 th.ranked{background:#dce7f3}a.model{font-weight:600}
+div.dataset h3{font-size:1em;margin:.9em 0 .3em;overflow-wrap:anywhere}
 [hidden]{display:none!important}
 """
 )
@@ -139,6 +142,36 @@ def _rate(value: float | None) -> str:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits without an exponent (``0.0000833``)."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def energy_cell(joules: float | None, method: str | None) -> str:
+    """Energy per inference in mJ (the exact J in ``data-value``, the counter in the title);
+    blank when not measured."""
+    if joules is None:
+        return '<td class="num none" data-column="joules_per_inference"></td>'
+    title = f' title="{esc(method)} counter"' if method else ""
+    return (
+        f'<td class="num" data-column="joules_per_inference" data-value="{joules!r}"{title}>'
+        f"{esc(significant(joules * 1e3))}</td>"
+    )
+
+
+def cost_cell(usd: float | None) -> str:
+    """Cost per 1,000 inferences in USD; blank without a price."""
+    if usd is None:
+        return '<td class="num none" data-column="cost_per_1000"></td>'
+    return (
+        f'<td class="num" data-column="cost_per_1000" data-value="{usd!r}">'
+        f"{esc(significant(usd))}</td>"
+    )
 
 
 # ------------------------------------------------------------------------------ runs
@@ -350,7 +383,8 @@ def _facts(doc: ResultDocument) -> str:
         )
         facts.append(("Model manifest", versions))
     if doc.dataset is not None:
-        facts.append(("dataset", f"{doc.dataset.name}, {doc.dataset.samples} samples"))
+        facts.append(("dataset", doc.dataset.identity()))
+    facts += _efficiency_facts(doc)
     facts += [
         ("spec sha256", doc.spec_sha256),
         ("agent", doc.agent_version),
@@ -363,6 +397,28 @@ def _facts(doc: ResultDocument) -> str:
         if value is not None
     )
     return f'<table class="facts">{rows}</table>'
+
+
+def _efficiency_facts(doc: ResultDocument) -> list[tuple[str, str | None]]:
+    """Where the run's cost came from (or why it has none), and why energy was not measured
+    where it was not (documents of older agents: neither)."""
+    facts: list[tuple[str, str | None]] = []
+    if doc.cost is not None:
+        cost = doc.cost
+        if cost.price_per_node_hour is not None:
+            source = f" ({cost.source})" if cost.source else ""
+            price = f"{cost.price_per_node_hour:g} {cost.currency} per node-hour{source}"
+            facts.append(("price", price))
+        else:
+            facts.append(("price", cost.reason))
+    reasons = {
+        m.energy.reason: None
+        for m in doc.measurements or []
+        if m.energy is not None and m.energy.reason is not None
+    }
+    if reasons:
+        facts.append(("energy", "; ".join(reasons)))
+    return facts
 
 
 def trace_link(jaeger_url: str | None, trace_id: str | None) -> str | None:
@@ -402,6 +458,8 @@ HEADLINE_COLUMNS: Final = (
     "mean ms",
     "samples/s",
     "queries/s",
+    "energy mJ/inference",
+    "cost USD/1k inferences",
     "metric",
     "top-5",
     "verdict",
@@ -431,6 +489,8 @@ def _headline(doc: ResultDocument) -> str:
         + report.number("mean_ms", row.latency_ms.mean, _ms(row.latency_ms.mean))
         + report.number("throughput", row.throughput, _rate(row.throughput))
         + report.number("qps", row.qps, _rate(row.qps))
+        + energy_cell(row.joules_per_inference, row.energy_method)
+        + cost_cell(row.cost_per_1000)
         + report.number("metric_value", value, _metric(name, value))
         + report.number("top5", row.top5, _pct(row.top5))
         + _verdict(row)
