@@ -230,6 +230,47 @@ def test_the_aggregate_holds_each_childs_numbers_and_ends_succeeded() -> None:
     assert all(c.observed_generation == 1 for c in st.conditions)
 
 
+def test_a_sweep_over_tasks_shows_each_childs_metric_by_name() -> None:
+    """Rows of a sweep whose models entries have their own task: each row names its child's
+    primary metric (summary.metric) next to its value; top1 only where the child has one."""
+    tasks = {"cnn": None, "det": ("map", 0.369), "seg": ("miou", 0.4936)}
+    models = [
+        {"name": "cnn", "model": MODEL, "exports": EXPORTS},
+        {
+            "name": "det",
+            "model": MODEL,
+            "exports": EXPORTS,
+            "dataset": {"type": "coco", "path": "/d/images", "annotations": "/d/i.json"},
+            "task": {"type": "detection"},
+        },
+        {
+            "name": "seg",
+            "model": MODEL,
+            "exports": EXPORTS,
+            "dataset": {"type": "masks", "path": "/d/images", "masks": "/d/masks"},
+            "task": {"type": "segmentation", "numClasses": 4},
+        },
+    ]
+    body = sweep_body(matrix={"models": models, "frameworks": ["onnxruntime"]}, parallelism=3)
+    done = []
+    for entry in expanded(body):
+        status = copy.deepcopy(SUCCEEDED_STATUS)
+        metric = tasks[entry.axes["model"]]
+        if metric is not None:
+            status["summary"].update(top1=None, metric=metric[0], metricValue=metric[1])
+        else:
+            status["summary"].update(metric="top1", metricValue=0.977778)
+        done.append(child(body, entry.name, "Succeeded", **status))
+    rows = decide(body, done).status.children
+    assert [(r.model, r.metric, r.metric_value, r.top1) for r in rows] == [
+        ("cnn", "top1", 0.977778, 0.977778),
+        ("det", "map", 0.369, None),
+        ("seg", "miou", 0.4936, None),
+    ]
+    shown = sweeps.to_json(decide(body, done).status)["children"]
+    assert [(r["metric"], r["metricValue"]) for r in shown][1] == ("map", 0.369)
+
+
 def test_suspend_creates_nothing_and_resuming_creates_again() -> None:
     suspended = sweep_body(suspend=True)
     plan = decide(suspended, [])

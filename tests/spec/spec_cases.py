@@ -319,6 +319,21 @@ HOSTILE: list[Any] = [
         "spec.matrix.models[0].exports: each format may appear once in exports",
         id="duplicate export formats",
     ),
+    pytest.param(
+        with_spec(sweep(), template={"task": {"type": "classification"}}),
+        "spec.template.dataset: required unless every spec.matrix.models entry sets its own",
+        id="no dataset in the template or the entry",
+    ),
+    pytest.param(
+        sweep(models=[{"name": "s", "model": MODEL, "task": {"type": "segmentation"}}]),
+        "spec.matrix.models[0].task.numClasses: required when type is segmentation",
+        id="an entry's segmentation task without numClasses",
+    ),
+    pytest.param(
+        sweep(models=[{"name": "s", "model": MODEL, "dataset": {"type": "masks", "path": "i"}}]),
+        "spec.matrix.models[0].dataset.masks: required when type is masks",
+        id="an entry's masks dataset without masks",
+    ),
 ]  # fmt: skip
 
 

@@ -193,6 +193,62 @@ def test_model_processing_replaces_the_template() -> None:
     assert all(spec.postprocessing[0].softmax is not None for spec in specs)
 
 
+TASKS = ROOT / "examples" / "sweeps" / "tasks-frameworks.yaml"
+
+
+def test_models_entries_bring_their_own_dataset_and_task() -> None:
+    """examples/sweeps/tasks-frameworks.yaml: three tasks x three frameworks in one sweep,
+    the template holding neither dataset nor task; each child has its entry's pair."""
+    children = expand(parse_sweep(yaml.safe_load(TASKS.read_text())))
+    assert len(children) == 9
+    pairs = {
+        (c.axes["model"], c.axes["framework"]): (
+            c.document["spec"]["task"]["type"],
+            c.document["spec"]["dataset"]["type"],
+        )
+        for c in children
+    }
+    expected = {
+        "detector": ("detection", "coco"),
+        "segmenter": ("segmentation", "masks"),
+        "text": ("text-classification", "text"),
+    }
+    assert pairs == {
+        (m, f): expected[m] for m in expected for f in ("onnxruntime", "pytorch", "tensorflow")
+    }
+    for child in children:
+        spec = parse_evaluation(child.document).spec
+        images = child.axes["model"] != "text"
+        assert bool(spec.preprocessing) == images  # the text entry's [] replaces the steps
+        claims = {spec.model.uri.split("/")[2], (spec.dataset.path or "").split("/")[2]}
+        assert claims == {"mlmodelscope-tasks"}  # data on the model's claim: it is mounted
+
+
+def test_an_entry_dataset_or_task_replaces_the_template_only_for_its_children() -> None:
+    text = yaml.safe_load(TASKS.read_text())["spec"]["matrix"]["models"][2]
+    document = sweep(models=[SWEEP["spec"]["matrix"]["models"][0], text])
+    plain, tokens = (parse_evaluation(c.document).spec for c in expand(parse_sweep(document)))
+    assert (plain.task.type, plain.dataset.type) == ("classification", "digits")
+    assert (tokens.task.type, tokens.dataset.type) == ("text-classification", "text")
+    assert tokens.task.num_classes == 4 and tokens.dataset.max_length == 32
+
+
+def test_a_task_that_does_not_fit_its_dataset_names_the_entry() -> None:
+    """The ModelEvaluation's task/dataset rules hold for every child, pointing at the field
+    of the entry that broke them (its task, or its dataset against the template's task)."""
+    detector = {"name": "det", "model": MODEL, "task": {"type": "detection"}}
+    [problem] = problems(sweep(models=[SWEEP["spec"]["matrix"]["models"][0], detector]))
+    assert problem.startswith("spec.matrix.models[1].task: a detection or text-detection task")
+    assert problem.endswith("(in child s-det-onnxruntime)")
+    coco = {"type": "coco", "path": "images", "annotations": "instances.json"}
+    unlabelled = {"name": "det", "model": MODEL, "dataset": coco}
+    [problem] = problems(sweep(models=[unlabelled]))
+    assert problem.startswith("spec.matrix.models[0].dataset: a detection or text-detection")
+    template = {"dataset": {"type": "digits"}, "task": {"type": "text-classification"}}
+    [problem] = problems(with_spec(sweep(), template=template))  # the entry sets neither
+    assert problem.startswith("spec.template.task: a text-classification task needs a text")
+
+
 def test_hardware_axis_overrides_device_and_product() -> None:
     document = with_spec(
         sweep(hardware=[{"device": "cpu"}, {"device": "gpu"}]),
@@ -327,16 +383,19 @@ def test_expand_refuses_what_parse_refuses() -> None:
 
 def test_template_has_every_evaluation_field_but_model_and_framework() -> None:
     """The template is a ModelEvaluation spec less the two matrix axes; a field added to
-    EvaluationSpec must be added there too (with the same type)."""
+    EvaluationSpec must be added there too (with the same type). Only dataset is optional
+    there: models entries may each set their own."""
     expected = {
         n: f for n, f in EvaluationSpec.model_fields.items() if n not in {"model", "framework"}
     }
     assert list(SweepTemplate.model_fields) == list(expected)
     for name, field in SweepTemplate.model_fields.items():
         theirs = expected[name]
-        assert field.is_required() == theirs.is_required(), name
+        assert field.is_required() == (theirs.is_required() and name != "dataset"), name
         assert field.metadata == theirs.metadata, name
-        if name not in ("scenario", "hardware"):
+        if name == "dataset":
+            assert field.annotation == theirs.annotation | None
+        elif name not in ("scenario", "hardware"):
             assert field.annotation == theirs.annotation, name
             assert field.default == theirs.default, name
 

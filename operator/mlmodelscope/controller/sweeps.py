@@ -212,6 +212,8 @@ def child_row(child: SweepChild, existing: Mapping[str, Any] | None) -> SweepChi
             "p99_ms": _number((first.get("latencyMs") or {}).get("p99")),
             "throughput": _number(summary.get("throughput")),
             "top1": _number(summary.get("top1")),
+            "metric": summary.get("metric") if isinstance(summary.get("metric"), str) else None,
+            "metric_value": _number(summary.get("metricValue")),
             "run_id": st.get("runId") or None,
             "message": _clip(str(st.get("message") or "")),
         }

@@ -139,6 +139,15 @@ class SweepModel(SpecModel):
     spec.template.postprocessing (unset: the template's if set there, otherwise the
     Model's for a modelRef)."""
 
+    dataset: Dataset | None = None
+    """The evaluation data of this model's children, replacing spec.template.dataset (unset:
+    the template's). With task, one sweep spans tasks: a detector on a coco dataset next to
+    a classifier on a text one."""
+
+    task: Task | None = None
+    """What this model does, replacing spec.template.task (unset: the template's). Each
+    child's task and dataset must go together as in a ModelEvaluation."""
+
     rules: ClassVar[tuple[Rule, ...]] = (
         exactly_one_of("model", "modelRef"),
         Rule(
@@ -308,11 +317,13 @@ class SweepTemplate(SpecModel):
     postprocessing: Annotated[list[PostprocessStep], Field(max_length=16)] = []
     """Steps from model output to predictions, in order (a models entry may replace them)."""
 
-    dataset: Dataset
-    """The evaluation data."""
+    dataset: Dataset | None = None
+    """The evaluation data (a models entry may replace it); required unless every
+    spec.matrix.models entry sets its own dataset."""
 
     task: Task = Task()
-    """What the models do, and so which metrics the accuracy pass computes."""
+    """What the models do, and so which metrics the accuracy pass computes (a models entry
+    may replace it)."""
 
     scenario: TemplateScenario = TemplateScenario()
     """How queries are issued and measured (spec.matrix.scenarios and batchSizes replace type
@@ -359,6 +370,19 @@ class SweepSpec(SpecModel):
     suspend: StrictBool = False
     """true: create no further children (running ones finish); false again resumes the sweep."""
 
+    rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel="has(self.template.dataset) || self.matrix.models.all(m, has(m.dataset))",
+            message="required unless every spec.matrix.models entry sets its own dataset",
+            field="template.dataset",
+            check=lambda m: (
+                m.template.dataset is not None
+                or all(x.dataset is not None for x in m.matrix.models)
+            ),
+            reason="FieldValueRequired",
+        ),
+    )
+
 
 # ------------------------------------------------------------------------------------- status
 
@@ -389,7 +413,12 @@ class SweepChildStatus(SpecModel):
     throughput: float | None = None
     """Samples per second."""
     top1: float | None = None
-    """Top-1 accuracy of the accuracy pass, 0..1."""
+    """Top-1 accuracy of the accuracy pass, 0..1 (classification children)."""
+    metric: str | None = None
+    """The name of the child's primary metric (its status.summary.metric): top1, map, miou,
+    accuracy, psnr, ... A sweep over tasks has several in one table."""
+    metric_value: float | None = None
+    """Its value from the accuracy pass (psnr in dB, the others 0..1)."""
     run_id: str | None = None
     """UUID of the child's run."""
     message: Annotated[str, Field(max_length=4096)] = ""
@@ -563,8 +592,11 @@ def _sweep_path(child_path: str, pick: _Pick, entry: SweepModel) -> str:
         return f"{models}.{field}{sub}"
     if field == "framework":
         return f"spec.matrix.frameworks[{pick.framework}]"
-    if field in ("preprocessing", "postprocessing") and getattr(entry, field) is not None:
-        return f"{models}.{field}{sub}"
+    if field in ("preprocessing", "postprocessing", "dataset", "task"):
+        if getattr(entry, field) is not None:
+            return f"{models}.{field}{sub}"
+        if field == "task" and not sub and entry.dataset is not None:
+            return f"{models}.dataset"  # the template's task does not fit the entry's dataset
     hardware_axis = field == "hardware" and pick.hardware is not None
     if hardware_axis and tail.split(".")[0] in ("device", "gpuProduct", "gpus"):
         return f"spec.matrix.hardware[{pick.hardware}]"
@@ -637,6 +669,10 @@ def _child(
         spec["preprocessing"] = [_dump(s) for s in entry.preprocessing]
     if entry.postprocessing is not None:
         spec["postprocessing"] = [_dump(s) for s in entry.postprocessing]
+    if entry.dataset is not None:
+        spec["dataset"] = _dump(entry.dataset)
+    if entry.task is not None:
+        spec["task"] = _dump(entry.task)
     hardware = dict(template.get("hardware", {}))
     if target is not None:
         hardware["device"] = target.device.value
