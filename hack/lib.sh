@@ -78,7 +78,9 @@ GO_BUILDS=(
   "kueue:mlmodelscope.devcluster.build kueue"
   "jaeger:mlmodelscope.devtools.jaeger build"
   "helm:mlmodelscope.devtools.helm"
+  "actionlint:mlmodelscope.devtools.actionlint"
   "registry:mlmodelscope.devcluster.registry"
+  "dns:mlmodelscope.devcluster.dns"
 )
 GO_LOGS="${MLMS_CACHE_DIR:-$HOME/.cache/mlmodelscope}/logs"
 GO_PIDS=()

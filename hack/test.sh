@@ -4,13 +4,14 @@
 # real Prometheus, Pushgateway, Jaeger and Helm).
 source "$(dirname "$0")/lib.sh"
 
-# The Go builds (control plane and the real node's kubelet, Kueue, Jaeger, Helm) are CPU-bound
-# and the pip/apt installs are network-bound: start the builds first, in the background, and
-# collect them after the installs. They need only the standard library, so the system Python
-# runs them before the venv exists.
-stage "go builds started (control plane, kueue, jaeger, helm, registry)" start_go_builds
-stage "debian packages (prometheus, pushgateway, postgresql, chromium, the real node's)" ensure_debs \
-  prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium \
+# The Go builds (control plane and the real node's kubelet, Kueue, Jaeger, Helm, actionlint) are
+# CPU-bound and the pip/apt installs are network-bound: start the builds first, in the
+# background, and collect them after the installs. They need only the standard library, so the
+# system Python runs them before the venv exists. shellcheck: actionlint checks the release
+# workflow's scripts with it.
+stage "go builds started (control plane, kueue, jaeger, helm, actionlint, registry, dns)" start_go_builds
+stage "debian packages (prometheus, pushgateway, postgresql, chromium, shellcheck, the real node's)" ensure_debs \
+  prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium shellcheck \
   containerd 'runc:/usr/sbin/runc' 'containernetworking-plugins:/usr/lib/cni/bridge' \
   'iptables:/usr/sbin/iptables'
 stage "python environment" ensure_venv "all,dev"

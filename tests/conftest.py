@@ -169,11 +169,19 @@ def built(docker_host: str) -> dict[str, Built]:
 
 @pytest.fixture(scope="session")
 def node_images(real_node: str, cluster: Cluster, built: dict[str, Built]) -> dict[str, str]:
-    """The CPU images, loaded into the real node's containerd (once per image id, cached
-    across sessions): image name in the bake file → reference a pod uses."""
-    from mlmodelscope.devcluster import node
+    """The CPU images, pushed by digest to the cluster's registry (once per image id, kept
+    across sessions), which the real node's containerd pulls them from: image name in the
+    bake file → reference a pod uses (``registry.mlmodelscope.local/<repository>@sha256:…``).
+
+    Earlier generations are dropped from the node, and so are the images an earlier session
+    side-loaded under the bake tags (`mlms dev-cluster load-images`)."""
+    from mlmodelscope.devcluster import node, registry
+    from mlmodelscope.devtools import publish
 
     paths = cluster.node_paths
-    refs = {name: b.tag for name, b in built.items()}
-    node.load_images(paths.socket, paths.images_stamp, list(refs.values()), ["docker"], cluster.log)
+    node.unload_images(paths.socket, paths.images_stamp, [b.tag for b in built.values()], print)
+    registry.collect_garbage(registry.data_dir())  # what earlier sessions' moved tags left
+    pushed = publish.push_images(cluster.registry_address, list(built.values()), log=cluster.log)
+    refs = {name: p.reference for name, p in pushed.items()}
+    node.drop_stale_pulls(paths.socket, list(refs.values()), print)
     return refs

@@ -136,15 +136,17 @@ def test_claim_folder_gets_the_models_or_up_says_why_not(
 def test_up_prints_lines_a_shell_can_eval(tmp_path: Path) -> None:
     run_dir = tmp_path / "dev cluster"  # a space, quoted
     printed = tmp_path / "up.out"
-    printed.write_text(shell_exports(run_dir / "kubeconfig", run_dir, run_dir / "bin"))
+    exports = shell_exports(run_dir / "kubeconfig", run_dir, run_dir / "bin", "127.0.0.1:5000")
+    printed.write_text(exports)
     script = 'PATH=/usr/bin:/bin; eval "$(cat "$1")"; printf "%s\\n" "$KUBECONFIG" '
-    script += '"$MLMS_DEV_CLUSTER_DIR" "$PATH"'
+    script += '"$MLMS_DEV_CLUSTER_DIR" "$PATH" "$MLMS_DEV_REGISTRY"'
     argv = ["bash", "-c", script, "bash", str(printed)]
     out = subprocess.run(argv, capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [
         str(run_dir / "kubeconfig"),
         str(run_dir),
         f"{run_dir / 'bin'}:/usr/bin:/bin",
+        "127.0.0.1:5000",
     ]
 
 

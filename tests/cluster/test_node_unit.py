@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlmodelscope.devcluster import node, nodenet, pki
+from mlmodelscope.devcluster import dns, node, nodenet, pki, storage, versions
 
 
 @pytest.fixture
@@ -49,6 +49,7 @@ def test_kubelet_config_suits_this_machine_and_authenticates_the_api_server(
     assert config["imageGCHighThresholdPercent"] == 100  # loaded images are never collected
     assert config["registerWithTaints"] == [node.TAINT]
     assert config["containerRuntimeEndpoint"] == f"unix://{paths.socket}"
+    assert config["clusterDNS"] == [nodenet.NODE_IP] and config["clusterDomain"] == "cluster.local"
     argv = node.kubelet_argv(Path("/kubelet"), paths, Path("/k.yaml"), Path("/kc"))
     assert f"--hostname-override={node.NAME}" in argv
     assert f"--node-ip={nodenet.NODE_IP}" in argv
@@ -153,3 +154,32 @@ def test_a_test_session_can_be_told_to_start_without_the_real_node(
 
     monkeypatch.setenv("MLMS_TEST_NO_REAL_NODE", "1")
     assert pytest_plugin._real_node_possible() == "MLMS_TEST_NO_REAL_NODE is set"
+
+
+def test_the_cluster_dns_serves_the_cluster_domain_on_the_bridge_and_nothing_else() -> None:
+    text = dns.corefile(Path("/run/kubeconfig"), 18053)
+    cluster_block, rest = text.split("\n}\n", 1)
+    assert cluster_block.startswith("cluster.local:53 {")
+    assert f"bind {nodenet.NODE_IP}" in cluster_block
+    assert "kubeconfig /run/kubeconfig" in cluster_block and "health 127.0.0.1:18053" in text
+    assert rest.startswith(".:53 {") and "rcode NXDOMAIN" in rest and "forward" not in text
+    main_go = (dns.TOOL.source_dir / "main.go").read_text()
+    for plugin in ("bind", "errors", "health", "kubernetes", "template"):  # what the file names
+        assert f'coredns/plugin/{plugin}"' in main_go
+    assert (
+        f"github.com/coredns/coredns {versions.COREDNS_VERSION}"
+        in (dns.TOOL.source_dir / "go.mod").read_text()
+    )
+
+
+def test_the_default_storage_class_binds_claims_to_host_folders(tmp_path: Path) -> None:
+    klass = storage.storage_class_manifest()
+    assert klass["metadata"]["annotations"] == {
+        "storageclass.kubernetes.io/is-default-class": "true"
+    }
+    assert klass["volumeBindingMode"] == "Immediate" and klass["reclaimPolicy"] == "Retain"
+    volume = storage.volume_manifest(storage.volume_folder(tmp_path, 2), 2)
+    assert volume["metadata"]["name"] == "dev-data-2"
+    assert volume["spec"]["storageClassName"] == storage.STORAGE_CLASS
+    assert volume["spec"]["hostPath"]["path"] == str(tmp_path / "volumes" / "data-2")
+    assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from mlmodelscope.contract.kube import Kube
-from mlmodelscope.devcluster import node, nodenet, versions
+from mlmodelscope.devcluster import node, nodenet, pki, versions
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 
@@ -62,7 +62,7 @@ def pod(name: str, image: str, script: str, **container: Any) -> dict[str, Any]:
                 {
                     "name": "main",
                     "image": image,
-                    "imagePullPolicy": "Never",
+                    "imagePullPolicy": "IfNotPresent",
                     "command": ["sh", "-c", script],
                     "securityContext": dict(RESTRICTED_CONTAINER),
                     **container,
@@ -167,6 +167,45 @@ def test_pods_reach_the_api_server_through_the_kubernetes_service(
     assert username == f"system:serviceaccount:{namespace}:default"
 
 
+def test_pods_resolve_service_names_through_the_cluster_dns_and_nothing_outside(
+    cluster: Cluster, namespace: str, kube: Kube, node_images: dict[str, str]
+) -> None:
+    """The kubelet gives pods the cluster DNS (CoreDNS on the bridge): a Service's name in
+    the search path resolves, a headless one to its pod's address; a name outside the
+    cluster domain does not."""
+    create(cluster, namespace, pod("target", node_images[OPERATOR_IMAGE], "sleep 600"))
+    target = {"app": "target"}
+    cluster.kubectl("label", "pod", "-n", namespace, "target", "app=target")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "headless"},
+        "spec": {"clusterIP": "None", "selector": target, "ports": [{"port": 80}]},
+    }
+    create(cluster, namespace, service)
+    wait_phase(kube, namespace, "target", "Running")
+    target_ip = read_pod(kube, namespace, "target")["status"]["podIP"]
+    script = (
+        'python3 -c "import socket\n'
+        "for name in ('kubernetes.default', 'headless', 'pypi.org'):\n"
+        "    try: print(name, socket.gethostbyname(name))\n"
+        "    except OSError as exc: print(name, 'unresolved')\n\""
+    )
+    create(cluster, namespace, pod("resolver", node_images[OPERATOR_IMAGE], script))
+
+    def answered() -> bool:
+        phase = read_pod(kube, namespace, "resolver")["status"].get("phase")
+        return phase in ("Succeeded", "Failed")
+
+    wait_for("the resolver pod", answered, 120)
+    out = cluster.kubectl("logs", "-n", namespace, "resolver").stdout.splitlines()
+    assert out == [
+        f"kubernetes.default {pki.KUBERNETES_SERVICE_IP}",
+        f"headless {target_ip}",
+        "pypi.org unresolved",
+    ], out
+
+
 def test_an_image_whose_user_is_root_is_refused_under_run_as_non_root(
     cluster: Cluster, namespace: str, kube: Kube, node_images: dict[str, str]
 ) -> None:
@@ -217,18 +256,21 @@ def test_deleting_a_pod_stops_its_container(
 
 
 def test_load_images_skips_an_image_already_loaded(
-    cluster: Cluster, node_images: dict[str, str], docker_host: str
+    cluster: Cluster, real_node: str, docker_host: str
 ) -> None:
     """`mlms dev-cluster load-images` (docs/dev-cluster.md) against this session's cluster."""
+    from mlmodelscope.devtools import images
+
     argv = [sys.executable, "-m", "mlmodelscope", "dev-cluster", "load-images"]
-    image = node_images[OPERATOR_IMAGE]
-    proc = subprocess.run(
-        [*argv, image, "--run-dir", str(cluster.run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    image = images.bootstrap_tag()
+    for _ in range(2):
+        proc = subprocess.run(
+            [*argv, image, "--run-dir", str(cluster.run_dir)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
     assert f"{image}: already loaded" in proc.stderr
     missing = subprocess.run(
         [*argv, "no-such-image:1", "--run-dir", str(cluster.run_dir)],

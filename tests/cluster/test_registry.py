@@ -22,10 +22,10 @@ from mlmodelscope.devcluster.pytest_plugin import wait_for
 
 
 def test_hack_registry_go_mod_requires_the_pinned_version() -> None:
-    go_mod = (registry.SOURCE_DIR / "go.mod").read_text()
+    go_mod = (registry.TOOL.source_dir / "go.mod").read_text()
     want = f"github.com/google/go-containerregistry {versions.GO_CONTAINERREGISTRY_VERSION}"
     assert want in go_mod
-    assert want in (registry.SOURCE_DIR / "go.sum").read_text()
+    assert want in (registry.TOOL.source_dir / "go.sum").read_text()
 
 
 def test_containerd_reads_registry_hosts_from_the_node_and_pulls_over_plain_http(
@@ -115,6 +115,31 @@ def test_a_pushed_image_is_served_by_digest_and_tag_and_outlives_a_restart(
     puts = [r for r in requests if r["method"] == "PUT" and "/manifests/" in r["path"]]
     assert {r["status"] for r in puts} == {201}
     assert all(r["agent"] == registry.USER_AGENT for r in puts)
+
+
+def test_a_moved_tag_drops_the_generation_it_left_and_its_blobs_are_collected(
+    server: Server,
+) -> None:
+    first, second = (pause_image(b"not run", marker=uuid.uuid4().hex) for _ in range(2))
+    old = registry.push_archive(server.address, "tests/gen", io.BytesIO(first.archive), tag="v")
+    new = registry.push_archive(server.address, "tests/gen", io.BytesIO(second.archive), tag="v")
+    assert (old.replaced, new.replaced) == ("", first.manifest_digest)
+    with registry.client(server.address) as reg:
+        assert reg.manifest_digest("tests/gen", "v") == second.manifest_digest
+        assert not reg.has_manifest("tests/gen", first.manifest_digest)
+
+    blobs = server.root / "blobs" / "sha256"
+    on_disk = {f"sha256:{p.name}" for p in blobs.iterdir()}
+    assert registry.collect_garbage(server.root) == 0  # younger than the grace period
+    assert registry.collect_garbage(server.root, grace_s=0) > 0
+    left = {f"sha256:{p.name}" for p in blobs.iterdir()}
+    assert first.layer_digests[1] not in left  # its marker layer was only the old one's
+    assert first.layer_digests[0] in left  # the pause layer both share
+    assert set(second.layer_digests) <= left and left < on_disk
+    with registry.client(server.address) as reg:
+        assert reg.manifest_digest("tests/gen", second.manifest_digest)
+    layer, _ = _get(f"http://{server.address}/v2/tests/gen/blobs/{second.layer_digests[1]}", "*/*")
+    assert b"marker" in layer
 
 
 def test_a_blob_whose_content_does_not_match_its_digest_is_refused(server: Server) -> None:

@@ -192,6 +192,12 @@ def examples_claim(
     """A PersistentVolume ``volume`` on the dev cluster's example models folder (the digits
     CNN in every format) and the claim ``claim`` in ``namespace`` bound to it, as a platform
     team provides models."""
+    return folder_claim(cluster.examples_dir, namespace, claim, volume)
+
+
+def folder_claim(folder: Path, namespace: str, claim: str, volume: str) -> list[dict[str, Any]]:
+    """A read-only hostPath PersistentVolume ``volume`` on a host ``folder`` and the claim
+    ``claim`` in ``namespace`` bound to it (reserved both ways)."""
     return [
         {
             "apiVersion": "v1",
@@ -203,7 +209,7 @@ def examples_claim(
                 "persistentVolumeReclaimPolicy": "Retain",
                 "storageClassName": "",
                 "claimRef": {"namespace": namespace, "name": claim},
-                "hostPath": {"path": str(cluster.examples_dir), "type": "Directory"},
+                "hostPath": {"path": str(folder), "type": "Directory"},
             },
         },
         {

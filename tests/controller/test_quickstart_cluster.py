@@ -1,4 +1,4 @@
-"""The quick start of docs/operator.md, run as written.
+"""The exec-node quick start of docs/operator.md, run as written.
 
 The commands are read from the doc's console block (the `$ ` lines) and run in one bash
 script with `set -e`, from the repository root, so the doc cannot drift from what works. The
@@ -28,7 +28,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "operator.md"
-HEADING = "## Quick start on the dev cluster"
+HEADING = "## Quick start without containerd: the exec node"
 EVALUATIONS = {"digits-onnxruntime", "digits-pytorch", "digits-tensorflow"}
 SCRIPT_TIMEOUT_S = 1000
 DOC_RUN_DIR = "~/.cache/mlmodelscope/dev-cluster"

@@ -18,10 +18,11 @@ from cluster_evaluations import examples_claim
 from operator_process import OperatorProcess
 
 from mlmodelscope.agent.digits import FRAMEWORK_FORMATS, MODEL_FILES, digits_evaluation
-from mlmodelscope.contract.kube import Kube, evaluation_path, job_path
+from mlmodelscope.contract.kube import Kube, configmap_path, evaluation_path, job_path
+from mlmodelscope.contract.wire import RESULT_KEY
 from mlmodelscope.controller import names
-from mlmodelscope.controller.settings import default_image
-from mlmodelscope.devcluster import node
+from mlmodelscope.controller.settings import image_variable
+from mlmodelscope.devcluster import node, registry
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 from mlmodelscope.spec.evaluation import Device, FrameworkName
@@ -31,6 +32,15 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
 ON_REAL_NODE = {"nodeSelector": dict(node.SELECTOR), "tolerations": [dict(node.TOLERATION)]}
 SCENARIO = {"batchSizes": [1, 8], "warmup": 2, "minQueryCount": 20, "minDuration": "10ms"}
+
+
+def agent_images(node_images: dict[str, str]) -> dict[str, str]:
+    """The operator's image variables for the CPU agents, as pushed to the cluster's registry
+    (what a platform team sets through the chart's operator.images)."""
+    return {
+        image_variable(FrameworkName(f), Device.CPU): node_images[f"agent-{f}-cpu"]
+        for f in FRAMEWORKS
+    }
 
 
 def models_claim(cluster: Cluster, namespace: str) -> str:
@@ -56,10 +66,8 @@ def test_each_framework_image_runs_its_evaluation_under_restricted(
         "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
     )
     claim = models_claim(cluster, namespace)
-    for framework in FRAMEWORKS:
-        image = default_image(FrameworkName(framework), Device.CPU)
-        assert image in node_images.values(), f"{image} is not a built image: {node_images}"
-    operator = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    images = agent_images(node_images)
+    operator = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **images)
     for framework in FRAMEWORKS:
         model_file = MODEL_FILES[FRAMEWORK_FORMATS[framework]]
         doc = digits_evaluation(
@@ -94,6 +102,14 @@ def test_each_framework_image_runs_its_evaluation_under_restricted(
         assert status["stack"]["framework"] == framework
         assert status["summary"]["top1"] > 0.9, (framework, status["summary"])
         assert all(row["throughput"] > 0 for row in status["results"])
+        # the agent in its image wrote the whole result document through the API server, not
+        # only the termination message's summary
+        results = kube.get(
+            configmap_path(namespace, names.results_configmap_name(f"digits-{framework}"))
+        )
+        document = json.loads((results.get("data") or {}).get(RESULT_KEY) or "{}")
+        assert document.get("kind") == "EvaluationResult", results.get("data")
+        assert document["backend"]["framework"] == framework
         # Job creation -> first timed query includes the agent's own start-up (the Job's
         # creationTimestamp is whole seconds: one second of slack)
         startup = status["startup"]
@@ -105,7 +121,13 @@ def test_each_framework_image_runs_its_evaluation_under_restricted(
             if j["metadata"]["name"].startswith(f"digits-{framework}-")
         ]
         container = job["spec"]["template"]["spec"]["containers"][0]
-        assert container["image"] == default_image(FrameworkName(framework), Device.CPU)
+        assert container["image"] == images[image_variable(FrameworkName(framework), Device.CPU)]
+        assert container["image"].startswith(f"{registry.NAME}/")
+        pod_status = kube.list(
+            f"/api/v1/namespaces/{namespace}/pods", f"job-name={job['metadata']['name']}"
+        )[0]["status"]
+        digest = container["image"].rpartition("@")[2]
+        assert pod_status["containerStatuses"][0]["imageID"].endswith(digest)
         assert status["stack"].get("image") in (None, container["image"])
 
 
@@ -120,7 +142,8 @@ def test_an_evaluation_over_its_memory_limit_ends_oomkilled_by_the_real_kubelet(
     """The kernel kills the agent in its memory cgroup, the kubelet reports OOMKilled, and the
     evaluation says so with the limit and the field to raise (issue 15, defect 7)."""
     claim = models_claim(cluster, namespace)
-    operator = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac)
+    images = agent_images(node_images)
+    operator = start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **images)
     doc = digits_evaluation(
         Path("/unused"),
         "pytorch",

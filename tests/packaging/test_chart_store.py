@@ -6,12 +6,14 @@ with `helm template`, validated against the Kubernetes schemas, no cluster."""
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from chart_helpers import CHART, NAMESPACE, Manifest, find, one, render
 
 from mlmodelscope.controller.settings import OperatorSettings
@@ -27,6 +29,7 @@ CASES = {
     "server-external": EXTERNAL + SERVER + ("server.jaegerUrl=http://jaeger-query:16686",),
     "server-bundled-read-only": BUNDLED + SERVER + ("server.auth.writeToken=false",),
 }
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 KUBE_VERSIONS = sorted(
     {kubernetes_validate.utils.latest_version(), versions.KUBERNETES_VERSION.lstrip("v")}
 )
@@ -118,13 +121,24 @@ def test_bundled_postgresql_for_trials(helm: Path) -> None:
     stateful = one(manifests, "StatefulSet", name)
     pod = stateful["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "docker.io/library/postgres:16"  # by tag, never a made-up digest
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"]
+    assert container["image"] == f"ghcr.io/mlmodelscope/postgresql:{APP_VERSION}"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    # the image's postgres user and group (images/postgresql.Dockerfile)
+    assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (999, 999)
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # on the read-only root, the image writes PGDATA (in a subfolder of the data volume) and
+    # the socket folder alone: both are volumes
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert mounts["/var/lib/postgresql/data"] == "data"
+    assert mounts["/var/run/postgresql"] == "run"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes["run"]
     assert pod["automountServiceAccountToken"] is False
     env = _env(container)
     assert env["POSTGRES_PASSWORD"] == {"secretKeyRef": {"name": name, "key": "password"}}
+    assert env["POSTGRES_USER"] == env["POSTGRES_DB"] == "mlmodelscope"
+    assert env["PGDATA"] == "/var/lib/postgresql/data/pgdata"
     (claim,) = stateful["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "8Gi"
     service = one(manifests, "Service", name)
@@ -151,6 +165,32 @@ def test_bundled_postgresql_for_trials(helm: Path) -> None:
     assert "volumeClaimTemplates" not in stateful["spec"]
     volumes = {v["name"]: v for v in stateful["spec"]["template"]["spec"]["volumes"]}
     assert "emptyDir" in volumes["data"]
+
+
+def test_bundled_postgresql_image_is_this_projects_by_tag_or_digest(helm: Path) -> None:
+    """The image of images/postgresql.Dockerfile, as the bake file tags it: the chart's
+    appVersion by default, another tag, or a digest (which wins over the tag)."""
+    bake = json.loads((CHART.parents[1] / "images" / "docker-bake.json").read_text())
+    tag = bake["target"]["postgresql"]["tags"][0]
+    tag = tag.replace("${REGISTRY}", bake["variable"]["REGISTRY"]["default"])
+    assert (
+        tag.replace("${VERSION}", APP_VERSION) == f"ghcr.io/mlmodelscope/postgresql:{APP_VERSION}"
+    )
+
+    def image(*sets: str) -> str:
+        stateful = one(
+            render(helm, sets=(*BUNDLED, *sets)), "StatefulSet", "mlms-mlmodelscope-postgresql"
+        )
+        return str(stateful["spec"]["template"]["spec"]["containers"][0]["image"])
+
+    digest = "sha256:" + "ab" * 32
+    assert image("postgresql.image.tag=0.2.0") == "ghcr.io/mlmodelscope/postgresql:0.2.0"
+    assert image(f"postgresql.image.digest={digest}", "postgresql.image.tag=0.2.0") == (
+        f"ghcr.io/mlmodelscope/postgresql@{digest}"
+    )
+    assert "values don't meet the specifications" in _fails(
+        helm, *BUNDLED, "postgresql.image.digest=sha256:short"
+    )
 
 
 def test_server_runs_mlms_serve_with_tokens_from_the_secret(helm: Path) -> None:

@@ -30,6 +30,9 @@ from mlmodelscope.spec.evaluation import Device, FrameworkName
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
 DOCKERFILES = sorted(IMAGES.glob("*.Dockerfile"))
+MLMS_DOCKERFILES = [p for p in DOCKERFILES if p.name != "postgresql.Dockerfile"]
+"""The images that install mlmodelscope; postgresql.Dockerfile installs Debian's PostgreSQL
+(tests/packaging/test_postgresql_image.py)."""
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
@@ -174,8 +177,12 @@ def image_package(dockerfile: Path) -> dict[str, Path]:
 # ----------------------------------------------------------------------------------- lint
 
 
-def test_there_are_dockerfiles_for_the_agent_and_the_operator() -> None:
-    assert {p.name for p in DOCKERFILES} == {"agent.Dockerfile", "operator.Dockerfile"}
+def test_there_are_dockerfiles_for_the_agent_the_operator_and_postgresql() -> None:
+    assert {p.name for p in DOCKERFILES} == {
+        "agent.Dockerfile",
+        "operator.Dockerfile",
+        "postgresql.Dockerfile",
+    }
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -201,7 +208,7 @@ def test_hadolint_runs_and_catches_a_root_image(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------- contents
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", MLMS_DOCKERFILES, ids=lambda p: p.name)
 def test_runtime_stage_is_non_root_read_only_friendly_and_labelled(dockerfile: Path) -> None:
     steps = instructions(dockerfile)
     assert sum(kw == "FROM" for kw, _ in steps) >= 2, "multi-stage build expected"
@@ -261,8 +268,8 @@ def test_dockerignore_sends_what_the_dockerfile_copies(dockerfile: Path) -> None
 # ------------------------------------------------------------------------------- matrix
 
 
-def test_bake_matrix_has_six_agents_and_the_operator() -> None:
-    expected = {f"agent-{fw}-{dev}" for fw, dev in FRAMEWORK_EXTRA} | {"operator"}
+def test_bake_matrix_has_six_agents_the_operator_and_postgresql() -> None:
+    expected = {f"agent-{fw}-{dev}" for fw, dev in FRAMEWORK_EXTRA} | {"operator", "postgresql"}
     assert set(TARGETS) == expected
     assert BAKE["variable"]["VERSION"]["default"] == VERSION
     assert set(BAKE["group"]["default"]["targets"]) == expected
@@ -278,6 +285,9 @@ def test_agent_target_installs_its_framework_extra(framework: str, device: str) 
     assert all(extra in EXTRAS for extra in extras), extras
     assert "datasets" in extras and "telemetry" in extras
     assert "loadgen" in extras  # scenario.driver: loadgen works in every agent image
+    assert "tasks" in extras  # detection, segmentation, text, image to image (docs/tasks.md)
+    assert "opencv" in extras  # decode.library: opencv (docs/tasks.md, Pitfall P1)
+    assert "kube" in extras  # the agent writes its results ConfigMap through the API server
     assert ("gpu" in extras) == (device == "gpu")
     if device == "gpu":
         assert args["BASE_IMAGE"].startswith("nvidia/cuda:") and "ubuntu24.04" in args["BASE_IMAGE"]
@@ -377,7 +387,7 @@ def _where_imported(site: Path, cwd: Path) -> str:
     return probe.stdout.strip()
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", MLMS_DOCKERFILES, ids=lambda p: p.name)
 def test_image_carries_no_test_tooling_and_no_other_component(dockerfile: Path) -> None:
     package = image_package(dockerfile)
     assert "mlmodelscope/__init__.py" in package and "mlmodelscope/cli.py" in package
@@ -403,7 +413,7 @@ def _module_level_imports(source: Path) -> set[str]:
     return {name for name in found if name.split(".")[0] == "mlmodelscope"}
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", MLMS_DOCKERFILES, ids=lambda p: p.name)
 def test_every_module_level_import_of_an_image_module_is_in_the_image(dockerfile: Path) -> None:
     """The cheap form of the docker tests below: a copied module whose top-level import names
     a subpackage the image does not copy fails at import in the image (telemetry/leveled.py

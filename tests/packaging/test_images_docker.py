@@ -150,6 +150,26 @@ def test_image_runs_as_65532_on_a_read_only_root(
     assert "CACHE-WRITABLE" in out
 
 
+TASK_IMPORTS = (
+    "import cv2, kubernetes.client, pycocotools.cocoeval, skimage.metrics, sklearn.metrics, "
+    "tokenizers; print(cv2.__version__, tokenizers.__version__)"
+)
+"""The libraries of the task metrics (the tasks extra), of decode.library: opencv, and the
+Kubernetes client the agent writes its results ConfigMap with (the kube extra)."""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_agent_image_carries_the_task_libraries_and_opencv(
+    built: dict[str, images.Built], client: Any, framework: str
+) -> None:
+    image = built[f"agent-{framework}-cpu"].tag
+    code, out = _run(client, image, f"python -c '{TASK_IMPORTS}'", read_only=True)
+    assert code == 0, out
+    assert out.split()[0].startswith("5."), out  # OpenCV as constraints.txt pins it
+
+
 def _pem_blocks(text: str) -> set[str]:
     return set(re.findall(r"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", text, re.S))
 

@@ -5,7 +5,6 @@ download: Playwright is pointed at the system's executable)."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import threading
 import time
@@ -14,24 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 import uvicorn
 from fastapi import FastAPI
 
-CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+from system_chromium import chromium
 
-
-def chromium() -> str:
-    """The system Chromium ($MLMS_CHROMIUM, else Debian's); skips the test when there is
-    none."""
-    pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (dev extra)")
-    for candidate in (os.environ.get("MLMS_CHROMIUM"), *CHROMIUM_PATHS, shutil.which("chromium")):
-        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    pytest.skip(
-        "no Chromium for Playwright: install Debian's (apt-get install chromium) or set "
-        "$MLMS_CHROMIUM to a Chromium executable"
-    )
+__all__ = ["chromium", "screenshot_dir", "serve"]
 
 
 @contextmanager

@@ -226,6 +226,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: postgresql
 {{- end }}
 
+{{/* The bundled PostgreSQL's image reference: by digest when postgresql.image.digest is set,
+else by tag (empty: the chart's appVersion, the version this project's image was built with). */}}
+{{- define "mlmodelscope.postgresqlImage" -}}
+{{- $image := .Values.postgresql.image }}
+{{- if $image.digest }}
+{{- printf "%s@%s" $image.repository $image.digest }}
+{{- else }}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- end }}
+{{- end }}
+
 {{/* The bundled PostgreSQL's Service (its host name in the release namespace). */}}
 {{- define "mlmodelscope.postgresqlName" -}}
 {{- printf "%s-postgresql" (include "mlmodelscope.fullname" .) | trunc 63 | trimSuffix "-" }}

@@ -9,10 +9,14 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from mlmodelscope.devcluster.cluster import Cluster
 
 app = typer.Typer(
     name="dev-cluster",
@@ -77,12 +81,18 @@ def up(
     ] = False,
 ) -> None:
     """Start the cluster in the background and print, for `eval "$(mlms dev-cluster up)"`,
-    the shell lines that point this shell's kubectl at it."""
+    the shell lines that point this shell's kubectl at it. A cluster already running from
+    the run dir, ready and with the real node if asked for, is used as it is."""
     from mlmodelscope.devcluster.build import BuildError
     from mlmodelscope.devcluster.cluster import Cluster, ClusterError
     from mlmodelscope.devcluster.node import NodeError
     from mlmodelscope.devcluster.registry import RegistryError
 
+    running = _running(_run_dir(run_dir))
+    if running is not None and (running.real_node or not real_node):
+        _err(f"already running from {running.run_dir}; using it")
+        typer.echo(_exports(running))
+        return
     cluster = Cluster(_run_dir(run_dir), detach=True, real_node=real_node, log=_err)
     try:
         cluster.start(timeout=timeout)
@@ -91,22 +101,74 @@ def up(
         if not sys.stdout.isatty():  # captured by eval "$(...)": make the eval fail too
             typer.echo("false")
         raise typer.Exit(1) from exc
-    typer.echo(shell_exports(cluster.kubeconfig, cluster.run_dir, cluster.kubectl_dir))
+    typer.echo(_exports(cluster))
     _err(f"kubectl: {cluster.kubectl_dir / 'kubectl'}   logs: {cluster.logs_dir}")
     _err(f"registry: push to {cluster.registry_address} (mlms dev-cluster push)")
     _err("stop with: mlms dev-cluster down")
 
 
-def shell_exports(kubeconfig: Path, run_dir: Path, kubectl_dir: Path) -> str:
-    """KUBECONFIG, the run dir (so `down`, `status` and logs find this cluster) and the
-    cluster's kubectl first on PATH."""
+def _running(run_dir: Path) -> Cluster | None:
+    """The cluster of ``run_dir`` when every component of it runs and the API server is ready."""
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+
+    try:
+        cluster = Cluster.attach(run_dir, log=_err)
+    except (ClusterError, ValueError, TypeError, KeyError):
+        return None
+    assert cluster.state is not None
+    everything = {p.name for p in cluster.state.processes}
+    if not everything or set(cluster.alive_components()) != everything:
+        return None
+    return cluster if cluster.is_ready() else None
+
+
+def shell_exports(kubeconfig: Path, run_dir: Path, kubectl_dir: Path, registry: str) -> str:
+    """KUBECONFIG, the run dir (so `down`, `status` and logs find this cluster), the cluster's
+    kubectl first on PATH and the registry's address (MLMS_DEV_REGISTRY, for pushes and
+    ``helm install oci://$MLMS_DEV_REGISTRY/...``)."""
     return "\n".join(
         [
             f"export KUBECONFIG={shlex.quote(str(kubeconfig))}",
             f"export MLMS_DEV_CLUSTER_DIR={shlex.quote(str(run_dir))}",
             f'export PATH={shlex.quote(str(kubectl_dir))}:"$PATH"',
+            f"export MLMS_DEV_REGISTRY={shlex.quote(registry)}",
         ]
     )
+
+
+def _exports(cluster: Cluster) -> str:
+    return shell_exports(
+        cluster.kubeconfig, cluster.run_dir, cluster.kubectl_dir, cluster.registry_address
+    )
+
+
+@app.command("examples-claim")
+def examples_claim(
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of the claim (it must exist).")
+    ],
+    run_dir: RunDir = None,
+) -> None:
+    """Give a namespace the claim `mlmodelscope-examples` holding the example models (the
+    digits CNN in every format), as `default` has it from `up`."""
+    from mlmodelscope.devcluster import examples
+    from mlmodelscope.devcluster.cluster import Cluster, ClusterError
+    from mlmodelscope.devcluster.rest import KubeError
+
+    try:
+        cluster = Cluster.attach(_run_dir(run_dir), log=_err)
+        rest = cluster.rest()
+        examples.provision(rest, cluster.examples_dir, namespace)
+        deadline = time.monotonic() + 60
+        while not examples.claim_bound(rest, namespace):
+            if time.monotonic() > deadline:
+                _err(f"claim {namespace}/{examples.CLAIM} not bound after 60 s")
+                raise typer.Exit(1)
+            time.sleep(0.2)
+    except (ClusterError, KubeError) as exc:
+        _err(str(exc))
+        raise typer.Exit(1) from exc
+    typer.echo(f"persistentvolumeclaim/{examples.CLAIM} bound in {namespace}")
 
 
 @app.command()

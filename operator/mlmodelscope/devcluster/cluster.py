@@ -12,6 +12,7 @@ outlives the cluster, not even a grandchild an exec node started. State lives in
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -31,7 +32,18 @@ from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
-from mlmodelscope.devcluster import build, examples, node, nodenet, nodes, pki, registry, versions
+from mlmodelscope.devcluster import (
+    build,
+    dns,
+    examples,
+    node,
+    nodenet,
+    nodes,
+    pki,
+    registry,
+    storage,
+    versions,
+)
 from mlmodelscope.devcluster.rest import KubeREST
 
 if TYPE_CHECKING:
@@ -268,6 +280,7 @@ class Cluster:
             node.preflight()
             node.refuse_if_held(self.node_paths, self.run_dir, containerd_runs)  # before starting
             build.build(versions.NODE_COMPONENTS, log=self.log)
+            dns.ensure_dns(self.log)
         if self._previous_alive():
             raise ClusterError(f"a cluster is already running from {self.run_dir}; stop it first")
         self._prepare_run_dir()
@@ -321,7 +334,9 @@ class Cluster:
         self.state_path.unlink(missing_ok=True)
 
     def _provide_examples(self, models: list[str], deadline: float) -> None:
-        """The examples claim, bound for real by the PV controller."""
+        """The examples claim, bound for real by the PV controller, and the default
+        StorageClass with its host-folder volumes."""
+        storage.provision(self.rest(), self.run_dir)
         examples.provision(self.rest(), self.examples_dir)
         self._wait(
             f"claim {examples.CLAIM} to be bound",
@@ -481,7 +496,13 @@ class Cluster:
             pause_image=pause,
             ports=(kubelet_port, healthz_port),
         )
-        registry.write_hosts(paths.certs_dir, self._require_state().registry)
+        # The sandbox image is imported below, and pushed too: a kubelet under disk pressure
+        # deletes unused images, the pause image among them, and containerd then pulls it back.
+        address = self._require_state().registry
+        registry.write_hosts(paths.certs_dir, address, node.PAUSE_REPOSITORY.partition("/")[0])
+        repository, _, tag = pause.partition("/")[2].partition(":")
+        registry.push_archive(address, repository, io.BytesIO(pause_archive), tag=tag)
+        self._start_dns(deadline)
         self._spawn("containerd", ["containerd", f"--config={containerd_toml}"])
         self._wait("containerd", ctr.answers, deadline)
         nodenet.remove_netns(ctr.remove_all_containers())
@@ -490,6 +511,15 @@ class Cluster:
             self.bin_dir / "kubelet", paths, kubelet_yaml, kubelet_kubeconfig
         )
         self._spawn("kubelet", kubelet)
+
+    def _start_dns(self, deadline: float) -> None:
+        """CoreDNS on the node bridge, for the pods' cluster DNS (`dns`)."""
+        (health_port,) = free_ports(1)
+        corefile = self.node_paths.node / "Corefile"
+        corefile.parent.mkdir(parents=True, exist_ok=True)
+        corefile.write_text(dns.corefile(self.kubeconfig, health_port))
+        self._spawn("dns", dns.argv(dns.TOOL.binary_path(), corefile))
+        self._wait("dns", lambda: _http_ok(f"http://127.0.0.1:{health_port}/health"), deadline)
 
     def _write_kubeconfig(self, token: str) -> None:
         import base64

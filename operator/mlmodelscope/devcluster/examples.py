@@ -1,9 +1,10 @@
-"""What the dev cluster provides for the quick start (docs/operator.md): a claim holding the
+"""What the dev cluster provides for the quick starts (docs/operator.md): a claim holding the
 example models.
 
-- **The claim** `mlmodelscope-examples` in `default`, bound to a hostPath PersistentVolume of
-  the same name by the controller-manager's PV controller, as in any cluster (reserved both
-  ways: the volume's `claimRef`, the claim's `volumeName`, `storageClassName: ""`). Its folder,
+- **The claim** `mlmodelscope-examples` in `default` (and, on request, in another namespace:
+  `mlms dev-cluster examples-claim`), bound to a hostPath PersistentVolume by the
+  controller-manager's PV controller, as in any cluster (reserved both ways: the volume's
+  `claimRef`, the claim's `volumeName`, `storageClassName: ""`). Its folder,
   `<run dir>/volumes/mlmodelscope-examples`, holds a copy of the digits CNN in every format
   (`ensure_digits_models()`), so a spec can say `uri: pvc://mlmodelscope-examples/digits.onnx`.
   A copy, so that nothing a pod does reaches the model cache.
@@ -35,12 +36,17 @@ def claim_folder(run_dir: Path) -> Path:
     return run_dir / "volumes" / CLAIM
 
 
-def volume_manifest(folder: Path) -> dict[str, Any]:
-    """The hostPath PersistentVolume, reserved for the examples claim."""
+def volume_name(namespace: str) -> str:
+    """The volume behind a namespace's examples claim (one claim per volume)."""
+    return CLAIM if namespace == NAMESPACE else f"{CLAIM}-{namespace}"
+
+
+def volume_manifest(folder: Path, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The hostPath PersistentVolume, reserved for the examples claim in ``namespace``."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": CLAIM, "labels": dict(LABELS)},
+        "metadata": {"name": volume_name(namespace), "labels": dict(LABELS)},
         "spec": {
             "capacity": {"storage": CLAIM_SIZE},
             "accessModes": ["ReadOnlyMany"],
@@ -49,7 +55,7 @@ def volume_manifest(folder: Path) -> dict[str, Any]:
             "claimRef": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "namespace": NAMESPACE,
+                "namespace": namespace,
                 "name": CLAIM,
             },
             "hostPath": {"path": str(folder), "type": "Directory"},
@@ -57,16 +63,16 @@ def volume_manifest(folder: Path) -> dict[str, Any]:
     }
 
 
-def claim_manifest() -> dict[str, Any]:
+def claim_manifest(namespace: str = NAMESPACE) -> dict[str, Any]:
     """The claim evaluations name in `pvc://mlmodelscope-examples/<file>`."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": CLAIM, "namespace": NAMESPACE, "labels": dict(LABELS)},
+        "metadata": {"name": CLAIM, "namespace": namespace, "labels": dict(LABELS)},
         "spec": {
             "accessModes": ["ReadOnlyMany"],
             "storageClassName": "",
-            "volumeName": CLAIM,
+            "volumeName": volume_name(namespace),
             "resources": {"requests": {"storage": CLAIM_SIZE}},
         },
     }
@@ -94,11 +100,11 @@ def fill_claim_folder(folder: Path, log: Log) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-def provision(rest: KubeREST, folder: Path) -> None:
-    """Create the volume and the claim (a fresh cluster has neither)."""
+def provision(rest: KubeREST, folder: Path, namespace: str = NAMESPACE) -> None:
+    """Create the volume and the claim in ``namespace`` (a fresh cluster has neither)."""
     objects = [
-        ("/api/v1/persistentvolumes", volume_manifest(folder)),
-        (f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims", claim_manifest()),
+        ("/api/v1/persistentvolumes", volume_manifest(folder, namespace)),
+        (f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", claim_manifest(namespace)),
     ]
     for path, body in objects:
         try:
@@ -108,7 +114,7 @@ def provision(rest: KubeREST, folder: Path) -> None:
                 raise
 
 
-def claim_bound(rest: KubeREST) -> bool:
-    """Whether the PV controller has bound the examples claim."""
-    claim = rest.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{CLAIM}")
+def claim_bound(rest: KubeREST, namespace: str = NAMESPACE) -> bool:
+    """Whether the PV controller has bound the examples claim in ``namespace``."""
+    claim = rest.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{CLAIM}")
     return bool((claim.get("status") or {}).get("phase") == "Bound")

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import yaml
 
-from mlmodelscope.devcluster import nodenet, nodes, versions
+from mlmodelscope.devcluster import dns, nodenet, nodes, versions
 
 Log = Callable[[str], None]
 
@@ -123,7 +123,9 @@ def containerd_config(paths: Paths, pause_image: str) -> str:
     plugin with cgroupfs, the CNI bridge config and a local pause image. The CRI plugin
     restricts ``oom_score_adj`` (a process here may not lower it; runc fails the sandbox
     otherwise). Images are loaded into it (`load_images`) or pulled from the dev cluster's
-    registry, whose ``hosts.toml`` files (`registry.write_hosts`) are under `Paths.certs_dir`."""
+    registry, whose ``hosts.toml`` files (`registry.write_hosts`) are under `Paths.certs_dir`;
+    a pulled layer's blob is dropped once unpacked (``discard_unpacked_layers``), so an image
+    takes its size once on this disk, not twice."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f"""version = 2
 root = "{paths.containerd_root}"
@@ -149,6 +151,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [{cri}.containerd]
   snapshotter = "overlayfs"
   default_runtime_name = "runc"
+  discard_unpacked_layers = true
 
 [{cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
@@ -220,10 +223,15 @@ def kubelet_config(paths: Paths, ca_cert: Path, port: int, healthz_port: int) ->
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%"},
+        # disk pressure on a shared disk comes and goes with builds beside the node: let its
+        # NoSchedule taint go 30 s after it ended, not 5 minutes
+        "evictionPressureTransitionPeriod": "30s",
         "registerWithTaints": [dict(TAINT)],
         "podLogsDir": str(paths.node / "pod-logs"),
         "volumePluginDir": str(paths.node / "volume-plugins"),
         "resolvConf": str(paths.node / "resolv.conf"),
+        "clusterDNS": [nodenet.NODE_IP],
+        "clusterDomain": dns.CLUSTER_DOMAIN,
         "staticPodPath": "",
         "serializeImagePulls": True,
         "maxPods": 110,
@@ -333,6 +341,11 @@ class Ctr:
 
     def images(self) -> set[str]:
         return set(self("images", "ls", "-q").stdout.split())
+
+    def image_targets(self) -> dict[str, str]:
+        """Every image name → the digest of the manifest (or index) it names."""
+        rows = self("images", "ls").stdout.splitlines()[1:]
+        return {cols[0]: cols[2] for cols in (row.split() for row in rows) if len(cols) > 2}
 
     def remove_all_containers(self) -> list[str]:
         """Kill every task, delete every container (pods' and sandboxes'); the network
@@ -495,6 +508,51 @@ def load_images(
     return results
 
 
+def unload_images(socket: Path, stamp: Path, references: Sequence[str], log: Log) -> list[str]:
+    """Remove from the node's containerd the side-loaded names among ``references`` (those
+    `load_images` recorded in ``stamp``) and their CRI records, once pods pull the same
+    images from the registry instead; the names removed. Layers an image pulled from the
+    registry shares stay: containerd collects only what no image names."""
+    try:
+        loaded_ids: dict[str, str] = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return []
+    ctr = Ctr(socket)
+    present = ctr.images()
+    removed: list[str] = []
+    for ref in references:
+        image_id = loaded_ids.pop(ref, None)
+        if image_id is None:
+            continue
+        names = [r for r in (_normalized(ref), image_id) if r in present]
+        if names:
+            log(f"  removing side-loaded {ref} from the node's containerd")
+            ctr("images", "rm", "--sync", *names, check=False, timeout=600)
+            removed += names
+        stamp.write_text(json.dumps(loaded_ids, indent=1, sort_keys=True))
+    return removed
+
+
+def drop_stale_pulls(socket: Path, current: Sequence[str], log: Log) -> list[str]:
+    """Remove the images containerd pulled under the repositories of ``current`` (references
+    ``host/repository@sha256:…``) at other digests, with every other name of theirs (the CRI
+    plugin's ``sha256:<id>``): a rebuilt image is pushed under a new digest, and each
+    generation holds its layers twice on the node. The names removed."""
+    wanted = {ref.rpartition("@")[0]: ref.rpartition("@")[2] for ref in current}
+    ctr = Ctr(socket)
+    targets = ctr.image_targets()
+    stale = {
+        digest
+        for name, digest in targets.items()
+        if "@" in name and wanted.get(name.rpartition("@")[0], digest) != digest
+    }
+    names = sorted(name for name, digest in targets.items() if digest in stale)
+    if names:
+        log(f"  removing {len(stale)} earlier generation(s) from the node's containerd")
+        ctr("images", "rm", "--sync", *names, check=False, timeout=600)
+    return names
+
+
 def _normalized(ref: str) -> str:
     """A reference as containerd stores it (`docker.io/library/` added where implied)."""
     first, _, rest = ref.partition("/")
@@ -543,7 +601,9 @@ def write_files(
         (paths.node / sub).mkdir(parents=True, exist_ok=True)
     for folder in (paths.containerd_root, paths.containerd_state):
         folder.mkdir(parents=True, exist_ok=True)
-    (paths.node / "resolv.conf").write_text("# no cluster DNS on the dev cluster\n")
+    (paths.node / "resolv.conf").write_text(
+        "# pods ask the cluster DNS (clusterDNS); nothing else\n"
+    )
     containerd_toml = paths.node / "containerd.toml"
     containerd_toml.write_text(containerd_config(paths, pause_image))
     (paths.node / "cni" / "10-mlmodelscope.conflist").write_text(

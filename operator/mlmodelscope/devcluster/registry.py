@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import http.client
 import json
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -34,14 +33,12 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from mlmodelscope.devcluster import versions
-from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.gosource import SourceBuildError, SourceTool
 
 Log = Callable[[str], None]
 
 NAME: Final = "registry.mlmodelscope.local"
 """The registry's name in image references; containerd resolves it through `hosts_toml`."""
-SOURCE_DIR: Final = Path(__file__).resolve().parents[3] / "hack" / "registry"
-SOURCE_FILES: Final = ("go.mod", "go.sum", "main.go")
 INDEX_TYPES: Final = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -68,13 +65,18 @@ def _stderr(msg: str) -> None:
 # ---- where things live ------------------------------------------------------------------
 
 
+TOOL: Final = SourceTool(
+    "registry", "mlms-registry", "go-containerregistry", versions.GO_CONTAINERREGISTRY_VERSION
+)
+
+
 def tool_dir() -> Path:
     """``<cache>/tools/registry-<go-containerregistry version>``: the binary and its stamp."""
-    return versions.cache_base() / "tools" / f"registry-{versions.GO_CONTAINERREGISTRY_VERSION}"
+    return TOOL.tool_dir()
 
 
 def binary_path() -> Path:
-    return tool_dir() / "bin" / "mlms-registry"
+    return TOOL.binary_path()
 
 
 def data_dir() -> Path:
@@ -87,59 +89,20 @@ def data_dir() -> Path:
 
 def fingerprint() -> str:
     """The pin and a hash of the wrapper's sources: a change to either rebuilds."""
-    digest = hashlib.sha256()
-    for name in SOURCE_FILES:
-        digest.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
-    data = {
-        "go-containerregistry": versions.GO_CONTAINERREGISTRY_VERSION,
-        "sources": digest.hexdigest(),
-        "cgo": "0",
-    }
-    return json.dumps(data, sort_keys=True)
-
-
-def _stamp() -> Path:
-    return tool_dir() / "stamp.json"
+    return TOOL.fingerprint()
 
 
 def is_built() -> bool:
     """True when the binary exists and was built from the current pin and sources."""
-    if not binary_path().is_file() or not _stamp().is_file():
-        return False
-    try:
-        return bool(json.loads(_stamp().read_text())["fingerprint"] == fingerprint())
-    except (ValueError, KeyError, OSError):
-        return False
+    return TOOL.is_built()
 
 
 def build(*, force: bool = False, log: Log = _stderr) -> float:
     """Compile the registry into the tool cache; the seconds it took (0.0 when cached)."""
-    if not force and is_built():
-        return 0.0
-    if not (SOURCE_DIR / "main.go").is_file():
-        raise RegistryError(f"no registry sources at {SOURCE_DIR} (a source checkout builds it)")
-    go = shutil.which("go")
-    if go is None:
-        raise RegistryError("`go` is not on PATH; Go >= 1.25 builds the registry")
-    binary = binary_path()
-    binary.parent.mkdir(parents=True, exist_ok=True)
-    _stamp().unlink(missing_ok=True)
-    cmd = [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."]
-    if shutil.which("nice"):
-        cmd = ["nice", "-n", "10", *cmd]
-    log(f"building the registry (go-containerregistry {versions.GO_CONTAINERREGISTRY_VERSION})")
-    started = time.monotonic()
-    # -mod=readonly: the committed go.sum is the pin; the source folder is never written.
-    env = go_env(GOFLAGS="-mod=readonly -buildvcs=false")
-    proc = subprocess.run(cmd, cwd=SOURCE_DIR, env=env, capture_output=True, text=True)
-    took = time.monotonic() - started
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-        raise RegistryError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{tail}")
-    stamp = {"fingerprint": fingerprint(), "seconds": round(took, 1)}
-    _stamp().write_text(json.dumps(stamp))
-    log(f"built the registry in {took:.1f}s → {binary}")
-    return took
+    try:
+        return TOOL.build(log, force=force)
+    except SourceBuildError as exc:
+        raise RegistryError(str(exc)) from exc
 
 
 def ensure_registry(log: Log = _stderr) -> Path:
@@ -168,11 +131,12 @@ def hosts_toml(address: str) -> str:
     )
 
 
-def write_hosts(certs_dir: Path, address: str) -> list[Path]:
-    """``certs_dir/<host>/hosts.toml`` for `NAME` and for the address itself, so either
-    reference pulls from the registry; returns the files written."""
+def write_hosts(certs_dir: Path, address: str, *also: str) -> list[Path]:
+    """``certs_dir/<host>/hosts.toml`` for `NAME`, for the address itself and for the hosts
+    ``also`` names, so a reference naming any of them pulls from the registry; returns the
+    files written."""
     written = []
-    for host in (NAME, address):
+    for host in (NAME, address, *also):
         path = certs_dir / host / "hosts.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(hosts_toml(address))
@@ -211,6 +175,8 @@ class Pushed:
     seconds: float
     cached: bool = False
     """True when nothing was read: this image id was pushed before and its manifest is there."""
+    replaced: str = ""
+    """The manifest the tag named before, now deleted ('' when the tag was new or unmoved)."""
 
     @property
     def reference(self) -> str:
@@ -271,9 +237,21 @@ class Client:
         return got.get("docker-content-digest", "")
 
     def has_manifest(self, repository: str, ref: str) -> bool:
+        return self.manifest_digest(repository, ref) is not None
+
+    def manifest_digest(self, repository: str, ref: str) -> str | None:
+        """The digest of the manifest ``ref`` names (a tag or a digest); None when absent."""
         accept = ", ".join((MANIFEST_TYPE, *INDEX_TYPES))
         path = f"/v2/{repository}/manifests/{ref}"
-        return self._request("HEAD", path, headers={"Accept": accept})[0] == 200
+        status, headers, _ = self._request("HEAD", path, headers={"Accept": accept})
+        if status != 200:
+            return None
+        return headers.get("docker-content-digest") or ref
+
+    def delete_manifest(self, repository: str, digest: str) -> None:
+        status, _, body = self._request("DELETE", f"/v2/{repository}/manifests/{digest}")
+        if status not in (202, 404):
+            raise RegistryError(f"delete {repository}@{digest}: {status} {body[:300]!r}")
 
 
 @contextlib.contextmanager
@@ -395,7 +373,10 @@ def push_archive(
 ) -> Pushed:
     """Push the image of a seekable tar archive, an OCI image layout or an older ``docker
     save`` archive, to ``repository``: every blob the registry lacks, each in one request,
-    then the manifests (an index's own first), by digest and, with ``tag``, by tag too."""
+    then the manifests (an index's own first), by digest and, with ``tag``, by tag too.
+
+    A tag names one generation: the manifest it named before is deleted (its blobs stay
+    until `collect_garbage`), so rebuilds do not pile up in the registry."""
     started = time.monotonic()
     with tarfile.open(fileobj=archive, mode="r:*") as tar:
         names = {m.name.removeprefix("./") for m in tar.getmembers()}
@@ -419,10 +400,16 @@ def push_archive(
                     reg.upload_blob(repository, blob.digest, blob.size, stream)
                 uploaded += 1
             _put_manifests(reg, repository, image, image.top)
+            replaced = ""
             if tag:
+                previous = reg.manifest_digest(repository, tag)
                 media_type, data = image.manifests[image.top]
                 reg.put_manifest(repository, tag, media_type, data)
-    return Pushed(repository, image.top, uploaded, present, time.monotonic() - started)
+                if previous and previous != image.top:
+                    reg.delete_manifest(repository, previous)
+                    replaced = previous
+    seconds = time.monotonic() - started
+    return Pushed(repository, image.top, uploaded, present, seconds, replaced=replaced)
 
 
 def _put_manifests(reg: Client, repository: str, image: _Image, digest: str) -> None:
@@ -469,7 +456,7 @@ def push_docker_image(
     if known:
         with client(address) as reg:
             there = reg.has_manifest(repository, known)
-            if there and (not tag or reg.has_manifest(repository, tag)):
+            if there and (not tag or reg.manifest_digest(repository, tag) == known):
                 return Pushed(repository, known, 0, 0, 0.0, cached=True)
     log(f"  pushing {image} to {address}/{repository}")
     scratch = data_dir() / "tmp"
@@ -486,7 +473,47 @@ def push_docker_image(
     tmp_stamp = _pushed_stamp().with_suffix(".tmp")
     tmp_stamp.write_text(json.dumps(stamp, indent=1, sort_keys=True))
     tmp_stamp.replace(_pushed_stamp())
+    if pushed.replaced:
+        freed = collect_garbage(data_dir())
+        log(f"  {repository}:{tag} left {pushed.replaced}: {freed / 1e6:.0f} MB of blobs freed")
     return pushed
+
+
+def _named_blobs(manifest: bytes) -> set[str]:
+    """The blob digests a stored manifest names (an index names manifests, not blobs)."""
+    try:
+        doc = json.loads(manifest)
+    except ValueError:
+        return set()
+    if not isinstance(doc, dict):
+        return set()
+    named = {str(layer["digest"]) for layer in doc.get("layers", []) if "digest" in layer}
+    if isinstance(doc.get("config"), dict) and "digest" in doc["config"]:
+        named.add(str(doc["config"]["digest"]))
+    return named
+
+
+def collect_garbage(root: Path, *, grace_s: float = 600.0, now: float | None = None) -> int:
+    """Delete the blobs under ``root`` that no stored manifest names and that are older than
+    ``grace_s`` (a push uploads its blobs before its manifest, and another cluster's registry
+    may still serve a manifest this one deleted); the bytes freed."""
+    named: set[str] = set()
+    for path in (root / "manifests").glob("*/*"):
+        if path.suffix not in (".type", ".tmp") and path.is_file():
+            data = path.read_bytes()
+            named |= {_digest(data), *_named_blobs(data)}  # a layout pushes its manifest too
+    cutoff = (time.time() if now is None else now) - grace_s
+    freed = 0
+    for path in (root / "blobs").glob("*/*"):
+        digest = f"{path.parent.name}:{path.name}"
+        if path.name.startswith(".") or digest in named:
+            continue
+        with contextlib.suppress(OSError):
+            info = path.stat()
+            if info.st_mtime < cutoff:
+                path.unlink()
+                freed += info.st_size
+    return freed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

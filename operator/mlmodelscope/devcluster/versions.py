@@ -36,6 +36,8 @@ download against these instead of asking sum.golang.org."""
 GO_CONTAINERREGISTRY_VERSION: Final = "v0.22.1"
 """github.com/google/go-containerregistry: its pkg/registry is the dev cluster's OCI registry
 (`registry`). hack/registry/go.mod requires this version; a unit test keeps the two equal."""
+COREDNS_VERSION: Final = "v1.14.7"
+"""github.com/coredns/coredns, the dev cluster's DNS (hack/dns/go.mod pins it)."""
 
 GO_MIN_VERSION: Final = "1.26"
 """Kubernetes 1.36 and etcd 3.6.16 need Go 1.26; GOTOOLCHAIN=local forbids downloading one."""

@@ -1,19 +1,22 @@
 """Build the CPU images of ``images/docker-bake.json`` on this machine, and measure them.
 
 ``python -m mlmodelscope.devtools.images build [--only NAME] [--ca-bundle PATH]`` builds the
-operator and the CPU agents (onnxruntime, pytorch, tensorflow) with the Dockerfiles and build
-arguments of the bake file, so what runs here is what the registry pipeline publishes. What it
-adds for a machine without a registry (images/README.md, "Building without a registry"):
+operator, the CPU agents (onnxruntime, pytorch, tensorflow) and the chart's bundled PostgreSQL
+with the Dockerfiles and build arguments of the bake file, so what runs here is what the
+registry pipeline publishes. What it adds for a machine without a registry (images/README.md,
+"Building without a registry"):
 
 - **An engine.** A Docker engine that answers (``$DOCKER_HOST``, ``/var/run/docker.sock``, or
   the one this module started earlier) is used; otherwise ``dockerd --iptables=false
   --bridge=none`` is started with its own data root, exec root, pid file and socket under
   ``<cache>/docker/`` and left running for the tests that follow (``stop-engine`` stops it).
   Builds and containers use the host network or none: this engine has no bridge.
-- **A base.** When the bake file's base (``python:3.11-slim-bookworm``) is neither present nor
-  pullable, ``mmdebstrap`` bootstraps a Debian bookworm rootfs with Python 3.11 from Debian's
-  packages into ``<cache>/images/`` (keyed by suite and package list) and ``docker import``
-  makes it the base image ``mlmodelscope-base:bookworm-<key>``.
+- **A base.** When the bake file's base (``python:3.11-slim-bookworm``; the PostgreSQL
+  image's ``debian:bookworm-slim``) is neither present nor pullable, ``mmdebstrap`` bootstraps
+  a Debian bookworm rootfs with Python 3.11 from Debian's packages into ``<cache>/images/``
+  (keyed by suite and package list) and ``docker import`` makes it the base image
+  ``mlmodelscope-base:bookworm-<key>``, which stands in for both. It keeps this machine's
+  Debian mirror, which apt in a build (on the host network) installs from.
 - **A wheelhouse.** ``pip download`` fills ``<cache>/images/wheelhouse`` once with every wheel
   the CPU images install (through the host's pip cache), and a loopback HTTP server hands it to
   the builds (``WHEELHOUSE`` build argument: ``--no-index --find-links``): a framework is
@@ -82,6 +85,7 @@ SIZE_TARGETS: Final = {
     "agent-onnxruntime-cpu": 400_000_000,
     "agent-pytorch-cpu": 1_200_000_000,
     "agent-tensorflow-cpu": 1_500_000_000,
+    "postgresql": 250_000_000,
 }
 """Uncompressed size targets (images/README.md), decimal bytes as ``docker images`` shows."""
 SIZE_WAIVERS: Final = {
@@ -91,12 +95,13 @@ SIZE_WAIVERS: Final = {
         "machine cannot reach (the bake file's EXTRA_INDEX_URL)"
     ),
     "agent-onnxruntime-cpu": (
-        "the datasets extra (scikit-learn with SciPy, about 200 MB installed) alone is half the "
-        "target; ONNX Runtime itself is 68 MB"
+        "the datasets and tasks extras alone are over the target: scikit-learn with SciPy "
+        "about 200 MB, OpenCV 153 MB (decode.library: opencv), scikit-image 32 MB; ONNX "
+        "Runtime itself is 68 MB"
     ),
     "agent-tensorflow-cpu": (
-        "tensorflow-cpu 2.21 installs 1.29 GB by itself; with the datasets extra (SciPy, "
-        "scikit-learn) and the base the image is about 2 GB"
+        "tensorflow-cpu 2.21 installs 1.29 GB by itself; with the datasets and tasks extras "
+        "(SciPy, scikit-learn, OpenCV, scikit-image) and the base the image is about 2.2 GB"
     ),
     "operator": (
         "the pinned dependencies install 323 MB (the Kubernetes client 126 MB, NumPy, a core "
@@ -458,9 +463,13 @@ class Target:
 
     @property
     def extras(self) -> list[str]:
+        """The project's extras its pip step installs; none for an image without one (the
+        bundled PostgreSQL), which takes no wheelhouse."""
         if "EXTRAS" in self.args:
             return self.args["EXTRAS"].split(",")
-        return ["operator", "telemetry", "serve"]
+        if self.dockerfile.name == "operator.Dockerfile":
+            return ["operator", "telemetry", "serve"]
+        return []
 
 
 def _expand(text: str, variables: dict[str, str]) -> str:
@@ -653,7 +662,7 @@ def build(
     bases = {t.args["BASE_IMAGE"] for t in targets}
     base_for = {wanted: ensure_base(docker, wanted, log) for wanted in sorted(bases)}
     results = []
-    house = ensure_wheelhouse(targets, log) if wheelhouse else None
+    house = ensure_wheelhouse(targets, log) if wheelhouse and _all_extras(targets) else None
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(serve_wheelhouse(house)) if house is not None else None
         for target in targets:
@@ -665,8 +674,8 @@ def build(
                     docker,
                     target,
                     base,
-                    wheelhouse_url=url,
-                    ca_bundle=ca_bundle,
+                    wheelhouse_url=url if target.extras else None,
+                    ca_bundle=ca_bundle if target.extras else None,
                     force=force,
                     log=log,
                 )
