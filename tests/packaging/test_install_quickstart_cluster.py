@@ -233,6 +233,15 @@ class PortForward:
         body: dict[str, Any] = response.json()
         return body
 
+    def answers(self) -> bool:
+        """The server lists the three runs through the port-forward (False until it listens)."""
+        import httpx
+
+        try:
+            return bool(self.get("/api/v1/runs")["total"] >= 3)
+        except httpx.TransportError:
+            return False
+
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=10)
@@ -305,7 +314,7 @@ def test_the_install_quick_start_runs_as_written(
 
     forward = PortForward(cluster)
     try:
-        wait_for("the port-forward", lambda: forward.get("/api/v1/runs")["total"] >= 3, 30)
+        wait_for("the port-forward to answer", forward.answers, 30)
         check_dashboard_in_chromium(forward, tmp_path)
     finally:
         forward.close()
