@@ -175,8 +175,8 @@ def test_a_detection_evaluation_in_its_image_reports_its_map(
 
 def tasks_sweep(claim: str) -> dict[str, Any]:
     """examples/sweeps/tasks-frameworks.yaml on this test's claim, on the real node, with a
-    quick scenario (one batch size) and every child at once (36 s, against 112 s three at a
-    time on two cores: most of a child is its image's start-up, not the measurement)."""
+    quick scenario (one batch size) and every child at once: most of a child is its image's
+    start-up, not the measurement."""
     text = SWEEP.read_text().replace(f"pvc://{EXAMPLE_CLAIM}/", f"pvc://{claim}/")
     document: dict[str, Any] = yaml.safe_load(text)
     template = document["spec"]["template"]

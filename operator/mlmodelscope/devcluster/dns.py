@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from mlmodelscope.devcluster import nodenet, versions
+from mlmodelscope.devcluster import gosource, nodenet, versions
 from mlmodelscope.devcluster.gosource import SourceBuildError, SourceTool
 
 Log = Callable[[str], None]
@@ -74,14 +74,7 @@ def argv(binary: Path, corefile_path: Path) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mlmodelscope.devcluster.dns [--force]``: build if needed, print the path."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        TOOL.build(_stderr, force="--force" in args)
-    except SourceBuildError as exc:
-        _stderr(str(exc))
-        return 1
-    sys.stdout.write(f"{TOOL.binary_path()}\n")
-    return 0
+    return gosource.main(TOOL, argv)
 
 
 if __name__ == "__main__":

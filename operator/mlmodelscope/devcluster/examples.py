@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from mlmodelscope.devcluster.rest import KubeError, KubeREST
+from mlmodelscope.devcluster.rest import KubeREST
 
 Log = Callable[[str], None]
 
@@ -106,12 +106,7 @@ def provision(rest: KubeREST, folder: Path, namespace: str = NAMESPACE) -> None:
         ("/api/v1/persistentvolumes", volume_manifest(folder, namespace)),
         (f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", claim_manifest(namespace)),
     ]
-    for path, body in objects:
-        try:
-            rest.create(path, body)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+    rest.create_absent(objects)
 
 
 def claim_bound(rest: KubeREST, namespace: str = NAMESPACE) -> bool:

@@ -13,8 +13,9 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,3 +96,19 @@ class SourceTool:
         self._stamp().write_text(json.dumps(stamp))
         log(f"built {self.binary} in {took:.1f}s → {binary}")
         return took
+
+
+def main(tool: SourceTool, argv: Sequence[str] | None = None) -> int:
+    """``python -m <module> [--force]`` of a tool's module: build if needed, print the path."""
+    args = list(sys.argv[1:] if argv is None else argv)
+
+    def log(msg: str) -> None:
+        sys.stderr.write(msg + "\n")
+
+    try:
+        tool.build(log, force="--force" in args)
+    except SourceBuildError as exc:
+        log(str(exc))
+        return 1
+    sys.stdout.write(f"{tool.binary_path()}\n")
+    return 0

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
-from mlmodelscope.devcluster import versions
+from mlmodelscope.devcluster import gosource, versions
 from mlmodelscope.devcluster.gosource import SourceBuildError, SourceTool
 
 Log = Callable[[str], None]
@@ -518,14 +518,7 @@ def collect_garbage(root: Path, *, grace_s: float = 600.0, now: float | None = N
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m mlmodelscope.devcluster.registry [--force]``: build if needed, print the path."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        build(force="--force" in args)
-    except RegistryError as exc:
-        _stderr(str(exc))
-        return 1
-    sys.stdout.write(f"{binary_path()}\n")
-    return 0
+    return gosource.main(TOOL, argv)
 
 
 if __name__ == "__main__":

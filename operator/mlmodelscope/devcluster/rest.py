@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -81,6 +81,16 @@ class KubeREST:
 
     def create(self, path: str, body: dict[str, Any]) -> Any:
         return self.request("POST", path, body)
+
+    def create_absent(self, objects: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """Create each (collection path, object); one that exists already (409) is left as
+        it is."""
+        for path, body in objects:
+            try:
+                self.create(path, body)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
 
     def patch(self, path: str, body: dict[str, Any], content_type: str = STRATEGIC) -> Any:
         return self.request("PATCH", path, body, content_type=content_type)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from mlmodelscope.devcluster.rest import KubeError, KubeREST
+from mlmodelscope.devcluster.rest import KubeREST
 
 STORAGE_CLASS: Final = "dev-hostpath"
 VOLUMES: Final = 4
@@ -70,10 +70,5 @@ def provision(rest: KubeREST, run_dir: Path) -> list[Path]:
         folder.chmod(0o1777)  # any pod user may create its data here, as in /tmp
         folders.append(folder)
         objects.append(("/api/v1/persistentvolumes", volume_manifest(folder, index)))
-    for path, body in objects:
-        try:
-            rest.create(path, body)
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
+    rest.create_absent(objects)
     return folders
