@@ -209,6 +209,11 @@ class LoadReport:
     """The operator's own requests per run, by "verb resource" (its client's counter)."""
     floor_s: float = math.nan
     """A bare client creating the same objects for as many evaluations (step 6)."""
+    ingest_cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds each process used from the first create until every evaluation had a
+    status (:func:`cpu_by_process`): where the machine's time went while Jobs were made."""
+    floor_cpu_s: dict[str, float] = field(default_factory=dict)
+    """The same while the floor ran."""
 
     def table(self) -> str:
         rows = self.rows()
@@ -235,6 +240,8 @@ class LoadReport:
             ("every Job created, after the first create (s)", f"{self.first_to_all_jobs_s:.0f}"),
             ("floor: a bare client creates the same objects (s)", f"{self.floor_s:.1f}"),
             ("operator / floor", f"{self.first_to_all_jobs_s / self.floor_s:.1f}×"),
+            ("CPU s until every status (by process)", cpu_text(self.ingest_cpu_s)),
+            ("CPU s of the floor (by process)", cpu_text(self.floor_cpu_s)),
             ("drain (s)", f"{self.drain_s:.1f}"),
             ("runs per second", f"{runs / self.drain_s:.2f}"),
             ("probes", str(len(probes))),
@@ -263,6 +270,13 @@ class LoadReport:
             ("final phases", ", ".join(f"{k} {v}" for k, v in sorted(self.phases.items()))),
             ("generations with >1 Job", str(len(self.duplicate_jobs))),
         ]
+
+
+def cpu_text(times: dict[str, float]) -> str:
+    if not times:
+        return "-"
+    shown = ", ".join(f"{k} {v:.1f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))
+    return f"{sum(times.values()):.1f}: {shown}"
 
 
 def markdown(reports: list[LoadReport]) -> str:
@@ -328,19 +342,27 @@ def floor_objects(name: str, namespace: str) -> list[tuple[str, dict[str, Any]]]
     return bodies
 
 
-def floor(kube: Kube, namespace: str, evaluations: int) -> float:
+def floor(
+    kube: Kube, namespace: str, evaluations: int, cpu: Callable[[], dict[str, float]]
+) -> tuple[float, dict[str, float]]:
     """Seconds a bare client with 8 threads takes to create the operator's objects for
-    ``evaluations`` evaluations (step 6 of the module)."""
+    ``evaluations`` evaluations (step 6 of the module), and the CPU seconds each process used
+    meanwhile (``cpu``: :func:`cpu_by_process`; the bodies are built before either starts)."""
     prepared = [floor_objects(f"floor-{i:05d}", namespace) for i in range(evaluations)]
 
     def create_all(objects: list[tuple[str, dict[str, Any]]]) -> None:
         for path, body in objects:
             kube.create(path, body)
 
+    before = cpu()
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create_all, prepared))
-    return time.monotonic() - started
+    return time.monotonic() - started, cpu_delta(before, cpu())
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: v - before.get(k, 0.0) for k, v in after.items() if v - before.get(k, 0.0) > 0.05}
 
 
 def free_port() -> int:
@@ -380,6 +402,34 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+CPU_PROCESSES = ("kube-apiserver", "etcd", "kube-controller", "kube-scheduler", "kwok")
+"""The control plane's processes whose CPU time is reported (by ``comm``, which the kernel
+cuts to 15 characters), beside the operator's and this script's."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of one process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_process(operator_pid: int, marker: str = "") -> dict[str, float]:
+    """CPU seconds so far of the operator, this script and the control plane (the processes
+    whose command line holds ``marker``: the cluster's run folder), by name."""
+    times = {"operator": cpu_seconds(operator_pid), "benchmark client": cpu_seconds(os.getpid())}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            comm = (proc / "comm").read_text().strip()
+            ours = marker.encode() in (proc / "cmdline").read_bytes()
+            if comm.startswith(CPU_PROCESSES) and ours:
+                times[comm] = times.get(comm, 0.0) + cpu_seconds(int(proc.name))
+        except OSError:
+            continue
+    return times
 
 
 @contextmanager
@@ -441,6 +491,7 @@ def run_load(
     limit_per_namespace: int,
     probe_every_s: float = 3.0,
     timeout_s: float = 1200.0,
+    marker: str = "",
 ) -> LoadReport:
     """Apply the load (see the module) against an operator already watching both namespaces
     with ``MLMS_OPERATOR_MAX_RUNNING_PER_NAMESPACE=limit_per_namespace``."""
@@ -451,6 +502,7 @@ def run_load(
     before_verbs = request_counts(before_text, subresources=True)
     before = {r: float(before_all[(r, "LIST")]) for r in LISTED}
     operator_before = operator_requests(operator_metrics())
+    cpu_before = cpu_by_process(operator_pid, marker)
     with sampled_rss(operator_pid) as rss:
         first_create = time.time()
         started = time.monotonic()
@@ -475,6 +527,7 @@ def run_load(
                 raise TimeoutError(f"{sum(not observed(i) for i in items)} evaluations unseen")
             time.sleep(0.5)
         ingest_s = time.monotonic() - started
+        cpu_ingest = cpu_by_process(operator_pid, marker)
         probes: list[float] = []
         probe_gets = 0
         next_probe = time.monotonic()
@@ -575,6 +628,7 @@ def run_load(
         phases=dict(Counter(str((i.get("status") or {}).get("phase")) for i in items)),
         reasons=dict(failed_reasons),
         duplicate_jobs=[f"{e}-g{g}" for (e, g), n in per_generation.items() if n > 1],
+        ingest_cpu_s=cpu_delta(cpu_before, cpu_ingest),
     )
 
 
@@ -676,9 +730,15 @@ def measure(evaluations: int, args: argparse.Namespace) -> LoadReport:
                     evaluations,
                     args.limit_per_namespace,
                     timeout_s=max(1200.0, evaluations * 1.2),
+                    marker=str(run_dir),
                 )
                 cluster.kubectl("create", "namespace", "floor")
-                report.floor_s = floor(kube, "floor", evaluations)
+                report.floor_s, report.floor_cpu_s = floor(
+                    kube,
+                    "floor",
+                    evaluations,
+                    lambda: cpu_by_process(operator.pid, str(run_dir)),
+                )
                 return report
             except (KubeError, TimeoutError):
                 log.flush()

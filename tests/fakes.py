@@ -26,6 +26,7 @@ import copy
 import itertools
 import json
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -226,6 +227,8 @@ class FakeApiServer:
     logs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     """Container logs by (namespace, pod, container), served as ``pods/NAME/log``."""
     _in_hook: bool = field(default=False, init=False, repr=False)
+    _serving: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
+    """One request served at a time, as the operator makes some at once (its fanout)."""
     _version: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _uids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     resource_version: int = 0
@@ -234,6 +237,10 @@ class FakeApiServer:
 
     def handle(self, method: str, path: str, body: Any, params: Mapping[str, str]) -> Any:
         """Serve one request as the API server would; raises KubeError on non-2xx."""
+        with self._serving:
+            return self._handle(method, path, body, params)
+
+    def _handle(self, method: str, path: str, body: Any, params: Mapping[str, str]) -> Any:
         target = parse_path(path)
         self.requests[request_kind(method, path)] += 1
         if self.before is not None and not self._in_hook:
@@ -473,6 +480,7 @@ class FakeKube(Kube):
         self.server = server or FakeApiServer()
         self.requests: Counter[tuple[str, str]] = Counter()
         """The requests this client made, by (verb, resource); the server counts all."""
+        self._counting = threading.Lock()
 
     def request(
         self,
@@ -487,10 +495,12 @@ class FakeKube(Kube):
         if "?" in path:
             path, _, raw = path.partition("?")
             query.update(dict(p.split("=", 1) for p in raw.split("&") if "=" in p))
-        self.requests[request_kind(method, path)] += 1
+        with self._counting:
+            self.requests[request_kind(method, path)] += 1
         answer = self.server.handle(method, path, copy.deepcopy(body), query)
         return json.loads(json.dumps(answer))
 
     def text(self, path: str, params: Mapping[str, str] | None = None) -> str:
-        self.requests[request_kind("GET", path)] += 1
+        with self._counting:
+            self.requests[request_kind("GET", path)] += 1
         return str(self.server.handle("GET", path, None, dict(params or {})))

@@ -186,7 +186,7 @@ OPERATOR: tuple[Grant, ...] = (
     Grant(PODS, ("list", "watch"), Scope.SERVED, When.ALWAYS,
           "Kopf's watch (unschedulable); a Job's pods listed by label (runs, handle_job)"),
     Grant(CONFIGMAPS, ("get", "create", "patch"), Scope.RUNS, When.ALWAYS,
-          "spec and results ConfigMaps (ensure_configmaps, results reading, model_refs)"),
+          "spec and results ConfigMaps (children.ensure, results reading, model_refs)"),
     Grant(CONFIGMAPS, ("list",), Scope.SERVED, When.STORE,
           "recording.list_outboxes: results waiting for the store, by label"),
     Grant(CONFIGMAPS, ("delete",), Scope.RUNS, When.STORE,
@@ -200,13 +200,13 @@ OPERATOR: tuple[Grant, ...] = (
           When.NAMESPACED_PEERING,
           "Kopf peering keep-alives; get: peering.Peering.acting (a standby skips its ticks)"),
     Grant(SERVICE_ACCOUNTS, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
-          "agent_access.ensure_agent_access: the evaluation's own account (get: the owner of "
+          "children.ensure: the evaluation's own account (get: the owner of "
           "one that exists)"),
     Grant(ROLES, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
-          "agent_access.ensure_agent_access: its results-writer Role (no escalate: the "
+          "children.ensure: its results-writer Role (no escalate: the "
           "operator holds configmaps patch here itself)"),
     Grant(ROLE_BINDINGS, ("get", "create"), Scope.RUNS, When.PER_EVALUATION,
-          "agent_access.ensure_agent_access: that Role bound to that account (no bind: "
+          "children.ensure: that Role bound to that account (no bind: "
           "likewise)"),
     Grant(CRDS, ("list", "watch"), Scope.CLUSTER, When.ALWAYS,
           "Kopf's resource observer"),

@@ -22,13 +22,13 @@ from mlmodelscope.contract.paths import container_path
 JSON: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
 LIST_PAGE: Final = 500
-POOL_SIZE: Final = 48
-"""Connections kept open to the API server. The client's default is 5 per CPU (10 on two
-cores), fewer than the operator's threads that may call at once (16 reconciles by default,
-six Job and pod handlers, the resync, the retries); past it urllib3 drops each extra
-connection after its request ("Connection pool is full") and the next one opens a new TLS
-connection."""
 """Objects per LIST page (Kopf's own listings use ``settings.watching.chunk_size``)."""
+POOL_SIZE: Final = 64
+"""Connections kept open to the API server. The client's default is 5 per CPU (10 on two
+cores), fewer than the operator's threads that may call at once (the 32 fanout threads that
+make a reconcile's independent requests, the 16 reconciles by default, six Job and pod
+handlers, the resync, the retries); past it urllib3 drops each extra connection after its
+request ("Connection pool is full") and the next one opens a new TLS connection."""
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"

@@ -23,6 +23,7 @@ from mlmodelscope.controller.namespace_policy import NamespacePolicies
 from mlmodelscope.controller.pod_memo import PodMemo, StartedJobs
 from mlmodelscope.controller.policy import Policy
 from mlmodelscope.controller.run_store import Recorder
+from mlmodelscope.controller.runtime.fanout import Fanout
 from mlmodelscope.controller.runtime.retry_timer import RetryTimer
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.watched import WatchedEvaluations
@@ -61,6 +62,8 @@ class Context:
     """Slots held and evaluations waiting, from the watch streams (shared by copies)."""
     retries: RetryTimer = field(default_factory=RetryTimer)
     """Retries of Job events, off Kopf's worker threads."""
+    fanout: Fanout = field(default_factory=Fanout)
+    """Independent requests of a reconcile, made at once (shared by copies)."""
     acting: Callable[[], bool] = always
     """Whether this replica acts now (:meth:`.peering.Peering.acting`; standalone: always);
     the periodic threads skip their ticks while it says no."""

@@ -3,8 +3,8 @@
 Level-based: whatever happened before, make the cluster match the current generation. A run
 that already ended is left alone (so a restart or a GitOps re-apply of the same spec starts
 nothing); otherwise the spec is validated, Jobs of older generations are removed, the
-ConfigMaps are made current, and the Job is created once admission allows it
-(:mod:`..admission.admit`).
+children the Job needs are made current (:mod:`..children`), and the Job is created once
+admission allows it (:mod:`..admission.admit`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from mlmodelscope.contract.kube import configmap_path, evaluation_path, job_path
+from mlmodelscope.contract.kube import evaluation_path, job_path
 from mlmodelscope.contract.redact import redact_text
-from mlmodelscope.controller import agent_access, builders, job_state, names, runs, status
+from mlmodelscope.controller import builders, children, job_state, names, runs, status
 from mlmodelscope.controller.admission.admit import admit, enforce_policy
 from mlmodelscope.controller.context import Context
-from mlmodelscope.controller.runs import ForeignChildError, InvalidSpecError
+from mlmodelscope.controller.runs import InvalidSpecError
 from mlmodelscope.controller.specs import parse_body
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError
 
@@ -55,7 +55,7 @@ def evaluation_changed(body: Mapping[str, Any], ctx: Context) -> str:
         raise InvalidSpecError(message) from None
     delete_outdated_jobs(ctx, namespace, name, generation, current)
     enforce_policy(ctx, evaluation)
-    results_configmap = ensure_configmaps(ctx, evaluation)
+    results_configmap = children.ensure(ctx, evaluation)
     finished = finish_published_run(ctx, evaluation, results_configmap)
     if finished is not None:
         return finished
@@ -70,7 +70,7 @@ def finish_published_run(
     and was TTL-deleted while the operator was away): end the run from that result instead
     of running it a second time. None when there is no such result.
 
-    ``results_configmap``: the evaluation's own, as :func:`ensure_configmaps` found it (None:
+    ``results_configmap``: the evaluation's own, as :func:`..children.ensure` found it (None:
     it was created just now, so nothing can have been published into it)."""
     namespace = evaluation.metadata.namespace or "default"
     name = evaluation.metadata.name
@@ -111,35 +111,3 @@ def delete_outdated_jobs(
         deleted.append(job["metadata"]["name"])
         log.info("%s/%s: deleted Job %s of an earlier generation", namespace, name, deleted[-1])
     return deleted
-
-
-def ensure_configmaps(ctx: Context, evaluation: ModelEvaluation) -> dict[str, Any] | None:
-    """The spec ConfigMap holds this generation's spec; the results ConfigMap exists and holds
-    nothing from another generation (the operator also checks the generation when reading);
-    the evaluation's pods may write that ConfigMap (:mod:`..agent_access`). Returns the
-    results ConfigMap as it now is, or None when it was created just now (empty)."""
-    namespace = evaluation.metadata.namespace or "default"
-    generation = str(builders.generation_of(evaluation))
-    found: dict[str, Any] | None = None
-    for body, reset in (
-        (builders.build_spec_configmap(evaluation), False),
-        (builders.build_results_configmap(evaluation), True),
-    ):
-        name = body["metadata"]["name"]
-        if ctx.kube.create_if_absent(configmap_path(namespace), body):
-            continue
-        existing = ctx.kube.get(configmap_path(namespace, name))
-        if not names.owned_by(existing, evaluation.metadata.uid):
-            raise ForeignChildError(
-                f"ConfigMap {name} belongs to another object (an earlier evaluation of the same "
-                "name?); waiting for it to be garbage-collected"
-            )
-        labels = existing["metadata"].get("labels") or {}
-        if labels.get(names.LABEL_GENERATION) != generation:
-            patch: dict[str, Any] = {"metadata": {"labels": body["metadata"]["labels"]}}
-            patch["data"] = None if reset else body["data"]
-            existing = ctx.kube.merge_patch(configmap_path(namespace, name), patch)
-        if reset:
-            found = existing
-    agent_access.ensure_agent_access(ctx, evaluation)
-    return found

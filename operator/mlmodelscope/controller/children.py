@@ -1,0 +1,102 @@
+"""The objects an evaluation's Job needs, made before it: the spec ConfigMap (the agent's
+spec, mounted), the results ConfigMap (where the agent publishes), and with per-evaluation
+results access the agent's ServiceAccount, Role and RoleBinding (:mod:`.agent_access`).
+
+None of them needs another to exist (a RoleBinding may name an account not yet created), so
+they are created at once (:class:`.runtime.fanout.Fanout`); only the Job waits for all of
+them, since a pod whose ServiceAccount is missing is refused. An object that already exists
+is read: one that belongs to another object (an earlier evaluation of the same name, not yet
+garbage-collected) is never adopted, and a ConfigMap of another generation is made current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from mlmodelscope.contract.kube import configmap_path
+from mlmodelscope.controller import agent_access, builders, names
+from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.runs import ForeignChildError
+from mlmodelscope.controller.settings import PER_EVALUATION
+from mlmodelscope.spec import ModelEvaluation
+
+
+class Refresh(Enum):
+    """What a child found from another generation needs."""
+
+    NONE = "none"
+    """Serves every generation (the access objects)."""
+    DATA = "data"
+    """Holds this generation's data (the spec)."""
+    EMPTY = "empty"
+    """Holds nothing from another generation (the results)."""
+
+
+@dataclass(frozen=True)
+class Child:
+    collection: str
+    """The API path it is created in."""
+    body: dict[str, Any]
+    refresh: Refresh
+
+    @property
+    def path(self) -> str:
+        return f"{self.collection}/{self.body['metadata']['name']}"
+
+
+def wanted(ctx: Context, evaluation: ModelEvaluation) -> list[Child]:
+    """The children this evaluation's Job needs, as built for its current generation."""
+    namespace = evaluation.metadata.namespace or "default"
+    children = [
+        Child(configmap_path(namespace), builders.build_spec_configmap(evaluation), Refresh.DATA),
+        Child(
+            configmap_path(namespace),
+            builders.build_results_configmap(evaluation),
+            Refresh.EMPTY,
+        ),
+    ]
+    if ctx.settings.results_access == PER_EVALUATION:
+        children += [
+            Child(agent_access.api_path(namespace, plural, group), build(evaluation), Refresh.NONE)
+            for build, plural, group in agent_access.OBJECTS
+        ]
+    return children
+
+
+def ensure(ctx: Context, evaluation: ModelEvaluation) -> dict[str, Any] | None:
+    """Create the children that are missing, all at once, and make the existing ones current.
+    Returns the results ConfigMap as it now is, or None when it was created just now (empty).
+    Raises ForeignChildError while one of them belongs to another object."""
+    children = wanted(ctx, evaluation)
+    created = ctx.fanout.map(lambda c: ctx.kube.create_if_absent(c.collection, c.body), children)
+    results: dict[str, Any] | None = None
+    for child, was_created in zip(children, created, strict=True):
+        if was_created:
+            continue
+        existing = _make_current(ctx, evaluation, child)
+        if child.refresh is Refresh.EMPTY:
+            results = existing
+    return results
+
+
+def _make_current(ctx: Context, evaluation: ModelEvaluation, child: Child) -> dict[str, Any]:
+    """Read an existing child; refuse one owned by another object, and bring a ConfigMap of
+    another generation to this one (the operator also checks the generation when reading)."""
+    existing: dict[str, Any] = ctx.kube.get(child.path)
+    name = child.body["metadata"]["name"]
+    if not names.owned_by(existing, evaluation.metadata.uid):
+        raise ForeignChildError(
+            f"{child.body['kind']} {name} belongs to another object (an earlier evaluation of "
+            "the same name?); waiting for it to be garbage-collected"
+        )
+    if child.refresh is Refresh.NONE:
+        return existing
+    labels = existing["metadata"].get("labels") or {}
+    if labels.get(names.LABEL_GENERATION) == str(builders.generation_of(evaluation)):
+        return existing
+    patch: dict[str, Any] = {"metadata": {"labels": child.body["metadata"]["labels"]}}
+    patch["data"] = child.body["data"] if child.refresh is Refresh.DATA else None
+    patched: dict[str, Any] = ctx.kube.merge_patch(child.path, patch)
+    return patched
