@@ -25,9 +25,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from pydantic import ValidationError
+
 from mlmodelscope.contract.redact import redact_text, redact_tree
 from mlmodelscope.controller.results import Outcome
-from mlmodelscope.spec.status import Phase, RecordState, RunRecord, Summary
+from mlmodelscope.spec.status import (
+    Condition,
+    EvaluationStatus,
+    Phase,
+    RecordState,
+    RunRecord,
+    Summary,
+)
 
 MESSAGE_LIMIT: Final = 4096
 HISTORY_LIMIT: Final = 10
@@ -202,6 +211,43 @@ def waits_for_a_node(status: Mapping[str, Any], generation: int, job_name: str) 
 def is_terminal(status: Mapping[str, Any], generation: int) -> bool:
     """The run of ``generation`` has ended (Succeeded or Failed)."""
     return is_current(status, generation) and status.get("phase") in TERMINAL
+
+
+# ------------------------------------------------------------------------------ typed reads
+
+
+def read_status(raw: Mapping[str, Any]) -> EvaluationStatus:
+    """``.status`` read into :class:`EvaluationStatus`, for decisions on the typed model. A
+    status that does not validate as a whole (edited by hand, or written by another version of
+    the operator) keeps each field that validates on its own and leaves the rest at their
+    defaults, so a run is still handled by what its status does say."""
+    try:
+        return EvaluationStatus.model_validate(dict(raw))
+    except ValidationError:
+        pass
+    kept: dict[str, Any] = {}
+    for name, info in EvaluationStatus.model_fields.items():
+        key = info.alias or name
+        if key not in raw:
+            continue
+        try:
+            part = EvaluationStatus.model_validate({key: raw[key]})
+        except ValidationError:
+            continue
+        if name in part.model_fields_set:
+            kept[name] = getattr(part, name)
+    return EvaluationStatus.model_construct(**kept)
+
+
+def phase_named(st: EvaluationStatus) -> Phase | None:
+    """The phase the status names; None when it names none (the model's default, Pending, is
+    not something such a status says)."""
+    return st.phase if "phase" in st.model_fields_set else None
+
+
+def typed_condition(st: EvaluationStatus, kind: str) -> Condition | None:
+    """The typed status's condition of type ``kind``, if it has one."""
+    return next((c for c in st.conditions if c.type == kind), None)
 
 
 def _history_record(status: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -10,14 +10,23 @@ generation are ignored, and so is the deletion of a Job whose run a spec edit re
 a results store configured, a run that ended is then recorded there
 (:mod:`~mlmodelscope.controller.recording`); a finished run whose ``status.record`` is still
 missing (the operator stopped in between) is recorded at the Job's next event.
+
+Read, decide, act: :func:`job_changed` (and :func:`job_vanished`, for the resync) reads the
+evaluation and types what the event shows (:class:`Seen`); :func:`decide`, which makes no
+request, answers either with the reads it still needs (:class:`Need`: only those the run's
+state calls for, so a Job event costs no more requests than it must) or with a
+:class:`JobDecision`, a list of :class:`JobAction`; :func:`act` is the one place that performs
+them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Flag, StrEnum, auto
+from typing import Any, Final
 
 import urllib3
 
@@ -33,11 +42,12 @@ from mlmodelscope.controller import (
     status,
 )
 from mlmodelscope.controller.admission.admit import admit_queued
-from mlmodelscope.controller.context import Context
+from mlmodelscope.controller.context import Context, StatusFn
+from mlmodelscope.controller.job_state import JobState, Stage
 from mlmodelscope.controller.names import JOB_NAME_LABEL
 from mlmodelscope.controller.runs import Handled
 from mlmodelscope.controller.status import ConditionType, Reason
-from mlmodelscope.spec.status import Phase
+from mlmodelscope.spec.status import EvaluationStatus, Phase
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +56,6 @@ RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
 worker threads; the resync heals what the last retry could not)."""
 SPEC_ERROR_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded")
 """Job failure reasons that become InvalidSpec when the agent's error names a spec field."""
-
-
-def _condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind and cond.get("status") == "True":
-            return dict(cond)
-    return None
 
 
 def _run_id(outcome: results.Outcome | None) -> str | None:
@@ -103,17 +106,294 @@ def failure(
     return job_reason, agent or str(job_condition.get("message") or "the evaluation Job failed")
 
 
+# ------------------------------------------------------------------------------- the decision
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a Job event (or the resync) shows of one run, typed: :func:`decide`'s input."""
+
+    namespace: str
+    name: str
+    """The evaluation's."""
+    generation: int
+    """The run's: the Job's generation label (the evaluation's, for a vanished Job)."""
+    job_name: str
+    job: JobState | None
+    """None: the Job no longer exists (the resync found only its name in the status)."""
+    status: EvaluationStatus = field(default_factory=EvaluationStatus)
+    """The evaluation's status (:func:`.status.read_status`)."""
+    deleted: bool = False
+    """This is the Job's last event: it is gone now."""
+    gone: bool = False
+    """The evaluation no longer exists, or is being deleted."""
+    owned: bool = True
+    """The Job is this evaluation's (by owner UID), not an earlier one's of the same name."""
+    latest_generation: int = 1
+    """The evaluation's ``metadata.generation``: beyond ``generation``, a spec edit replaced
+    the run."""
+    recorder: bool = False
+    """A results store is configured."""
+
+
+class Need(Flag):
+    """A read :func:`decide` asks for before it can decide."""
+
+    NONE = 0
+    """Nothing read yet (what :class:`Found` starts from)."""
+    PUBLISHED = auto()
+    """What the agent published in the evaluation's own results ConfigMap (a Job gone before
+    it said it ended)."""
+    OUTCOME = auto()
+    """The agent's outcome for an ended Job: the results ConfigMap, else the termination
+    message of its newest pod (:func:`collect_outcome`)."""
+    NODES = auto()
+    """Whether the pod of a Job that completed without results ran on a simulated node."""
+    SPEC = auto()
+    """The evaluation's spec (read again when the copy at hand has none): ``spec.timeout`` and
+    the memory limit, which a failure's message names."""
+    OOM = auto()
+    """The failed Job's own pods: whether the kernel's OOM killer ended its last attempt."""
+    LIVE_PODS = auto()
+    """The Job's pods: whether a ready one is live (after a disruption the Job may still count
+    the lost pod as ready)."""
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the reads :func:`decide` asked for found; a field counts once ``read`` names the
+    read that fills it."""
+
+    read: Need = Need.NONE
+    outcome: results.Outcome | None = None
+    """PUBLISHED or OUTCOME: None when the agent published nothing for this run."""
+    simulated: tuple[str, str] | None = None
+    """NODES: (reason, message) when the pod ran on a simulated node."""
+    timeout: str | None = None
+    """SPEC: ``spec.timeout``."""
+    oom: tuple[str, str] | None = None
+    """OOM: (OOMKilled, message) when the last attempt was killed for memory."""
+    live_pod: bool = False
+    """LIVE_PODS: a pod of the Job is ready and live."""
+
+
+NOTHING_FOUND: Final = Found()
+
+
+class JobAction(StrEnum):
+    """One thing a Job event makes the operator do; :func:`act` performs them in order. A
+    status transition posts its own Event (:meth:`.Context.update_status`)."""
+
+    UNSUSPEND = "pending again"
+    """Pending: the Job the status shows Queued was let go (Kueue admitted it)."""
+    QUEUE = "queued"
+    """Queued with its suspended Job, waiting for Kueue."""
+    RUN = "running"
+    SUCCEED = "succeeded"
+    """Succeeded with the outcome's results, counted as collected."""
+    FAIL = "failed"
+    """Failed with the decision's reason and message (and the outcome's partial results)."""
+    FINISH = "finished from the published result"
+    """End the run of a Job that is gone from what the agent published
+    (:func:`.runs.finish`, which records it too)."""
+    RECORD = "recorded"
+    """Record the ended run in the results store (:func:`.recording.record_finished`)."""
+    CHECK_START = "start checked"
+    """End the run Failed if its pod did not start within the start timeout
+    (:func:`.runs.fail_start`, whose reads are its own)."""
+
+
+@dataclass(frozen=True)
+class JobDecision:
+    """What one Job event needs (:func:`decide`)."""
+
+    handled: Handled
+    """What the event is reported as; CHECK_START reports FAILED when the check ends the
+    run."""
+    actions: tuple[JobAction, ...] = ()
+    reason: str = ""
+    """FAIL: the Failed condition's reason."""
+    message: str = ""
+    """FAIL: what the user reads."""
+    outcome: results.Outcome | None = None
+    """SUCCEED, FAIL, FINISH: what the agent published."""
+    placed: bool = False
+    """FAIL: the Job completed, so its pod was on a node (the Scheduled condition says so)."""
+    run_id: str | None = None
+    """RECORD: the run to record."""
+    unchanged: Handled | None = None
+    """Reported instead of ``handled`` when FAIL changed nothing (the run had ended already)."""
+
+
+def decide(seen: Seen, found: Found = NOTHING_FOUND) -> JobDecision | Need:
+    """What a Job event needs, from what it shows (``seen``) and what was read for it
+    (``found``): the reads still missing, or the decision. Makes no request: the caller reads
+    what it asks for and asks again (:func:`job_changed`)."""
+    if seen.gone:
+        return JobDecision(Handled.EVALUATION_GONE)
+    if not seen.owned:
+        # An earlier evaluation's of the same name, about to be collected.
+        return JobDecision(Handled.NOT_OURS)
+    current = seen.status
+    job = seen.job
+    if job is None:  # vanished: the status names it, the API server no longer has it
+        if not seen.job_name or current.observed_generation != seen.generation:
+            return JobDecision(Handled.NOTHING_TO_DO)
+        return _gone_before_it_ended(seen, found, unchanged=Handled.ALREADY_FINAL)
+    if current.observed_generation != seen.generation or current.job_name != seen.job_name:
+        return JobDecision(Handled.OTHER_GENERATION)
+    phase = status.phase_named(current)
+    if phase not in status.UNFINISHED:
+        if seen.recorder and current.record is None and job.stage.ended:
+            # The operator stopped between the run's end and its record: record it now.
+            return JobDecision(Handled.ALREADY_FINAL, (JobAction.RECORD,), run_id=current.run_id)
+        return JobDecision(Handled.ALREADY_FINAL)
+    if seen.deleted and not job.stage.ended:
+        if seen.latest_generation > seen.generation:
+            # The spec changed and its handler deleted this Job to replace the run: not a
+            # failure. The next generation's status moves the run into history as it stood.
+            return JobDecision(Handled.REPLACED)
+        # Deleted before the Job said it ended: the agent may still have published the
+        # result (a Job deleted right after its pod finished); that result stands.
+        return _gone_before_it_ended(seen, found)
+    # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
+    # last state says: the results ConfigMap outlives it.
+    if job.stage is Stage.COMPLETE:
+        return _completed(seen, found)
+    if job.stage is Stage.FAILED:
+        return _failed(job, found)
+    if job.stage is Stage.SUSPENDED:
+        return JobDecision(Handled.SUSPENDED, (JobAction.QUEUE,))
+    return _active(current, job, phase, found)
+
+
+def _gone_before_it_ended(
+    seen: Seen, found: Found, unchanged: Handled | None = None
+) -> JobDecision | Need:
+    """The Job is gone and never said it ended: what the agent published ends the run, else
+    Failed/JobDeleted."""
+    if Need.PUBLISHED not in found.read:
+        return Need.PUBLISHED
+    published = found.outcome
+    if published is not None:
+        handled = Handled.SUCCEEDED if published.succeeded and published.rows else Handled.FAILED
+        return JobDecision(handled, (JobAction.FINISH,), outcome=published)
+    message = f"Job {seen.job_name} was deleted before it finished"
+    return JobDecision(
+        Handled.FAILED,
+        (JobAction.FAIL,),
+        reason=Reason.JOB_DELETED,
+        message=message,
+        unchanged=unchanged,
+    )
+
+
+def _completed(seen: Seen, found: Found) -> JobDecision | Need:
+    """The Job completed: Succeeded with the agent's results, else Failed with why not."""
+    if Need.OUTCOME not in found.read:
+        return Need.OUTCOME
+    outcome = found.outcome
+    if outcome is not None and outcome.succeeded and outcome.rows:
+        return JobDecision(
+            Handled.SUCCEEDED,
+            (JobAction.SUCCEED, JobAction.RECORD),
+            outcome=outcome,
+            run_id=outcome.run_id,
+        )
+    if outcome is not None and not outcome.succeeded:
+        reason, message = Reason.EVALUATION_FAILED, outcome.error or "the agent reported Failed"
+    elif Need.NODES not in found.read:
+        return Need.NODES
+    elif found.simulated is not None:
+        reason, message = found.simulated
+    else:
+        reason = Reason.RESULTS_MISSING
+        message = (
+            f"Job {seen.job_name} completed but the agent published no results for generation "
+            f"{seen.generation} (ConfigMap {names.results_configmap_name(seen.name)} is empty "
+            "and no termination message was found)"
+        )
+    return JobDecision(
+        Handled.FAILED,
+        (JobAction.FAIL, JobAction.RECORD),
+        reason=reason,
+        message=message,
+        outcome=outcome,
+        placed=True,
+        run_id=_run_id(outcome),
+    )
+
+
+def _failed(job: JobState, found: Found) -> JobDecision | Need:
+    """The Job failed: its reason, the agent's words, or the OOM kill that ended it."""
+    missing = (Need.SPEC | Need.OUTCOME) & ~found.read
+    if missing:
+        return missing
+    reason, message = failure(job.failed or {}, found.outcome, found.timeout)
+    # The Job says BackoffLimitExceeded and the termination message holds the log tail: only
+    # the last pod's container statuses say the kernel killed it for memory. Past the deadline
+    # the Job controller deletes the running pod, so the newest pod left may be an earlier
+    # attempt's: the deadline is the verdict then.
+    if reason != Reason.DEADLINE_EXCEEDED:
+        if Need.OOM not in found.read:
+            return Need.OOM
+        if found.oom is not None:
+            reason, message = found.oom
+    return JobDecision(
+        Handled.FAILED,
+        (JobAction.FAIL, JobAction.RECORD),
+        reason=reason,
+        message=message,
+        outcome=found.outcome,
+        run_id=_run_id(found.outcome),
+    )
+
+
+def _active(
+    current: EvaluationStatus, job: JobState, phase: Phase | None, found: Found
+) -> JobDecision | Need:
+    """The Job neither ended nor waits for Kueue: Pending again if the status shows it Queued
+    (Kueue let it go), Running once a live pod is ready, else waiting, for a node or for a
+    start the start timeout may declare failed."""
+    first = (JobAction.UNSUSPEND,) if phase is Phase.QUEUED else ()
+    if job.ready > 0:
+        live = True
+        running = status.typed_condition(current, ConditionType.RUNNING)
+        if running is not None and running.reason == Reason.POD_DISRUPTED:
+            # The lost pod may still count as ready (its node is gone, nobody updates it) until
+            # the pod garbage collector deletes it: only a live ready pod counts, or the status
+            # would flap between Running and PodDisrupted on every event.
+            if Need.LIVE_PODS not in found.read:
+                return Need.LIVE_PODS
+            live = found.live_pod
+        if live:
+            return JobDecision(Handled.RUNNING, (*first, JobAction.RUN))
+    scheduled = status.typed_condition(current, ConditionType.SCHEDULED)
+    if (
+        scheduled is not None
+        and scheduled.status == "False"
+        and scheduled.reason == Reason.UNSCHEDULABLE
+    ):
+        # Waiting for a node is not a start failure (start_failure says so too, but only after
+        # listing the pods, for every run that waits, on every event and resync).
+        return JobDecision(Handled.WAITING_FOR_A_NODE, first)
+    return JobDecision(Handled.WAITING, (*first, JobAction.CHECK_START))
+
+
+# ---------------------------------------------------------------------------- read, then act
+
+
 def job_changed(
     job: Mapping[str, Any],
     ctx: Context,
     deleted: bool = False,
     listed: Mapping[str, Any] | None = None,
 ) -> Handled:
-    """React to one Job event; returns what it did. ``listed``: the evaluation as
-    the caller has just listed it (the resync), instead of what the watch last delivered;
-    status writes are guarded by its resourceVersion either way. Neither copy has the spec
-    (:func:`..slim.slim_evaluation`): the one branch that reads it (a failed Job) reads the
-    evaluation again."""
+    """React to one Job event: read, :func:`decide`, :func:`act`; returns what it did.
+    ``listed``: the evaluation as the caller has just listed it (the resync), instead of what
+    the watch last delivered; status writes are guarded by its resourceVersion either way.
+    Neither copy has the spec (:func:`..slim.slim_evaluation`): the one decision that needs it
+    (a failed Job's) reads the evaluation again."""
     owner = names.owner_of(job)
     if owner is None:
         return Handled.NOT_OURS
@@ -121,138 +401,22 @@ def job_changed(
     job_name = str(job["metadata"]["name"])
     evaluation = dict(listed) if listed is not None else ctx.read_evaluation(namespace, name)
     if evaluation is None or evaluation["metadata"].get("deletionTimestamp"):
-        return Handled.EVALUATION_GONE
-    uid = evaluation["metadata"].get("uid")
-    if not names.owned_by(job, uid):
-        return Handled.NOT_OURS  # an earlier evaluation's of the same name, about to be collected
-    current = evaluation.get("status") or {}
-    if not status.is_current(current, generation) or current.get("jobName") != job_name:
-        return Handled.OTHER_GENERATION
-    if current.get("phase") not in status.UNFINISHED:
-        if ctx.recorder is not None and not current.get("record") and job_state.has_ended(job):
-            found = recording.record_finished(
-                ctx, namespace, name, generation, current.get("runId")
-            )
-            log.info("%s/%s: finished run found unrecorded: %s", namespace, name, found)
-        return Handled.ALREADY_FINAL
-    now = ctx.clock
-    if (
-        deleted
-        and not job_state.has_ended(job)
-        and int(evaluation["metadata"].get("generation") or 1) > generation
-    ):
-        # The spec changed and its handler deleted this Job to replace the run: not a
-        # failure. The next generation's status moves the run into history as it stood.
-        return Handled.REPLACED
-    if deleted and not job_state.has_ended(job):
-        # Deleted before the Job said it ended: the agent may still have published the
-        # result (a Job deleted right after its pod finished); that result stands.
-        published = runs.published_outcome(ctx, namespace, name, uid, generation)
-        if published is not None:
-            return runs.finish(ctx, namespace, name, generation, job_name, published)
-        message = f"Job {job_name} was deleted before it finished"
-        ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.failed(st, generation, job_name, Reason.JOB_DELETED, message, now()),
-            known=evaluation,
-        )
-        return Handled.FAILED
-    # A deleted Job that had ended (TTL, or deleted by hand afterwards) ends the run as its
-    # last state says: the results ConfigMap outlives it.
-    if _condition(job, "Complete") is not None:
-        outcome = collect_outcome(ctx, job, namespace, name, generation, uid)
-        if outcome is not None and outcome.succeeded and outcome.rows:
-            done = outcome
-            ctx.update_status(
-                namespace,
-                name,
-                lambda st: status.succeeded(st, generation, job_name, done, now()),
-                known=evaluation,
-            )
-            instrument.results_collected(namespace)
-            recording.record_finished(ctx, namespace, name, generation, done.run_id)
-            return Handled.SUCCEEDED
-        if outcome is not None and not outcome.succeeded:
-            reason, message = Reason.EVALUATION_FAILED, outcome.error or "the agent reported Failed"
-        else:
-            reason = Reason.RESULTS_MISSING
-            message = (
-                f"Job {job_name} completed but the agent published no results for generation "
-                f"{generation} (ConfigMap {names.results_configmap_name(name)} is empty and no "
-                "termination message was found)"
-            )
-            on_simulated_node = simulated.missing_results(ctx.kube, namespace, job_name)
-            if on_simulated_node is not None:
-                reason, message = on_simulated_node
-        ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.failed(
-                st, generation, job_name, reason, message, now(), outcome, placed=True
-            ),
-            known=evaluation,
-        )
-        recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
-        return Handled.FAILED
-    failed_condition = _condition(job, "Failed")
-    if failed_condition is not None:
-        if "spec" not in evaluation:  # the resync's view (slim_evaluation): read the spec
-            evaluation = ctx.kube.get_or_none(evaluation_path(namespace, name)) or evaluation
-        outcome = collect_outcome(ctx, job, namespace, name, generation, uid)
-        timeout = (evaluation.get("spec") or {}).get("timeout")
-        reason, message = failure(failed_condition, outcome, timeout)
-        # The Job says BackoffLimitExceeded and the termination message holds the log tail:
-        # only the last pod's container statuses say the kernel killed it for memory. Past the
-        # deadline the Job controller deletes the running pod, so the newest pod left may be
-        # an earlier attempt's: the deadline is the verdict then.
-        oom = runs.oom_failure(ctx, job, evaluation) if reason != Reason.DEADLINE_EXCEEDED else None
-        if oom is not None:
-            reason, message = oom
-        ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.failed(st, generation, job_name, reason, message, now(), outcome),
-            known=evaluation,
-        )
-        recording.record_finished(ctx, namespace, name, generation, _run_id(outcome))
-        return Handled.FAILED
-    if job_state.is_suspended(job):
-        labels = job["metadata"].get("labels") or {}
-        results_cm = names.results_configmap_name(name)
-        kueue = names.kueue_queue(labels)
-        ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.waiting_for_kueue(st, generation, job_name, results_cm, kueue, now()),
-            known=evaluation,
-        )
-        return Handled.SUSPENDED
-    if current.get("phase") == Phase.QUEUED:
-        unsuspended, _ = ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.unsuspended(st, generation, job_name, now()),
-            known=evaluation,
-        )
-        evaluation = unsuspended or evaluation  # the next write starts from this version
-    if int((job.get("status") or {}).get("ready") or 0) > 0 and _a_live_pod_is_ready(
-        ctx, namespace, job_name, current
-    ):
-        ctx.update_status(
-            namespace,
-            name,
-            lambda st: status.running(st, generation, job_name, now()),
-            known=evaluation,
-        )
-        return Handled.RUNNING
-    if status.waits_for_a_node((evaluation or {}).get("status") or {}, generation, job_name):
-        # Not a start failure (start_failure says so too, but only after listing the pods:
-        # with thousands of runs waiting for a node, every resync tick listed each one's).
-        return Handled.WAITING_FOR_A_NODE
-    if runs.fail_start(ctx, namespace, name, generation, job):
-        return Handled.FAILED
-    return Handled.WAITING
+        seen = Seen(namespace, name, generation, job_name, JobState.of(job), gone=True)
+        return _settle(ctx, seen, job, {}, None)
+    meta = evaluation["metadata"]
+    seen = Seen(
+        namespace,
+        name,
+        generation,
+        job_name,
+        JobState.of(job),
+        status=status.read_status(evaluation.get("status") or {}),
+        deleted=deleted,
+        owned=names.owned_by(job, meta.get("uid")),
+        latest_generation=int(meta.get("generation") or 1),
+        recorder=ctx.recorder is not None,
+    )
+    return _settle(ctx, seen, job, evaluation, evaluation)
 
 
 def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> Handled:
@@ -260,44 +424,156 @@ def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> Handled:
     while the operator was away, or its DELETED event was lost): finish from what the agent
     published, else Failed/JobDeleted."""
     meta = evaluation["metadata"]
-    namespace, name = str(meta["namespace"]), str(meta["name"])
-    generation = int(meta.get("generation") or 1)
-    current = evaluation.get("status") or {}
-    job_name = str(current.get("jobName") or "")
-    if not job_name or not status.is_current(current, generation):
-        return Handled.NOTHING_TO_DO
-    published = runs.published_outcome(ctx, namespace, name, meta.get("uid"), generation)
-    if published is not None:
-        return runs.finish(ctx, namespace, name, generation, job_name, published)
-    message = f"Job {job_name} was deleted before it finished"
-    _, change = ctx.update_status(
-        namespace,
-        name,
-        lambda st: status.failed(
-            st, generation, job_name, Reason.JOB_DELETED, message, ctx.clock()
-        ),
+    current = status.read_status(evaluation.get("status") or {})
+    seen = Seen(
+        str(meta["namespace"]),
+        str(meta["name"]),
+        int(meta.get("generation") or 1),
+        current.job_name or "",
+        None,
+        status=current,
     )
-    return Handled.FAILED if change else Handled.ALREADY_FINAL
+    # Its writes start from what the watch delivered: the resync's listing may be older.
+    return _settle(ctx, seen, None, evaluation, None)
 
 
-def _a_live_pod_is_ready(
-    ctx: Context, namespace: str, job_name: str, current: Mapping[str, Any]
-) -> bool:
-    """Whether the Job's ready count means the run is running again. After a disruption the
-    lost pod may still count as ready (its node is gone, nobody updates it) until the pod
-    garbage collector deletes it; then only a ready pod without a DisruptionTarget counts,
-    or the status would flap between Running and PodDisrupted on every event."""
-    running = status.condition(current, ConditionType.RUNNING)
-    if running is None or running.get("reason") != Reason.POD_DISRUPTED:
-        return True
-    pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
-    return any(runs.is_live_and_ready(pod) for pod in pods)
+def _settle(
+    ctx: Context,
+    seen: Seen,
+    job: Mapping[str, Any] | None,
+    evaluation: Mapping[str, Any],
+    known: Mapping[str, Any] | None,
+) -> Handled:
+    """Decide, making each read the decision asks for, then act. ``known``: the evaluation
+    the status writes start from (replaced by a copy read again for its spec)."""
+    found = NOTHING_FOUND
+    decision = decide(seen, found)
+    while isinstance(decision, Need):
+        found, evaluation = _read(ctx, seen, job, evaluation, decision, found)
+        known = evaluation if known is not None else None
+        decision = decide(seen, found)
+    return act(ctx, seen, decision, job, known)
+
+
+def _read(
+    ctx: Context,
+    seen: Seen,
+    job: Mapping[str, Any] | None,
+    evaluation: Mapping[str, Any],
+    need: Need,
+    found: Found,
+) -> tuple[Found, Mapping[str, Any]]:
+    """Make the reads ``need`` names and add what they found to ``found``; returns it with
+    the evaluation as read last."""
+    if need & found.read:
+        raise AssertionError(f"decide asked again for {need & found.read}")
+    namespace, name, generation = seen.namespace, seen.name, seen.generation
+    uid = (evaluation.get("metadata") or {}).get("uid")
+    fields: dict[str, Any] = {}
+    if Need.SPEC in need:
+        if "spec" not in evaluation:  # the watch's or the resync's copy (slim_evaluation)
+            again = ctx.kube.get_or_none(evaluation_path(namespace, name))
+            evaluation = again or evaluation
+        fields["timeout"] = (evaluation.get("spec") or {}).get("timeout")
+    if Need.PUBLISHED in need:
+        fields["outcome"] = runs.published_outcome(ctx, namespace, name, uid, generation)
+    if Need.OUTCOME in need:
+        assert job is not None
+        fields["outcome"] = collect_outcome(ctx, job, namespace, name, generation, uid)
+    if Need.NODES in need:
+        fields["simulated"] = simulated.missing_results(ctx.kube, namespace, seen.job_name)
+    if Need.OOM in need:
+        assert job is not None
+        fields["oom"] = runs.oom_failure(ctx, job, evaluation)
+    if Need.LIVE_PODS in need:
+        pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={seen.job_name}")
+        fields["live_pod"] = any(runs.is_live_and_ready(pod) for pod in pods)
+    return dataclasses.replace(found, read=found.read | need, **fields), evaluation
+
+
+def act(
+    ctx: Context,
+    seen: Seen,
+    decision: JobDecision,
+    job: Mapping[str, Any] | None,
+    known: Mapping[str, Any] | None,
+) -> Handled:
+    """Perform ``decision``'s actions in order: the one place a Job event writes. Returns what
+    the event is reported as. The first status write starts from ``known`` (None: from what
+    the watch delivered), each later one from what the write before it returned."""
+    namespace, name, generation = seen.namespace, seen.name, seen.generation
+    handled = decision.handled
+    for action in decision.actions:
+        if action in _TRANSITIONS:
+            compute = _transition(action, seen, decision, ctx.clock)
+            written, change = ctx.update_status(namespace, name, compute, known=known)
+            known = written or known
+            if action is JobAction.SUCCEED:
+                instrument.results_collected(namespace)
+            if action is JobAction.FAIL and not change and decision.unchanged is not None:
+                handled = decision.unchanged
+        elif action is JobAction.FINISH:
+            assert decision.outcome is not None
+            handled = runs.finish(ctx, namespace, name, generation, seen.job_name, decision.outcome)
+        elif action is JobAction.RECORD:
+            recorded = recording.record_finished(ctx, namespace, name, generation, decision.run_id)
+            if handled is Handled.ALREADY_FINAL:
+                log.info("%s/%s: finished run found unrecorded: %s", namespace, name, recorded)
+        elif action is JobAction.CHECK_START:
+            assert job is not None
+            if runs.fail_start(ctx, namespace, name, generation, job):
+                handled = Handled.FAILED
+    return handled
+
+
+_TRANSITIONS: Final = frozenset(
+    {JobAction.UNSUSPEND, JobAction.QUEUE, JobAction.RUN, JobAction.SUCCEED, JobAction.FAIL}
+)
+"""The actions that are one status transition (:func:`_transition`)."""
+
+
+def _transition(
+    action: JobAction, seen: Seen, decision: JobDecision, clock: Callable[[], str]
+) -> StatusFn:
+    """The status transition ``action`` writes, as a function of the status it is computed
+    from (:meth:`.Context.update_status` may compute it again after a conflict)."""
+    generation, job_name, outcome = seen.generation, seen.job_name, decision.outcome
+    match action:
+        case JobAction.UNSUSPEND:
+            return lambda st: status.unsuspended(st, generation, job_name, clock())
+        case JobAction.QUEUE:
+            results_cm = names.results_configmap_name(seen.name)
+            queue = seen.job.queue if seen.job is not None else None
+            return lambda st: status.waiting_for_kueue(
+                st, generation, job_name, results_cm, queue, clock()
+            )
+        case JobAction.RUN:
+            return lambda st: status.running(st, generation, job_name, clock())
+        case JobAction.SUCCEED:
+            assert outcome is not None
+            done = outcome
+            return lambda st: status.succeeded(st, generation, job_name, done, clock())
+        case JobAction.FAIL:
+            reason, message, placed = decision.reason, decision.message, decision.placed
+            return lambda st: status.failed(
+                st, generation, job_name, reason, message, clock(), outcome, placed=placed
+            )
+    raise ValueError(f"{action} is not a status transition")
+
+
+# ----------------------------------------------------------------------------- the Job event
 
 
 def transient(exc: Exception) -> bool:
     if isinstance(exc, KubeError):
         return exc.status in (409, 429) or exc.status >= 500
     return isinstance(exc, (OSError, urllib3.exceptions.HTTPError))
+
+
+def admits_next(job: Mapping[str, Any], deleted: bool, handled: Handled) -> bool:
+    """After this Job event, queued evaluations may take a slot: the Job is gone, or it holds
+    none now and its run changed (:attr:`.Handled.frees_no_slot`)."""
+    return deleted or (not job_state.holds_slot(job) and not handled.frees_no_slot)
 
 
 def job_progressed(
@@ -323,7 +599,7 @@ def job_progressed(
         log.warning("job %s: %s; retrying in %.1fs", meta["name"], exc, delay)
         ctx.retries.call(key, delay, lambda: job_progressed(job, ctx, deleted, attempt + 1))
         return Handled.RETRYING
-    if deleted or (not job_state.holds_slot(job) and not outcome.frees_no_slot):
+    if admits_next(job, deleted, outcome):
         started = admit_queued(ctx)
         if started:
             log.info("job %s %s: started %s", meta["name"], outcome, ", ".join(started))
