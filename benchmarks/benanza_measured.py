@@ -22,7 +22,7 @@ from mlmodelscope.analysis.implementations import BoundConfig, measure
 from mlmodelscope.analysis.measuredbound import table
 from mlmodelscope.zoo import ensure_zoo_model
 
-MODELS = ("resnet18", "mobilenet_v2")
+MODELS = ("resnet18", "mobilenet_v2", "bert_base")
 
 
 def main(argv: list[str] | None = None) -> int:

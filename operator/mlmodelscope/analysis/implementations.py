@@ -50,6 +50,7 @@ from mlmodelscope.analysis.dlbricks import (
 )
 from mlmodelscope.analysis.graph import load_model
 from mlmodelscope.analysis.lowering import (
+    REVISION,
     NodeFn,
     Operand,
     channels_last,
@@ -109,7 +110,8 @@ class Step:
     op: str
     attrs: Mapping[str, Any]
     operands: tuple[Operand, ...]
-    output: str
+    outputs: tuple[str, ...]
+    """Every output the node names (Split has several); lowering decides which it can give."""
 
 
 @dataclass(frozen=True)
@@ -135,9 +137,6 @@ def program(model: Any, values: Mapping[str, np.ndarray]) -> Program | str:
         if node.op_type == "Constant" and "value" in attrs:
             consts[node.output[0]] = numpy_helper.to_array(attrs["value"])
             continue
-        outputs = [o for o in node.output if o]
-        if len(outputs) != 1 and node.op_type not in ("MaxPool", "BatchNormalization"):
-            return f"{node.op_type} has {len(outputs)} outputs"
         operands = []
         for name in node.input:
             if not name:
@@ -149,7 +148,7 @@ def program(model: Any, values: Mapping[str, np.ndarray]) -> Program | str:
             else:
                 return f"{node.op_type}: no value recorded for its input {name!r}"
         attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
-        steps.append(Step(node.op_type, attrs, tuple(operands), outputs[0]))
+        steps.append(Step(node.op_type, attrs, tuple(operands), tuple(o for o in node.output if o)))
     inputs = [i.name for i in model.graph.input if i.name not in consts]
     return Program(
         tuple(steps),
@@ -177,29 +176,38 @@ def ort_call(prog: Program, level: str, threads: int) -> Call:
     return lambda: session.run(None, feeds)
 
 
-def _lowered(prog: Program, lower: Callable[[Step], NodeFn | None]) -> list[NodeFn] | str:
+def _lowered(prog: Program, lower: Callable[[Step], NodeFn | str]) -> list[NodeFn] | str:
+    """Every step lowered, or the first that does not and why."""
     fns = []
     for step in prog.steps:
         fn = lower(step)
-        if fn is None:
-            return f"{step.op} does not lower"
+        if isinstance(fn, str):
+            return f"{step.op}: {fn}"
         fns.append(fn)
     return fns
+
+
+def _bind(env: dict[str, Any], outputs: tuple[str, ...], result: Any) -> None:
+    """A step's result under its output names (a tuple where it has several)."""
+    if len(outputs) == 1:
+        env[outputs[0]] = result
+    else:
+        env.update(zip(outputs, result, strict=True))
 
 
 def torch_call(prog: Program) -> Call | str:
     import torch
 
-    fns = _lowered(prog, lambda s: torch_node(s.op, s.attrs, s.operands))
+    fns = _lowered(prog, lambda s: torch_node(s.op, s.attrs, s.operands, len(s.outputs)))
     if isinstance(fns, str):
         return fns
-    outs = [s.output for s in prog.steps]
+    outs = [s.outputs for s in prog.steps]
     feeds = {n: torch.from_numpy(np.ascontiguousarray(v)) for n, v in prog.feeds.items()}
 
     def call() -> object:
         env = dict(feeds)
         for out, fn in zip(outs, fns, strict=True):
-            env[out] = fn(env)
+            _bind(env, out, fn(env))
         return env[prog.output]
 
     with torch.inference_mode():
@@ -210,17 +218,17 @@ def torch_call(prog: Program) -> Call | str:
 def tf_call(prog: Program, nhwc: bool, function: bool) -> Call | str:
     import tensorflow as tf
 
-    fns = _lowered(prog, lambda s: tf_node(s.op, s.attrs, s.operands, nhwc))
+    fns = _lowered(prog, lambda s: tf_node(s.op, s.attrs, s.operands, nhwc, len(s.outputs)))
     if isinstance(fns, str):
         return fns
-    outs = [s.output for s in prog.steps]
+    outs = [s.outputs for s in prog.steps]
     names = list(prog.feeds)
     tensors = [tf.constant(tf_feed(prog.feeds[n], nhwc)) for n in names]
 
     def run(*xs: Any) -> Any:
         env = dict(zip(names, xs, strict=True))
         for out, fn in zip(outs, fns, strict=True):
-            env[out] = fn(env)
+            _bind(env, out, fn(env))
         return env[prog.output]
 
     graph = tf.function(run) if function else run
@@ -315,6 +323,7 @@ def implementation_stack(
         "intra_op_threads": threads["intra_op_threads"],
         "inter_op_threads": threads["inter_op_threads"],
         "layout": "NHWC" if impl.framework == "tensorflow" and nhwc else "NCHW",
+        "lowering": REVISION,
     }
 
 
@@ -345,6 +354,7 @@ def measure(
     timings: list[LayerTiming] = []
     end_to_end: dict[Implementation, float] = {}
     not_timed: dict[str, dict[str, str]] = defaultdict(dict)
+    not_run: dict[str, str] = {}
     reused = 0
     for impl in config.implementations:
         stack = implementation_stack(impl, bench, threads[impl.framework], nhwc)
@@ -356,15 +366,16 @@ def measure(
             for signature, brick in bricks.items():
                 timing = stored.get(signature) or _time_brick(impl, brick, bench, nhwc)
                 if isinstance(timing, str):
-                    not_timed[impl.label][brick.op_type] = timing
+                    _note(not_timed[impl.label], brick.op_type, timing)
                     continue
                 if signature not in stored:
                     measured_now.append(_measured(brick, timing))
                 timings.append(LayerTiming(signature, impl, timing.p50_ms))
-            if isinstance(whole, Program):
-                call = build(impl, whole, config.threads, nhwc)
-                if not isinstance(call, str):
-                    end_to_end[impl] = time_call(call, bench).p50_ms
+            call = build(impl, whole, config.threads, nhwc) if isinstance(whole, Program) else whole
+            if isinstance(call, str):
+                not_run[impl.label] = call
+            else:
+                end_to_end[impl] = time_call(call, bench).p50_ms
         if store is not None and measured_now:
             store.record_brick_timings(key, stack, measured_now)
     result = measured_bound(
@@ -382,7 +393,7 @@ def measure(
             "tensorflow_layout": "NHWC" if nhwc else "NCHW",
             "cpu": platform.machine(),
             "not_timed": {k: dict(v) for k, v in not_timed.items()},
-            "end_to_end_not_run": whole if isinstance(whole, str) else None,
+            "end_to_end_not_run": not_run,
             "bricks": len(bricks),
             "bricks_reused": reused,
         },
@@ -401,6 +412,13 @@ def measure(
         roof.sequential_bound_ms,
         {**result.conditions, "roofline_device": roof.device.name},
     )
+
+
+def _note(reasons: dict[str, str], op: str, reason: str) -> None:
+    """Add ``reason`` to why ``op``'s layers were not timed (each distinct reason once)."""
+    known = reasons.get(op, "")
+    if reason not in known.split("; "):
+        reasons[op] = f"{known}; {reason}" if known else reason
 
 
 def _time_brick(impl: Implementation, brick: Brick, bench: BenchConfig, nhwc: bool) -> Timing | str:

@@ -237,7 +237,8 @@ def _ms(value: float | None) -> str:
 
 def table(results: Sequence[MeasuredBound]) -> list[str]:
     """A Markdown table per model and implementation (end to end, sum of layers, the bound,
-    the gap, the roofline), and under it each implementation's layers farthest from their best."""
+    the gap, the roofline), and under it each implementation's layers farthest from their best
+    and what it did not time or run, with the reason."""
     lines = [
         "| model | implementation | end to end ms | layers ms | bound ms | gap ms | roofline ms |",
         "|---|---|---|---|---|---|---|",
@@ -260,4 +261,18 @@ def table(results: Sequence[MeasuredBound]) -> list[str]:
                 lines.append(f"- {gap.sentence()} (+{gap.gap_ms:.3f} ms)")
         if result.unmeasured:
             lines.append(f"- no implementation ran: {', '.join(result.unmeasured)}")
+        lines += _not_run(result.conditions)
     return lines
+
+
+def _not_run(conditions: Mapping[str, Any]) -> list[str]:
+    """What an implementation did not time or run end to end, and why (``measure``'s
+    ``not_timed`` and ``end_to_end_not_run`` conditions)."""
+    lines = [
+        f"- not timed in {label}: {'; '.join(reasons.values())}"
+        for label, reasons in (conditions.get("not_timed") or {}).items()
+    ]
+    return lines + [
+        f"- not run end to end in {label}: {reason}"
+        for label, reason in (conditions.get("end_to_end_not_run") or {}).items()
+    ]
