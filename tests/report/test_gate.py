@@ -1,8 +1,10 @@
 """`mlms gate` and the verdicts of `mlms compare`: the decision logic on fixed data, then the
 command on real runs of the digits CNN by `mlms run` in ONNX Runtime — the same spec twice,
 a genuinely slower candidate (graph optimizations off: the same model bytes run unfused,
-about 1.4x slower at batch 1 and 3x at batch 8), fewer samples, and a re-serialized copy of
-the model (other bytes, same network); and the command against several baseline runs, on
+about 1.4x slower at batch 1 and 3x at batch 8), fewer samples, another dataset of as many
+samples (the train split), and a re-serialized copy of the model (other bytes, same network),
+gated from their files and from the store they were recorded in, alone and as sweeps whose
+cells hold runs of two datasets; and the command against several baseline runs, on
 copies of the base run with fixed latencies scaled like consecutive runs of a shared machine
 (the prediction interval itself is tested in test_noise.py)."""
 
@@ -69,6 +71,11 @@ GENEROUS = [
 40 ms window's p99 is a few preempted queries, and measured 23x apart between two identical
 runs (significantly so: the machine really was slower), while p50 moved 7 %."""
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+WHOLE = "digits/test (360 samples)"
+FEWER = "digits/test (100 samples)"
+TRAIN = "digits/train (360 samples)"
+"""The datasets of the real runs: the whole test split, its first 100 samples, and as many
+samples as the test split from the train split."""
 
 
 # ------------------------------------------------------------------------------ fixed data
@@ -213,9 +220,11 @@ def test_junit_and_markdown_of_fixed_checks() -> None:
 
 @pytest.fixture(scope="module")
 def runs(digits_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Five real result documents by `mlms run` (recorded in the folder's own store):
+    """Six real result documents by `mlms run` (recorded in the folder's own store):
     ``base`` and ``again`` (the same spec), ``slow`` (graph optimizations off), ``fewer``
-    (100 samples) and ``copy`` (the model re-serialized: other bytes)."""
+    (the first 100 samples of the test split), ``train`` (the first 360 of the train split: as
+    many samples as the test split, another dataset) and ``copy`` (the model re-serialized:
+    other bytes)."""
     import onnx
 
     from mlmodelscope.agent.digits import MODEL_FILES, digits_evaluation
@@ -236,6 +245,7 @@ def runs(digits_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         spec("again"),
         spec("slow", framework={**threads, "graphOptimizationLevel": "disable"}),
         spec("fewer", dataset={"limit": 100}),
+        spec("train", dataset={"split": "train", "limit": 360}),
         spec("copy"),
     ]
     specs[-1]["spec"]["model"]["uri"] = str(copy)
@@ -426,7 +436,7 @@ def test_every_baseline_must_be_comparable(spread_runs: Path, tmp_path: Path) ->
         spread_runs, "within", "base-1", "fewer", "base-3", extra=("--junit", str(junit))
     )
     assert result.exit_code == GateStatus.NOT_COMPARABLE, result.output
-    assert "dataset.samples differs: baseline fewer 100, candidate 360" in result.output
+    assert f"dataset differs: baseline fewer {FEWER!r}, candidate {WHOLE!r}" in result.output
     (case,) = ET.parse(junit).getroot().findall("testcase")
     assert case.get("name") == "comparable"
 
@@ -459,7 +469,7 @@ def test_no_raw_latencies_is_not_testable(runs: Path) -> None:
 
 @pytest.mark.parametrize(
     ("candidate", "field"),
-    [("copy", "model.sha256"), ("fewer", "dataset.samples")],
+    [("copy", "model.sha256"), ("fewer", "dataset"), ("train", "dataset")],
 )
 def test_other_model_or_dataset_is_not_comparable(
     runs: Path, tmp_path: Path, candidate: str, field: str
@@ -475,6 +485,38 @@ def test_other_model_or_dataset_is_not_comparable(
     error = case.find("error")
     assert case.get("name") == "comparable" and error is not None
     assert field in (error.get("message") or "")
+
+
+def test_another_dataset_is_refused_from_files_and_from_the_store_alike(runs: Path) -> None:
+    """A baseline of another dataset, or of another sample count of the same one, is not
+    comparable whether the runs are read from their files, from the store they were recorded
+    in, or one from each; the message names both datasets as the store's ``runs.dataset``
+    holds them (what `mlms runs --dataset` takes)."""
+    ids = {n: json.loads((runs / f"{n}.json").read_text())["run_id"] for n in ("base", "fewer")}
+    ids["train"] = json.loads((runs / "train.json").read_text())["run_id"]
+    with open_store(store_env(runs)["MLMS_STORE_URL"]) as store:
+        stored = {name: store.list_runs(evaluation=name)[0].dataset for name in ids}
+    assert stored == {"base": WHOLE, "fewer": FEWER, "train": TRAIN}
+    env = {**store_env(runs), "COLUMNS": "200"}
+    for candidate in ("fewer", "train"):
+        expected = (
+            f"NOT COMPARABLE: {candidate} against base: not comparable: dataset differs: "
+            f"baseline {stored['base']!r}, candidate {stored[candidate]!r}"
+        )
+        file = str(runs / f"{candidate}.json")
+        for sources in (
+            [file, str(runs / "base.json")],
+            [ids[candidate], ids["base"]],
+            [file, ids["base"]],
+        ):
+            result = CliRunner().invoke(app, ["gate", *sources], env=env)
+            assert result.exit_code == GateStatus.NOT_COMPARABLE, (sources, result.output)
+            assert expected in result.output, sources
+    # the same dataset from the store and from a file: comparable
+    same = CliRunner().invoke(
+        app, ["gate", ids["base"], str(runs / "again.json"), *GENEROUS], env=env
+    )
+    assert same.exit_code == GateStatus.PASS, same.output
 
 
 def test_a_folder_or_a_missing_file_cannot_be_gated(runs: Path) -> None:
@@ -590,7 +632,7 @@ def test_the_documented_exit_statuses_and_options_are_the_commands(
     evidence = re.search(r"e\.g\. `(ratio .*?)`", section.replace("\n  ", " "))
     assert evidence is not None
     assert evidence.group(1) in (tmp_path / "gate.md").read_text()  # the documented p50 check
-    named = re.search(r"`(dataset\.samples differs: baseline fewer .*?)`", section)
+    named = re.search(r"`(dataset differs: baseline fewer .*?)`", section)
     assert named is not None
     assert named.group(1) in gate_many(spread_runs, "within", "fewer", *bases).output
 
@@ -673,6 +715,55 @@ def test_a_sweep_without_regressions_passes_and_a_missing_cell_is_not_comparable
     assert "--sweep and --baseline-sweep go together" in both.output
 
 
+@pytest.fixture
+def dataset_sweeps(runs: Path, tmp_path: Path) -> dict[str, str]:
+    """A store with sweeps whose runs span two datasets: ``old`` (base and fewer in cell 1,
+    base in cell 8) and ``new`` (again in cell 1, fewer in cell 8: only the baseline sweep's
+    run on the whole test split is there); the environment to open it."""
+    url = f"sqlite:///{tmp_path / 'datasets.db'}"
+    with open_store(url) as store:
+        for doc in (
+            sweep_run(runs, "base", "old", "1"),
+            sweep_run(runs, "fewer", "old", "1"),
+            sweep_run(runs, "base", "old", "8"),
+            sweep_run(runs, "again", "new", "1"),
+            sweep_run(runs, "fewer", "new", "8"),
+        ):
+            store.record(doc)
+    return {"MLMS_STORE_URL": url, "COLUMNS": "250"}
+
+
+def test_a_sweep_cell_is_gated_against_the_baseline_runs_of_its_dataset(
+    dataset_sweeps: dict[str, str], tmp_path: Path
+) -> None:
+    junit = tmp_path / "gate.xml"
+    result = CliRunner().invoke(
+        app,
+        ["gate", "--sweep", "new", "--baseline-sweep", "old", *GENEROUS, "--junit", str(junit)],
+        env=dataset_sweeps,
+    )
+    assert result.exit_code == GateStatus.NOT_COMPARABLE, result.output
+    # cell 1: against base alone, the run on 100 samples left out and named
+    assert "batch-size=1: PASS: new-again-b1 against old-base-b1: 0 regressions" in result.output
+    assert (
+        f"note: left out the baseline runs of this cell on another dataset than {WHOLE}: "
+        f"old-fewer-b1 ({FEWER})"
+    ) in result.output
+    # cell 8: its only baseline run is of another sample count: not comparable, both named
+    assert (
+        "batch-size=8: NOT COMPARABLE: new-fewer-b8 against old-base-b8: not comparable: "
+        f"dataset differs: baseline {WHOLE!r}, candidate {FEWER!r}"
+    ) in result.output
+    assert "2 cells, 0 regressed, 1 passed, 1 not comparable" in result.output
+    root = ET.parse(junit).getroot()
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    cell_1 = suites["mlms gate model=digits framework=onnxruntime batch-size=1"]
+    assert "old-fewer-b1" in (cell_1.findtext("system-out") or "")
+    cell_8 = suites["mlms gate model=digits framework=onnxruntime batch-size=8"]
+    error = cell_8.find("testcase/error")
+    assert error is not None and FEWER in (error.get("message") or "")
+
+
 def test_cells_pair_by_their_axis_labels_not_their_names(runs: Path) -> None:
     """The pure pairing: a cell with two baseline runs gates against both (k = 2)."""
     old = [
@@ -686,3 +777,9 @@ def test_cells_pair_by_their_axis_labels_not_their_names(runs: Path) -> None:
     assert result.unmatched == []
     with pytest.raises(ValueError, match="sweep old has no runs"):
         gate_sweep("new", "old", new, [], Thresholds())
+    # a baseline run of the cell on another dataset is left out, with a note
+    fewer = ResultDocument.model_validate(sweep_run(runs, "fewer", "old", "1"))
+    mixed = gate_sweep("new", "old", new, [*old, LabelledRun("f1", fewer)], Thresholds())
+    [(_, gated)] = mixed.cells
+    assert gated.baselines == ("b1", "b2") and not gated.mismatches
+    assert gated.notes[-1].endswith(f"than {WHOLE}: f1 ({FEWER})")

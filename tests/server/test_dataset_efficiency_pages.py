@@ -80,6 +80,11 @@ def row_of(page: str, run_id: str) -> str:
     return page[start : page.index("</tr>", start)]
 
 
+def identity(document: dict[str, Any]) -> str:
+    """The document's dataset as the store names it: ``digits/test (360 samples)``."""
+    return "{name} ({samples} samples)".format(**document["dataset"])
+
+
 def first_row(document: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = document["results"][0]
     assert row["batch_size"] == 1
@@ -180,6 +185,8 @@ def test_energy_and_cost_rank_and_are_blank_when_not_measured(
 def test_history_and_runs_pages_show_and_filter_the_dataset(
     client: TestClient, docs: dict[str, dict[str, Any]]
 ) -> None:
+    """Both pages have a dataset column (``-`` for the Failed run, which never loaded it) and
+    a dataset filter."""
     ids = {name: d["run_id"] for name, d in docs.items()}
     model = docs["ds-pytorch"]["model"]["name"]
     page = client.get(history_url(model)).text
@@ -196,8 +203,15 @@ def test_history_and_runs_pages_show_and_filter_the_dataset(
     assert re.findall(r'<tr data-run-id="([^"]+)">', narrowed) == [ids["first-100"]]
     assert f'<option value="{html.escape(FIRST_100_DATASET)}" selected>' in narrowed
 
+    every = client.get("/").text
+    head = every[every.index("<thead>") : every.index("</thead>")]
+    assert re.findall(r"<th[^>]*>([^<]*)</th>", head)[3:6] == ["model", "dataset", "framework"]
+    for name, document in docs.items():
+        shown = "-" if name == FAILED else html.escape(identity(document))
+        assert f'<td class="wrap dataset">{shown}</td>' in row_of(every, ids[name])
     runs = client.get("/?dataset=" + quote(FIRST_100_DATASET)).text
     assert re.findall(r'<tr data-run-id="([^"]+)">', runs) == [ids["first-100"]]
+    assert f'<td class="wrap dataset">{html.escape(FIRST_100_DATASET)}</td>' in runs
     assert f'<option value="{html.escape(WHOLE_DATASET)}">' in runs
 
 

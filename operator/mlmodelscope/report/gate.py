@@ -1,9 +1,10 @@
 """`mlms gate`: does a candidate run regress against a baseline run, beyond what noise explains?
 
-First the runs must be comparable (:func:`mismatches`): the same model bytes, dataset,
-scenario type, batch sizes and framework; else the gate's answer is "not comparable" and names
-the field. Then each metric of :func:`~mlmodelscope.report.verdicts.verdicts` is checked
-against its threshold (:func:`check`): a regression needs both the threshold exceeded and the
+First the runs must be comparable (:func:`mismatches`): the same model bytes, dataset (its
+name and sample count, as the store's ``runs.dataset`` names it), scenario type, batch sizes
+and framework; else the gate's answer is "not comparable" and names the field and both
+values. Then each metric of :func:`~mlmodelscope.report.verdicts.verdicts` is checked against
+its threshold (:func:`check`): a regression needs both the threshold exceeded and the
 difference significant in the worse direction, so a noisy run cannot fail a pipeline and a
 certain but small slowdown does not either. A metric the documents cannot test is skipped,
 never failed.
@@ -155,18 +156,24 @@ def _identity(doc: ResultDocument) -> dict[str, object]:
     return {
         "status": doc.status,
         "model.sha256": doc.model.sha256 if doc.model is not None else None,
-        "dataset.name": doc.dataset.name if doc.dataset is not None else None,
-        "dataset.samples": doc.dataset.samples if doc.dataset is not None else None,
+        "dataset": dataset_of(doc),
         "scenario.type": spec_scenario.get("type"),
         "scenario.batchSizes": spec_scenario.get("batchSizes"),
         "framework.name": (doc.spec.get("framework") or {}).get("name"),
     }
 
 
+def dataset_of(doc: ResultDocument) -> str | None:
+    """The run's dataset, its name and sample count (``digits/test (360 samples)``): a run is
+    comparable only with runs of the same one. None for a run that never loaded its data."""
+    return doc.dataset.identity() if doc.dataset is not None else None
+
+
 def mismatches(baseline: ResultDocument, candidate: ResultDocument) -> list[Mismatch]:
     """The fields that make the runs not comparable, in a fixed order: status (both must have
-    succeeded), ``model.sha256``, ``dataset.name``, ``dataset.samples``, the spec's
-    ``scenario.type``, ``scenario.batchSizes`` and ``framework.name``."""
+    succeeded), ``model.sha256``, ``dataset`` (:func:`dataset_of`: another dataset or another
+    sample count), the spec's ``scenario.type``, ``scenario.batchSizes`` and
+    ``framework.name``."""
     base, cand = _identity(baseline), _identity(candidate)
     found = [Mismatch(key, base[key], cand[key]) for key in base if base[key] != cand[key]]
     if not found and base["status"] != "Succeeded":

@@ -2,9 +2,12 @@
 
 Each run of the candidate sweep is paired with the baseline sweep's runs of the same matrix
 cell: the same values of the axis labels a sweep gives its children (model entry, framework,
-device, GPU product, scenario, batch size: :data:`AXES`). Each pair is gated as `mlms gate`
-gates two runs (:func:`..gate.gate_runs`; several baseline runs of one cell are its k
-baselines). A candidate cell the baseline sweep lacks is not comparable, named.
+device, GPU product, scenario, batch size: :data:`AXES`) and measured on the same dataset
+(name and sample count, :func:`..gate.dataset_of`). Each pair is gated as `mlms gate` gates
+two runs (:func:`..gate.gate_runs`; several baseline runs of one cell are its k baselines). A
+candidate cell the baseline sweep lacks is not comparable, named; so is one whose baseline runs
+were all measured on another dataset, naming both datasets. Baseline runs of the cell on
+another dataset, beside some on the candidate's, are left out with a note.
 
 The sweep's answer: a regression when any cell regresses (the actionable answer comes first),
 else not comparable when any cell is, else pass.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from mlmodelscope.contract.result import ResultDocument
@@ -23,6 +26,7 @@ from mlmodelscope.report.gate import (
     GateResult,
     GateStatus,
     Thresholds,
+    dataset_of,
     gate_runs,
     junit_suite,
     markdown,
@@ -98,7 +102,7 @@ def gate_sweep(
     thresholds: Thresholds,
 ) -> SweepGateResult:
     """Gate every run of the candidate sweep against the baseline sweep's runs of its cell
-    (see the module). A sweep with no runs is refused: ValueError naming it."""
+    on its dataset (see the module). A sweep with no runs is refused: ValueError naming it."""
     for name, runs in ((candidate, candidates), (baseline, baselines)):
         if not runs:
             raise ValueError(f"sweep {name} has no runs to gate")
@@ -113,16 +117,32 @@ def gate_sweep(
         if not found:
             unmatched.append((cell, run.label))
             continue
-        result = gate_runs(
-            run.document,
-            [b.document for b in found],
-            thresholds,
-            labels=[run.label, *(b.label for b in found)],
-        )
-        cells.append((cell, result))
+        cells.append((cell, _gate_cell(run, found, thresholds)))
     cells.sort(key=lambda item: item[0])
     unmatched.sort()
     return SweepGateResult(candidate, baseline, thresholds, cells, unmatched)
+
+
+def _gate_cell(
+    run: LabelledRun, found: Sequence[LabelledRun], thresholds: Thresholds
+) -> GateResult:
+    """``run`` against its cell's baseline runs of its own dataset; when the cell has none on
+    it, against all of them, which the gate refuses as not comparable, naming both datasets."""
+    dataset = dataset_of(run.document)
+    same = [b for b in found if dataset_of(b.document) == dataset]
+    chosen = same or list(found)
+    result = gate_runs(
+        run.document,
+        [b.document for b in chosen],
+        thresholds,
+        labels=[run.label, *(b.label for b in chosen)],
+    )
+    left_out = [b for b in found if dataset_of(b.document) != dataset] if same else []
+    if not left_out:
+        return result
+    others = ", ".join(f"{b.label} ({dataset_of(b.document)})" for b in left_out)
+    note = f"left out the baseline runs of this cell on another dataset than {dataset}: {others}"
+    return replace(result, notes=(*result.notes, note))
 
 
 # ------------------------------------------------------------------------------ reporting

@@ -1,6 +1,7 @@
 """The web dashboard: server-rendered HTML pages over the same store as the API.
 
-- ``/``: the runs, newest first, filtered by a GET form; tick runs and compare them;
+- ``/``: the runs, newest first, each with its dataset (name and sample count), filtered by a
+  GET form (the dataset among the filters); tick runs and compare them;
 - ``/compare?run=ID&run=ID...``: `mlms report`'s comparison (tables, significance verdicts
   for at most ``SIGNIFICANCE_RUNS`` runs, SVG plots, stack and spec differences); 400 for
   fewer than two runs, 404 naming an unknown one;

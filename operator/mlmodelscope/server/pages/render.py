@@ -234,6 +234,7 @@ def _run_row(run: RunSummary) -> str:
         f'<td><a href="{esc(run_url(run.run_id))}" title="{esc(run.run_id)}">'
         f"<code>{esc(run.run_id[:8])}</code></a></td>"
         f'<td class="wrap">{esc(label)}</td><td>{model_link(run.model_name)}</td>'
+        f'<td class="wrap dataset">{esc(run.dataset or "-")}</td>'
         f"<td>{esc(framework)}</td><td>{esc(device)}</td><td>{esc(run.scenario or '-')}</td>"
         f"<td>{status}</td>"
         + report.number("metric_value", run.metric_value, _metric(run.metric, run.metric_value))
@@ -250,6 +251,7 @@ RUN_COLUMNS: Final = (
     ("run", "the run's page"),
     ("evaluation", ""),
     ("model", ""),
+    ("dataset", "the data the numbers came from: its name and sample count"),
     ("framework", ""),
     ("device / GPU", ""),
     ("scenario", ""),
@@ -269,8 +271,8 @@ def runs_page(
     options: Mapping[str, Sequence[str]],
     limit: int,
 ) -> str:
-    """The runs table (newest first) under its filter form; checkboxes choose runs for
-    ``/compare``."""
+    """The runs table (newest first, each run's dataset in its own column) under its filter
+    form; checkboxes choose runs for ``/compare``."""
     filters = "".join(_select(name, options.get(name, []), chosen.get(name)) for name in FILTERS)
     form = (
         f'<form class="filters" method="get" action="/">{filters}'
