@@ -6,13 +6,19 @@ from __future__ import annotations
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from mlmodelscope import __version__
+
+if TYPE_CHECKING:
+    from mlmodelscope.agent.recorder import Recorder, Recording, ResultStore
+    from mlmodelscope.agent.runner import RunOutcome
+    from mlmodelscope.spec import LoadedEvaluation
+    from mlmodelscope.spec.evaluation import Device, FrameworkName
 
 app = typer.Typer(
     name="mlms",
@@ -258,13 +264,14 @@ def run(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mlmodelscope.agent.cost import NodePrice
+    from mlmodelscope.agent.recorder import Recorder
     from mlmodelscope.agent.report import (
         agreement,
         efficiency_table,
         results_table,
         spread_lines,
     )
-    from mlmodelscope.agent.runner import EvaluationError, RunOutcome, evaluate
+    from mlmodelscope.agent.runner import EvaluationError, evaluate
     from mlmodelscope.spec import SpecValidationError
     from mlmodelscope.spec.resources import load_runnable
     from mlmodelscope.telemetry.agent import AgentTelemetry
@@ -278,12 +285,12 @@ def run(
         loaded = [item for item in loaded if item.evaluation.metadata.name in only]
     outcomes: list[RunOutcome] = []
     failed = 0
-    recorder = _Recorder(None if no_store else store or "")
+    recorder = Recorder(None if no_store else store or "", _open_store)
     price = None
     if price_per_node_hour is not None:
         price = NodePrice(price_per_node_hour, "mlms run --price-per-node-hour")
     if runtime is RunRuntime.DOCKER:
-        outcomes, failed = _run_in_docker(
+        outcomes, failed = _docker_runs(
             loaded, output, raw=raw, image=image, recorder=recorder, price=price_per_node_hour
         )
         loaded = []  # ran above; the table and the comparison below are shared
@@ -309,11 +316,11 @@ def run(
                 )
                 outcomes.append(outcome)
                 console.print(f"[green]✓[/green] {name} → {output / f'{name}.json'}")
-                recorder.record(name, outcome.document)
+                _print_recording(recorder.record(name, outcome.document))
             except EvaluationError as exc:
                 failed += 1
                 fail(f"{name}: {exc}")
-                recorder.record(name, exc.document)
+                _print_recording(recorder.record(name, exc.document))
             bar.remove_task(task)
     recorder.close()
     if outcomes:
@@ -339,109 +346,77 @@ def run(
     raise typer.Exit(1 if failed else 0)
 
 
-def _run_in_docker(
-    loaded: list[Any],
+def _docker_runs(
+    loaded: list[LoadedEvaluation],
     output: Path,
     *,
     raw: bool,
     image: str | None,
-    recorder: _Recorder,
+    recorder: Recorder,
     price: float | None = None,
-) -> tuple[list[Any], int]:
-    """``mlms run --runtime docker``: each evaluation in its image (mlmodelscope.agent.container);
-    the result documents land in ``output`` and the store as a local run's do. Returns the
-    outcomes and how many evaluations failed."""
-    from mlmodelscope.agent.container import ContainerRuntimeError, connect, run_in_container
-    from mlmodelscope.agent.runner import RunOutcome, write_document
+) -> tuple[list[RunOutcome], int]:
+    """``mlms run --runtime docker``: each run of
+    :func:`~mlmodelscope.agent.container_runs.run_in_images` printed, its document recorded.
+    Returns the outcomes and how many evaluations failed."""
+    from mlmodelscope.agent.container import ContainerRuntimeError
+    from mlmodelscope.agent.container_runs import run_in_images
 
-    def image_for(item: Any) -> str:
-        if image:
-            return image
-        spec = item.evaluation.spec
-        if spec.framework.image:
-            return str(spec.framework.image)
-        try:
-            from mlmodelscope.controller.settings import default_image
-        except ModuleNotFoundError:  # an agent image carries no controller
-            fail("--runtime docker here needs --image (no default image names in this install)")
-            raise typer.Exit(2) from None
-        return default_image(spec.framework.name, spec.hardware.device)
-
+    runs = run_in_images(
+        loaded,
+        output,
+        image=image,
+        default_image=_default_image,
+        raw=raw,
+        price=price,
+        starting=lambda name, ref: errors.print(
+            f"{name}: running in {ref}", highlight=False, soft_wrap=True
+        ),
+        log=lambda line: errors.print(f"  │ {escape(line)}", highlight=False),
+    )
+    outcomes: list[RunOutcome] = []
+    failed = 0
     try:
-        client = connect()
+        for done in runs:
+            if done.document is not None:
+                _print_recording(recorder.record(done.name, done.document))
+            if done.outcome is not None:
+                outcomes.append(done.outcome)
+                path = done.outcome.path
+                console.print(f"[green]✓[/green] {done.name} → {path} (in {escape(done.image)})")
+            else:
+                failed += 1
+                fail(f"{done.name}: {done.error}")
     except ContainerRuntimeError as exc:
         fail(str(exc))
         raise typer.Exit(2) from None
-    outcomes: list[Any] = []
-    failed = 0
-    for item in loaded:
-        name = item.evaluation.metadata.name
-        ref = image_for(item)
-        errors.print(f"{name}: running in {ref}", highlight=False, soft_wrap=True)
-        try:
-            result = run_in_container(
-                item.evaluation,
-                item.base_dir,
-                ref,
-                raw=raw,
-                client=client,
-                price_per_node_hour=price,
-                log=lambda line: errors.print(f"  │ {escape(line)}", highlight=False),
-            )
-        except ContainerRuntimeError as exc:
-            failed += 1
-            fail(f"{name}: {exc}")
-            continue
-        path = output / f"{name}.json"
-        if result.document is not None:
-            write_document(result.document, path)
-            recorder.record(name, result.document)
-        if result.succeeded:
-            assert result.document is not None
-            outcomes.append(RunOutcome(result.document, path, None))
-            console.print(f"[green]✓[/green] {name} → {path} (in {escape(ref)})")
-        else:
-            failed += 1
-            fail(f"{name}: {result.error()}")
     return outcomes, failed
 
 
-class _Recorder:
-    """Records ``mlms run``'s documents in the results store. The result file is written
-    first, so a store that fails costs a warning on stderr, never the result or the run."""
+def _default_image(framework: FrameworkName, device: Device) -> str | None:
+    """The operator's image for a framework and device; None where this install has no
+    operator (an agent image), so it names no images."""
+    try:
+        from mlmodelscope.controller.settings import default_image
+    except ModuleNotFoundError:
+        return None
+    return default_image(framework, device)
 
-    def __init__(self, url: str | None) -> None:
-        self.url = url  # None: --no-store; "": the default store
-        self.store: Any = None
-        self.broken = url is None
 
-    def record(self, name: str, document: dict[str, Any]) -> None:
-        if self.broken:
-            return
-        try:
-            if self.store is None:
-                from mlmodelscope.store import open_store
+def _open_store(url: str | None) -> ResultStore:
+    """The results store at ``url``, imported only when a run is recorded (SQLAlchemy)."""
+    from mlmodelscope.store import open_store
 
-                self.store = open_store(self.url or None)
-            inserted = self.store.record(document)
-        except ModuleNotFoundError as exc:
-            self.broken = True
-            self._warn(f"{exc}: install mlmodelscope[store], or pass --no-store")
-            return
-        except Exception as exc:  # any store failure: warn, keep the run going
-            self.broken = self.store is None  # could not even open it: stop trying
-            self._warn(f"{name}: not recorded in the results store: {exc}")
-            return
-        state = "recorded" if inserted else "already recorded"
-        console.print(f"  {state} in {self.store.url}", highlight=False, soft_wrap=True)
+    return open_store(url)
 
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.close()
 
-    @staticmethod
-    def _warn(text: str) -> None:
-        errors.print(f"[yellow]![/yellow] {escape(text)}", soft_wrap=True, highlight=False)
+def _print_recording(recording: Recording) -> None:
+    """One line on what became of a run's document in the results store."""
+    if recording.warning is not None:
+        errors.print(
+            f"[yellow]![/yellow] {escape(recording.warning)}", soft_wrap=True, highlight=False
+        )
+    elif recording.summary is not None:
+        console.print(f"  {recording.summary}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -478,8 +453,8 @@ def runs(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many runs.")] = 20,
 ) -> None:
-    """List the runs recorded in the results store, newest first, each with its task's
-    primary metric by name (top1, miou, accuracy)."""
+    """List the runs recorded in the results store, newest first, each with its dataset (name
+    and sample count) and its task's primary metric by name (top1, miou, accuracy)."""
     from rich.table import Table
 
     from mlmodelscope.contract.metric import format_metric
@@ -501,12 +476,14 @@ def runs(
     except StoreError as exc:
         fail(str(exc))
         raise typer.Exit(1) from None
+    # in a 160-column log the text columns wrap; the run id, numbers and status never do
     table = Table(title=f"runs in {where}", title_justify="left")
-    for column in ("run", "started (UTC)", "evaluation", "model", "framework", "device"):
+    table.add_column("run", no_wrap=True)
+    for column in ("started (UTC)", "evaluation", "model", "dataset", "framework", "device"):
         table.add_column(column)
     for column in ("batch", "p50 ms", "samples/s", "metric"):
-        table.add_column(column, justify="right")
-    table.add_column("status")
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
     for summary in found:
         first = summary.results[0] if summary.results else None
         verdict = {True: "VALID", False: "INVALID", None: ""}[summary.valid]
@@ -515,6 +492,7 @@ def runs(
             summary.started_at.strftime("%Y-%m-%d %H:%M:%S"),
             summary.evaluation or "",
             summary.model_name or "",
+            summary.dataset or "",
             " ".join(filter(None, (summary.framework, summary.framework_version))),
             summary.gpu_product or summary.device or "",
             ", ".join(str(r.batch_size) for r in summary.results),
@@ -671,7 +649,7 @@ def gate(
         typer.Option(
             "--sweep",
             help="Gate every run of this EvaluationSweep (from the store or --server) against "
-            "the --baseline-sweep's runs of the same matrix cell, instead of runs.",
+            "the --baseline-sweep's runs of the same matrix cell and dataset, instead of runs.",
         ),
     ] = None,
     baseline_sweep: Annotated[
@@ -700,7 +678,8 @@ def gate(
     """Fail a pipeline on a real regression: exit 0 when the candidate passes, 1 when a
     metric is worse than its threshold and significantly so (against 3 or more baseline
     runs: outside their run-to-run spread), 2 when the runs are not comparable (model,
-    dataset, scenario, batch sizes or framework differ) or cannot be loaded."""
+    dataset or its sample count, scenario, batch sizes or framework differ) or cannot be
+    loaded."""
     from mlmodelscope.report import gate as gating
     from mlmodelscope.report.compare import CompareError, run_labels
     from mlmodelscope.report.render import gate_table
@@ -781,6 +760,8 @@ def _gate_sweep(
         console.print(f"{sweep_gate.describe(cell)}:", highlight=False, markup=False)
         if gated.checks:
             console.print(gate_table(gated))
+        for note in gated.notes:
+            console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     for line in sweep_gate.cell_lines(result):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(sweep_gate.sweep_summary(result), highlight=False, markup=False, soft_wrap=True)

@@ -17,8 +17,9 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
+from mlmodelscope.agent.accuracy import sample_predictions
 from mlmodelscope.agent.digits import digits_evaluation, ensure_digits_models
-from mlmodelscope.agent.runner import evaluate, sample_predictions
+from mlmodelscope.agent.runner import evaluate
 from mlmodelscope.cli import app
 from mlmodelscope.contract.result import PREDICTIONS_LIMIT, AccuracyResult, SamplePredictions
 from mlmodelscope.report.compare import (
