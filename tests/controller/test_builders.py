@@ -340,6 +340,25 @@ def test_pvc_uris_mount_their_claim_read_only(make_evaluation: Make) -> None:
     }
 
 
+def test_a_dataset_on_another_claim_mounts_that_claim_too(make_evaluation: Make) -> None:
+    """The model on one claim, a folder dataset's images on a second and a labels file on a
+    third: the Job mounts all three, each once."""
+    ev = make_evaluation(
+        model={"uri": "pvc://models/digits.onnx"},
+        dataset={"type": "imagefolder", "path": "pvc://images/val"},
+        postprocessing=[{"labels": {"uri": "pvc://models/labels.txt"}}, {"argmax": {}}],
+    )
+    job = builders.build_job(ev, SETTINGS)
+    claims = [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in job["spec"]["template"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    ]
+    assert claims == ["models", "images"]
+    mounted = [m["mountPath"] for m in container(job)["volumeMounts"]]
+    assert "/var/run/mlmodelscope/pvc/images" in mounted
+
+
 def test_settings_ttl_and_disabled_pod_failure_policy(make_evaluation: Make) -> None:
     settings = OperatorSettings.from_env(
         {"MLMS_OPERATOR_JOB_TTL_SECONDS": "600", "MLMS_OPERATOR_POD_FAILURE_POLICY": "false"}

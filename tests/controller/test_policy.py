@@ -93,6 +93,20 @@ def test_claims_can_be_limited_to_a_list(make_evaluation: Make) -> None:
     assert len(denials(ev, {"MLMS_OPERATOR_ALLOW_PVCS": "false"})) == 2
 
 
+def test_a_claim_named_by_any_file_field_is_checked_naming_those_fields(
+    make_evaluation: Make,
+) -> None:
+    """A folder dataset's images and a labels file on a claim the policy does not allow: one
+    denial for the claim, naming both fields (the Job would mount it)."""
+    ev = make_evaluation(
+        model={"uri": "pvc://models/m.onnx"},
+        dataset={"type": "imagefolder", "path": "pvc://private/val"},
+        postprocessing=[{"labels": {"uri": "pvc://private/names.txt"}}, {"argmax": {}}],
+    )
+    [problem] = denials(ev, {"MLMS_OPERATOR_ALLOW_PVCS": "models"})
+    assert "pvc://private (spec.dataset.path, spec.postprocessing[0].labels.uri)" in problem
+
+
 def test_tolerations_by_key_and_a_keyless_one_only_with_true(make_evaluation: Make) -> None:
     env = {"MLMS_OPERATOR_ALLOWED_TOLERATIONS": "pool"}
     ok = make_evaluation(hardware={"tolerations": [{"key": "pool", "operator": "Exists"}]})

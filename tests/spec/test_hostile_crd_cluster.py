@@ -91,6 +91,8 @@ def test_the_api_server_and_the_local_models_agree_on_hostile_documents(
 FIXED = [
     (("spec", "model", "uri"), "pvc://../etc/passwd"),
     (("spec", "model", "uri"), "pvc://claim/../../etc/passwd"),
+    (("spec", "dataset", "path"), "pvc://claim/../../etc/passwd"),
+    (("spec", "dataset", "annotations"), "pvc://../etc/passwd"),
     (("spec", "scenario", "batchSizes"), [1, 2**40]),
     (("spec", "model", "inputs", 0, "shape"), [-1, 2**40]),
     (("spec", "scenario", "targetQPS"), 10_000_000),

@@ -7,7 +7,8 @@ from pathlib import PurePosixPath
 import pytest
 
 from mlmodelscope.spec import EvaluationSpec, SpecError
-from mlmodelscope.spec.uris import PvcUri, parse_pvc_uri, pvc_claims
+from mlmodelscope.spec.evaluation import PostprocessStep
+from mlmodelscope.spec.uris import PvcUri, parse_pvc_uri, pvc_claims, spec_files
 
 SPEC = {
     "model": {
@@ -66,3 +67,34 @@ def test_pvc_claims_of_the_model_then_the_dataset_each_once() -> None:
         assert pvc_claims(spec.model_copy(update={"dataset": dataset})) == claims
     model = spec.model.model_copy(update={"uri": "file:///models/digits.onnx"})
     assert pvc_claims(spec.model_copy(update={"model": model})) == []
+
+
+def test_every_file_the_spec_names_counts_for_its_claims() -> None:
+    """A detection dataset's images and annotations, a tokenizer, a labels file: each on its
+    own claim is mounted (the operator mounts pvc_claims), each claim once, in spec order."""
+    spec = EvaluationSpec.model_validate(SPEC)
+    dataset = spec.dataset.model_copy(
+        update={
+            "path": "pvc://images/val",
+            "annotations": "pvc://annotations/instances.json",
+            "tokenizer": "pvc://images/tokenizer.json",
+        }
+    )
+    labels = PostprocessStep.model_validate({"labels": {"uri": "pvc://labels/names.txt"}})
+    changed = spec.model_copy(update={"dataset": dataset, "postprocessing": [labels]})
+    assert pvc_claims(changed) == ["models", "images", "annotations", "labels"]
+    fields = [f.field for f in spec_files(changed)]
+    assert fields == [
+        "spec.model.uri",
+        "spec.dataset.path",
+        "spec.dataset.annotations",
+        "spec.dataset.tokenizer",
+        "spec.postprocessing[0].labels.uri",
+    ]
+
+
+@pytest.mark.parametrize("field", ["path", "annotations", "masks", "targets", "tokenizer"])
+def test_a_malformed_pvc_path_in_any_dataset_field_is_refused_naming_it(field: str) -> None:
+    document = {**SPEC, "dataset": {**SPEC["dataset"], field: "pvc://data/../../etc/passwd"}}
+    with pytest.raises(ValueError, match=f"dataset\n.*{field}: a pvc:// path must not contain"):
+        EvaluationSpec.model_validate(document)

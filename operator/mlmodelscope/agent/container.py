@@ -32,6 +32,7 @@ import yaml
 
 from mlmodelscope.agent.sources import local_path, scheme_of
 from mlmodelscope.spec.document import ModelEvaluation
+from mlmodelscope.spec.evaluation import DATASET_FILE_FIELDS
 
 USER: Final = "65532:65532"
 """The images' non-root user (USER in images/*.Dockerfile), as the operator's Jobs run it."""
@@ -138,10 +139,9 @@ def plan(evaluation: ModelEvaluation, base_dir: Path | None) -> Plan:
 
     spec["model"]["uri"] = localize(spec["model"]["uri"], "spec.model.uri", "model")
     dataset = spec["dataset"]
-    if dataset.get("uri"):
-        dataset["uri"] = localize(dataset["uri"], "spec.dataset.uri", "data")
-    if dataset.get("path"):
-        dataset["path"] = localize(dataset["path"], "spec.dataset.path", "data")
+    for name in DATASET_FILE_FIELDS:
+        if dataset.get(name):
+            dataset[name] = localize(dataset[name], f"spec.dataset.{name}", "data")
     for i, step in enumerate(spec.get("postprocessing", [])):
         labels = step.get("labels") or {}
         if labels.get("uri"):

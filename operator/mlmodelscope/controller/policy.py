@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from mlmodelscope.spec.uris import pvc_claims
+from mlmodelscope.spec.uris import pvc_fields
 
 if TYPE_CHECKING:
     from mlmodelscope.spec import ModelEvaluation
@@ -183,10 +183,9 @@ def denials(evaluation: ModelEvaluation, policy: Policy, agent_images: Iterable[
     if secret is not None:
         subject = f"spec.model.credentialsSecretRef {secret.name!r} is"
         problems += _name_problems(subject, secret.name, policy, SECRET_REFS)
-    for claim in pvc_claims(spec):
+    for claim, fields in pvc_fields(spec).items():
         subject = (
-            f"pvc://{claim} (spec.model.uri or spec.dataset.uri) mounts PersistentVolumeClaim "
-            f"{claim!r}, which is"
+            f"pvc://{claim} ({', '.join(fields)}) mounts PersistentVolumeClaim {claim!r}, which is"
         )
         problems += _name_problems(subject, claim, policy, PVCS)
     for index, toleration in enumerate(spec.hardware.tolerations):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, field_validator
 
@@ -83,6 +83,10 @@ def _s3_credentials_rule(field: str = "uri") -> Rule:
         field=field,
         check=lambda m: re.search(S3_USERINFO, getattr(m, field) or "") is None,
     )
+
+
+DATASET_FILE_FIELDS: Final = ("uri", "path", "annotations", "masks", "targets", "tokenizer")
+"""The dataset's fields that name a file or folder (each may be a ``pvc://`` URI)."""
 
 
 def _pvc_rules(field: str = "uri") -> tuple[Rule, ...]:
@@ -628,7 +632,7 @@ class Dataset(SpecModel):
     """synthetic: how many samples to generate."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
-        *_pvc_rules(),
+        *(rule for name in DATASET_FILE_FIELDS for rule in _pvc_rules(name)),
         _s3_credentials_rule(),
         Rule(
             cel="self.type != 'synthetic' || has(self.shape)",
