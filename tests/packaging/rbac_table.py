@@ -257,10 +257,13 @@ SERVER: tuple[Grant, ...] = (
           "launch_watch.read_events and read_log: the pods of the evaluation's Job, by label"),
     Grant(POD_LOGS, ("get",), Scope.RUNS, When.LAUNCHES,
           "launch_watch.read_log: the tail of the agent container's log (tailLines)"),
+    Grant(NODES, ("list",), Scope.CLUSTER, When.LAUNCHES,
+          "server.node_pools.NodePools.read: the Launch form's node pools (labels, taints, "
+          "nvidia.com/gpu capacity), one LIST cached 30 s; a 403 leaves the form free-form"),
 )  # fmt: skip
 """The results server's ServiceAccount (``<fullname>-server``), which exists only with
 ``server.launch.namespace``; RUNS is that namespace (the server's own, the release namespace,
-is another place unless they are the same)."""
+is another place unless they are the same); CLUSTER its one cluster-wide read, the Nodes."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Helpers of the launch tests: the example catalog with its digits CNN where `mlms run` looks
 for ``pvc://mlmodelscope-examples/...`` ($MLMS_PVC_ROOT), an app with launch workers over a
 SQLite store, and waiting on a launch's state; the same app launching into the shared fake
-API server (:func:`cluster_client`)."""
+API server (:func:`cluster_client`), and Nodes of node pools to seed it with (:func:`node`)."""
 
 from __future__ import annotations
 
@@ -105,6 +105,26 @@ def cluster_client(store_url: str, api: FakeApiServer, **more: Any) -> Iterator[
         assert isinstance(target, ClusterLaunches)
         target.poll_s = 3600.0
         yield client
+
+
+def node(
+    name: str,
+    labels: dict[str, str] | None = None,
+    *,
+    gpus: int | str | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A Node as a kubelet registers it: its labels, ``nvidia.com/gpu`` capacity, taints."""
+    capacity: dict[str, Any] = {"cpu": "16", "memory": "64Gi"}
+    if gpus is not None:
+        capacity["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints} if taints else {},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
 
 
 def set_phase(api: FakeApiServer, name: str, **status: Any) -> None:

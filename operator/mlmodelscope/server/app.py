@@ -2,7 +2,8 @@
 
 One :class:`~mlmodelscope.store.Store` is opened per app and kept in ``app.state.store``, and
 the launch workers (:mod:`.launch_queue`), or with ``settings.launch_namespace`` the follower
-of the launches created in the cluster (:mod:`.launch_cluster`), run while the app does, as do
+of the launches created in the cluster (:mod:`.launch_cluster`, with the cluster's node pools
+for the Launch form, :mod:`.node_pools`), run while the app does, as do
 the Try page's loaded models (:mod:`.trials`, released at shutdown); routes reach them (and the
 settings) through :mod:`.state`.
 """
@@ -20,6 +21,7 @@ from mlmodelscope.server import api, dashboard, launch_api, try_api
 from mlmodelscope.server.launch_cluster import ClusterLaunches
 from mlmodelscope.server.launch_queue import LaunchQueue, LaunchWorkers
 from mlmodelscope.server.launch_target import LaunchTarget, LocalLaunches
+from mlmodelscope.server.node_pools import NodePools
 from mlmodelscope.server.state import ServeSettings
 from mlmodelscope.server.trials import Trials
 from mlmodelscope.store import Store, open_store
@@ -47,11 +49,13 @@ def create_app(
         app.state.launches = workers
         queue = LaunchQueue(app.state.store)
         target: LaunchTarget = LocalLaunches(queue, workers)
+        app.state.node_pools = None
         if settings.launch_namespace is not None:
             from mlmodelscope.contract.kube import Kube
 
             client = kube if kube is not None else Kube.from_environment()
             target = ClusterLaunches(queue, client, settings.launch_namespace)
+            app.state.node_pools = NodePools(client)
         app.state.launch_target = target
         app.state.trials = Trials(
             max_bytes=settings.try_max_bytes,

@@ -15,8 +15,9 @@
 - ``/models/{name}/history``: a model's runs oldest first with their dataset, with SVG plots
   of the primary metric and p50 latency over time; 404 naming a model with no recorded run;
 - ``/launch``, ``/launches``, ``/launches/{launch_id}``, ``/sweep-launches/{sweep_id}``: the
-  Launch form, the launches and a launched sweep with its children, whose states update
-  without reloading (:mod:`.pages.launch`, the one page script).
+  Launch form (in the cluster, with its node pools: :mod:`.node_pools`), the launches and a
+  launched sweep with its children, whose states update without reloading
+  (:mod:`.pages.launch`, the one page script).
 
 Every page carries a Content-Security-Policy: scripts, fetches and forms from this app only,
 no inline script, no frames.
@@ -53,7 +54,7 @@ from mlmodelscope.server.launch_queue import LaunchQueue
 from mlmodelscope.server.launch_watch import trace_of
 from mlmodelscope.server.pages import launch, render
 from mlmodelscope.server.pages import leaderboard as board
-from mlmodelscope.server.state import launch_target_of, settings_of, store_of
+from mlmodelscope.server.state import launch_target_of, node_pools_of, settings_of, store_of
 from mlmodelscope.server.sweep_launches import SweepLaunches
 from mlmodelscope.spec.resources import FileModels
 from mlmodelscope.store import queries
@@ -379,7 +380,9 @@ def launch_form(request: Request) -> HTMLResponse:
     catalog = FileModels.read(settings_of(request).catalog)
     models = [catalog.models[name] for name in sorted(catalog.models)]
     problems = [str(error) for error in catalog.errors]
-    return html(request, launch.launch_form_page(models, problems))
+    pools = node_pools_of(request)
+    hardware = pools.read() if pools is not None else None
+    return html(request, launch.launch_form_page(models, problems, hardware))
 
 
 @router.get("/launches", response_class=HTMLResponse, dependencies=READ)

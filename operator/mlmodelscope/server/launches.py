@@ -279,7 +279,7 @@ def sweep_location(path: str, form: LaunchForm) -> tuple[str | int, ...]:
     if parts[:1] == ["metadata"]:
         return ("body", "name")
     if parts[:2] == ["spec", "template"]:
-        return form_location(".".join(["spec", *map(str, parts[2:])]), 0)
+        return form_location("spec" + _path_of(parts[2:]), 0)
     if parts[:2] != ["spec", "matrix"] or len(parts) < 3:
         return ("body",)
     axis, index = parts[2], parts[3:4]
@@ -317,6 +317,17 @@ def _parts(path: str) -> list[str | int]:
         else:
             parts.append(quoted)
     return parts
+
+
+_NAME: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _path_of(parts: Sequence[str | int]) -> str:
+    """A path's tail as :func:`_parts` reads it back: ``["scenario", "batchSizes", 0]`` ->
+    ``.scenario.batchSizes[0]`` (an index stays an index, a key with dots stays one key)."""
+    return "".join(
+        f".{p}" if isinstance(p, str) and _NAME.fullmatch(p) else f"[{p}]" for p in parts
+    )
 
 
 def form_location(path: str, framework_index: int) -> tuple[str | int, ...]:

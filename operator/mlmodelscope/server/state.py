@@ -3,9 +3,10 @@
 :func:`~mlmodelscope.server.app.create_app` puts the :class:`ServeSettings` in
 ``app.state.settings``, one open :class:`~mlmodelscope.store.Store` in ``app.state.store`` and
 the launch workers in ``app.state.launches``, where launches run (the workers, or the cluster)
-in ``app.state.launch_target``, the Try page's loaded models and rate limit in
-``app.state.trials``; the API, the dashboard and the token checks reach them through
-:func:`settings_of` and :func:`store_of` (and :func:`launches_of`, :func:`launch_target_of`,
+in ``app.state.launch_target``, the cluster's node pools in ``app.state.node_pools`` (None
+without a cluster), the Try page's loaded models and rate limit in ``app.state.trials``; the
+API, the dashboard and the token checks reach them through :func:`settings_of` and
+:func:`store_of` (and :func:`launches_of`, :func:`launch_target_of`, :func:`node_pools_of`,
 :func:`trials_of`), so none of them imports the app that includes it.
 """
 
@@ -21,6 +22,7 @@ from mlmodelscope.store import Store
 if TYPE_CHECKING:
     from mlmodelscope.server.launch_queue import LaunchWorkers
     from mlmodelscope.server.launch_target import LaunchTarget
+    from mlmodelscope.server.node_pools import NodePools
     from mlmodelscope.server.trials import Trials
 
 
@@ -71,6 +73,12 @@ def launches_of(request: Request) -> LaunchWorkers:
 def launch_target_of(request: Request) -> LaunchTarget:
     target: LaunchTarget = request.app.state.launch_target
     return target
+
+
+def node_pools_of(request: Request) -> NodePools | None:
+    """The cluster's node pools (``--launch-namespace``); None when launches run here."""
+    pools: NodePools | None = getattr(request.app.state, "node_pools", None)
+    return pools
 
 
 def trials_of(request: Request) -> Trials:

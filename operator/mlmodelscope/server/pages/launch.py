@@ -1,8 +1,9 @@
 """The dashboard's Launch pages as HTML strings, and the one script they load.
 
 - the Launch form (``/launch``): evaluations or one sweep, a catalog Model (a sweep: more
-  Models, devices), frameworks, scenario, batch sizes, dataset, and the write token; Preview
-  shows the ModelEvaluation (or EvaluationSweep) YAML, Launch queues it;
+  Models, devices), frameworks, scenario, batch sizes, dataset, where in the cluster it runs
+  (a node pool, or a node selector and tolerations; :func:`hardware_fieldset`), and the
+  write token; Preview shows the ModelEvaluation (or EvaluationSweep) YAML, Launch queues it;
 - the launches (``/launches``) and one launch (``/launches/{id}``): their state, kept current
   by polling ``GET /api/v1/launches/{id}`` without reloading, the run once recorded and a link
   to its trace; a launch in the cluster also shows its Kubernetes Events and the tail of its
@@ -26,6 +27,7 @@ from urllib.parse import quote
 from mlmodelscope.server.launch_queue import FINAL, LaunchRow
 from mlmodelscope.server.launch_watch import LaunchEvents, LogTail
 from mlmodelscope.server.launches import DEVICES, FRAMEWORKS, SCENARIOS
+from mlmodelscope.server.node_pools import POOL_LABELS, NodePool, PoolListing
 from mlmodelscope.server.pages.render import esc, page, run_url, trace_link
 from mlmodelscope.server.sweep_launches import SweepRow
 from mlmodelscope.spec.manifest import ModelManifest
@@ -63,8 +65,120 @@ NOSCRIPT: Final = (
 )
 
 
-def launch_form_page(models: Sequence[ModelManifest], catalog_problems: Sequence[str]) -> str:
-    """The Launch form over the catalog's Models."""
+def selector_text(pool: NodePool) -> str:
+    """A pool's node selector as the form's field takes it: ``key=value``."""
+    return ", ".join(f"{key}={value}" for key, value in pool.node_selector.items())
+
+
+def tolerations_text(pool: NodePool) -> str:
+    """A pool's tolerations as the form's field takes them: one taint a line, as `kubectl
+    taint` writes it (``key=value:Effect``; ``key:Effect`` tolerates any value)."""
+    return "\n".join(taint.text() for taint in pool.taints)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _pool_summary(pool: NodePool) -> str:
+    gpus = f", {_count(pool.gpus, 'GPU')}" if pool.gpus else ""
+    products = f" ({', '.join(pool.gpu_products)})" if pool.gpu_products else ""
+    return f"{pool.name}: {_count(pool.nodes, 'node')}{gpus}{products}"
+
+
+def _pools_table(pools: Sequence[NodePool]) -> str:
+    head = "".join(f"<th>{c}</th>" for c in ("pool", "label", "nodes", "GPUs", "taints"))
+    rows = "".join(
+        f"<tr><td>{esc(p.name)}</td><td><code>{esc(p.label)}</code></td><td>{p.nodes}</td>"
+        f"<td>{p.gpus or ''}{esc(' ' + ', '.join(p.gpu_products) if p.gpu_products else '')}"
+        f'</td><td class="wrap">'
+        + ", ".join(f"<code>{esc(t.text())}</code>" for t in p.taints)
+        + "</td></tr>"
+        for p in pools
+    )
+    return (
+        f'<div class="scroll whole"><table class="listing" id="node-pools"><thead><tr>{head}'
+        f"</tr></thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
+LOCAL_HARDWARE: Final = (
+    "This server runs each launch itself (`mlms run`, no --launch-namespace): node pools, "
+    "node selectors and tolerations choose Kubernetes nodes and do not apply here."
+)
+
+
+def hardware_fieldset(listing: PoolListing | None) -> str:
+    """Where a launch runs in the cluster: a node pool (``listing``'s; choosing one fills
+    the node selector and tolerations the form sends as ``hardware``), or those two fields
+    alone when the Nodes could not be read; ``None`` (launches run on this server): a note."""
+    if listing is None:
+        return (
+            '<fieldset id="hardware"><legend>Hardware</legend>'
+            f'<p class="note whole">{esc(LOCAL_HARDWARE)}</p></fieldset>'
+        )
+    labels = ", ".join(POOL_LABELS)
+    if listing.problem is not None:
+        who = (
+            "This server's identity may not list the cluster's Nodes"
+            if listing.status == 403
+            else "The cluster's Nodes could not be read"
+        )
+        status = f"HTTP {listing.status}: " if listing.status else ""
+        note = (
+            f"{who} ({status}{listing.problem}), so no node pools are offered: give the node "
+            "selector and tolerations yourself. The chart grants the server's ServiceAccount "
+            "nodes list (ClusterRole <release>-mlmodelscope-server-nodes)."
+        )
+        choice = ""
+    elif not listing.pools:
+        note = (
+            f"No node carries a pool label ({labels}; {_count(listing.unpooled, 'node')} "
+            "without one): give the node selector and tolerations yourself."
+        )
+        choice = ""
+    else:
+        unpooled = (
+            f" {_count(listing.unpooled, 'node')} without a pool label cannot be chosen here."
+            if listing.unpooled
+            else ""
+        )
+        note = (
+            f"Node pools by node label ({labels}). Choosing one fills the node selector with "
+            "its label and the tolerations with its nodes' taints; edit them as you like."
+            + unpooled
+        )
+        options = "".join(
+            f'<option value="{esc(p.label)}={esc(p.name)}" '
+            f'data-node-selector="{esc(selector_text(p))}" '
+            f'data-tolerations="{esc(tolerations_text(p))}">{esc(_pool_summary(p))}</option>'
+            for p in listing.pools
+        )
+        choice = (
+            '<label>node pool<select name="pool"><option value="">any node (no selector)'
+            f"</option>{options}</select></label>" + _pools_table(listing.pools)
+        )
+    return f"""<fieldset id="hardware"><legend>Hardware (node pool)</legend>
+<p class="note whole" id="hardware-note">{esc(note)}</p>{choice}
+<label>node selector<input name="node_selector" placeholder="mlmodelscope.io/pool=gpu-a100">
+</label>{_errors_for("hardware.nodeSelector")}
+<label>tolerations (one a line)<textarea name="tolerations" rows="3"
+placeholder="nvidia.com/gpu=present:NoSchedule"></textarea></label>
+{_errors_for("hardware.tolerations")}
+<span class="hint whole">spec.hardware.nodeSelector (key=value, comma separated) and
+spec.hardware.tolerations (key=value:Effect, key:Effect for any value), checked as
+`mlms validate` checks them; the operator's policy on tolerations applies</span>
+{_errors_for("hardware")}
+</fieldset>"""
+
+
+def launch_form_page(
+    models: Sequence[ModelManifest],
+    catalog_problems: Sequence[str],
+    hardware: PoolListing | None = None,
+) -> str:
+    """The Launch form over the catalog's Models; ``hardware``: the cluster's node pools
+    (None: launches run on this server, where they do not apply)."""
     if not models:
         note = (
             "No Models to launch: start mlms serve with --catalog FILE_OR_FOLDER "
@@ -136,6 +250,7 @@ def launch_form_page(models: Sequence[ModelManifest], catalog_problems: Sequence
 <label>limit<input name="dataset_limit" inputmode="numeric" placeholder="all"></label>
 {_errors_for("dataset")}
 </fieldset>
+{hardware_fieldset(hardware)}
 <fieldset><legend>Write token</legend>
 <label>token<input type="password" name="token" autocomplete="off" required></label>
 <span class="hint">the server's write token, sent in the Authorization header only</span>
@@ -493,7 +608,40 @@ SCRIPT: Final = """\
   const ticked = (form, name) =>
     [...form.querySelectorAll("input[name=" + name + "]:checked")].map((box) => box.value);
 
-  function formBody(form) {
+  // The hardware fields (a cluster's form only): "key=value, ..." and one toleration a line
+  // as `kubectl taint` writes a taint ("key=value:Effect", "key:Effect" for any value).
+  const TOLERATION = /^([^=:\\s]+)(?:=([^=:\\s]*))?(?::([^=:\\s]+))?$/;
+
+  function hardware(form, problems) {
+    if (!form.elements.node_selector) return null;
+    const found = {};
+    const selector = {};
+    const bad = (field, msg) => problems.push({loc: ["body", "hardware", field], msg: msg});
+    for (const pair of form.elements.node_selector.value.split(/[\\s,]+/).filter(Boolean)) {
+      const at = pair.indexOf("=");
+      if (at < 1) bad("nodeSelector", JSON.stringify(pair) + ": write key=value");
+      else selector[pair.slice(0, at)] = pair.slice(at + 1);
+    }
+    if (Object.keys(selector).length) found.nodeSelector = selector;
+    const tolerations = [];
+    for (const line of form.elements.tolerations.value.split(/[\\n,]+/)) {
+      const text = line.trim();
+      if (!text) continue;
+      const match = TOLERATION.exec(text);
+      if (!match) {
+        bad("tolerations", JSON.stringify(text) + ": write key=value:Effect or key:Effect");
+        continue;
+      }
+      const toleration = {key: match[1], operator: match[2] === undefined ? "Exists" : "Equal"};
+      if (match[2] !== undefined) toleration.value = match[2];
+      if (match[3] !== undefined) toleration.effect = match[3];
+      tolerations.push(toleration);
+    }
+    if (tolerations.length) found.tolerations = tolerations;
+    return Object.keys(found).length ? found : null;
+  }
+
+  function formBody(form, problems) {
     const value = (name) => form.elements[name].value.trim();
     const body = {
       kind: ticked(form, "kind")[0] || "evaluation",
@@ -520,6 +668,8 @@ SCRIPT: Final = """\
       if (value("dataset_limit")) body.dataset.limit = /^\\d+$/.test(value("dataset_limit"))
         ? Number(value("dataset_limit")) : value("dataset_limit");
     }
+    const placed = hardware(form, problems);
+    if (placed) body.hardware = placed;
     return body;
   }
 
@@ -531,7 +681,10 @@ SCRIPT: Final = """\
     if (Array.isArray(detail)) {
       for (const problem of detail) {
         const field = problem.loc && problem.loc[0] === "body" ? String(problem.loc[1]) : "";
-        const span = form.querySelector("[data-errors-for='" + CSS.escape(field) + "']");
+        const errorsFor = (name) =>
+          form.querySelector("[data-errors-for='" + CSS.escape(name) + "']");
+        const span = (problem.loc.length > 2 && errorsFor(field + "." + problem.loc[2]))
+          || errorsFor(field);
         const text = problem.loc.slice(1).join(".") + ": " + problem.msg;
         if (span) {
           const line = document.createElement("span");
@@ -552,8 +705,14 @@ SCRIPT: Final = """\
   }
 
   async function send(form, dryRun) {
+    const problems = [];
+    const body = formBody(form, problems);
+    if (problems.length) {
+      showErrors(form, null, problems);
+      return;
+    }
     const answer = await fetch(API + (dryRun ? "?dry_run=true" : ""),
-      {method: "POST", headers: headers(form), body: JSON.stringify(formBody(form))});
+      {method: "POST", headers: headers(form), body: JSON.stringify(body)});
     let data = null;
     try { data = await answer.json(); } catch (error) { data = null; }
     if (!answer.ok) {
@@ -580,6 +739,14 @@ SCRIPT: Final = """\
     form.querySelectorAll("input[name=kind]").forEach((radio) =>
       radio.addEventListener("change", sweepOnly));
     sweepOnly();
+    const pool = form.elements.pool;
+    if (pool) {
+      pool.addEventListener("change", () => {
+        const chosen = pool.selectedOptions[0];
+        form.elements.node_selector.value = chosen ? chosen.dataset.nodeSelector || "" : "";
+        form.elements.tolerations.value = chosen ? chosen.dataset.tolerations || "" : "";
+      });
+    }
     form.addEventListener("submit", (event) => { event.preventDefault(); send(form, false); });
     document.getElementById("preview").addEventListener("click", () => {
       if (form.reportValidity()) send(form, true);

@@ -84,6 +84,8 @@ form.launch fieldset{border:1px solid #dde3ea;background:#f7f9fb;margin:.6em 0;
 display:flex;flex-wrap:wrap;gap:8px 14px;align-items:flex-end}
 form.launch label{display:flex;flex-direction:column;font-size:.8em;color:#555;gap:2px}
 form.launch label.check{flex-direction:row;align-items:center;gap:4px;font-size:.95em}
+form.launch .whole{flex-basis:100%}form.launch textarea{font-family:monospace;min-width:30em}
+form.launch input[name=node_selector]{min-width:30em}
 .error-text,.field-error{color:#c62828;font-size:.85em;display:block}
 .state-succeeded{color:#1a7f37}.state-failed{color:#c62828}.state-running{color:#b26a00}
 .state-cancelled,.state-interrupted{color:#777}pre.message{white-space:pre-wrap;margin:0}

@@ -1,0 +1,99 @@
+"""The Launch form's node pool in real headless Chromium, JavaScript on, against the shared
+fake API server: choosing a pool fills the node selector and tolerations, a line the form
+cannot read and a toleration the spec refuses are shown next to the tolerations field, the
+preview shows the pool's hardware, and the launched ModelEvaluation carries it. The pages'
+CSP is on; any CSP violation or script error fails the test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+from browser import chromium, screenshot_dir, serve
+from launch_fixtures import CATALOG, NS, node
+from serve_fixtures import READ_TOKEN, WRITE_TOKEN
+
+from fakes import FakeApiServer, FakeKube
+from mlmodelscope.server.app import ServeSettings, create_app
+from mlmodelscope.server.node_pools import NODES_PATH
+
+pytestmark = [pytest.mark.slow]
+
+POOL: Final = "mlmodelscope.io/pool"
+GPU_TAINT: Final = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+HARDWARE: Final[dict[str, Any]] = {
+    "nodeSelector": {POOL: "gpu-a100"},
+    "tolerations": [
+        {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
+    ],
+}
+
+
+def test_choose_a_node_pool_on_the_form_and_launch_onto_it(sqlite_url: str, tmp_path: Path) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    api = FakeApiServer()
+    api.add_namespace(NS)
+    api.seed(NODES_PATH, node("cpu-1", {POOL: "cpu"}))
+    api.seed(NODES_PATH, node("a100-1", {POOL: "gpu-a100"}, gpus=8, taints=[GPU_TAINT]))
+    dedicated = {"key": "dedicated", "effect": "NoExecute"}
+    api.seed(NODES_PATH, node("a100-2", {POOL: "gpu-a100"}, gpus=8, taints=[GPU_TAINT, dedicated]))
+    settings = ServeSettings(
+        store_url=sqlite_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG),),
+        launch_namespace=NS,
+    )
+    shots = screenshot_dir(tmp_path)
+    problems: list[str] = []
+    with serve(create_app(settings, kube=FakeKube(api))) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        page = browser.new_page(viewport={"width": 1300, "height": 900})
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.on(
+            "console",
+            lambda m: (
+                problems.append(m.text)
+                if m.type == "error" and not m.text.startswith("Failed to load resource")
+                else None
+            ),
+        )
+        page.goto(f"{base}/launch?token={READ_TOKEN}")
+        expect(page.locator("#node-pools tbody tr")).to_have_count(2)
+        page.select_option('select[name="model"]', "digits-cnn")
+        page.fill('input[name="token"]', WRITE_TOKEN)
+        selector = page.locator('input[name="node_selector"]')
+        tolerations = page.locator('textarea[name="tolerations"]')
+        page.select_option('select[name="pool"]', f"{POOL}=gpu-a100")
+        expect(selector).to_have_value(f"{POOL}=gpu-a100")
+        expect(tolerations).to_have_value("dedicated:NoExecute\nnvidia.com/gpu=present:NoSchedule")
+        page.select_option('select[name="pool"]', "")  # any node: both cleared
+        expect(selector).to_have_value("")
+        expect(tolerations).to_have_value("")
+
+        errors = page.locator('[data-errors-for="hardware.tolerations"]')
+        tolerations.fill("a=b=c")  # not a taint: refused before it is sent
+        page.get_by_role("button", name="Preview").click()
+        expect(errors).to_contain_text("write key=value:Effect")
+        tolerations.fill("dedicated:Sometimes")  # refused by the spec, next to the field
+        page.get_by_role("button", name="Preview").click()
+        expect(errors).to_contain_text("spec.hardware.tolerations[0].effect")
+
+        page.select_option('select[name="pool"]', f"{POOL}=gpu-a100")
+        page.get_by_role("button", name="Preview").click()
+        preview = page.locator("#preview-yaml")
+        expect(preview).to_contain_text(f"nodeSelector: {{{POOL}: gpu-a100}}")
+        expect(preview).to_contain_text("- {key: dedicated, operator: Exists, effect: NoExecute}")
+        expect(errors).to_be_empty()
+        page.screenshot(path=str(shots / "launch-hardware.png"), full_page=True)
+
+        page.get_by_role("button", name="Launch").click()
+        page.wait_for_url(f"{base}/launches/*")
+        [created] = api.of("modelevaluations", NS)
+        assert created["spec"]["hardware"] == HARDWARE
+        browser.close()
+    assert not problems, problems
