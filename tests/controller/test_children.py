@@ -59,24 +59,28 @@ def test_with_a_shared_job_account_only_the_configmaps_are_made() -> None:
     assert dict(kube.requests) == {("create", "configmaps"): 2}
 
 
-def test_the_children_are_created_at_once() -> None:
-    """The five creates are in flight together: each waits in the server's hook until all
-    five have arrived (one after another they would time out)."""
+def test_the_children_are_created_at_once_and_the_binding_after_its_role() -> None:
+    """Four creates are in flight together: each waits in the server's hook until all four
+    have arrived (one after another they would time out). The RoleBinding comes after them:
+    the API server checks a binding against its Role (404 while the Role is missing)."""
     ctx, kube = setup()
     evaluation = stored(kube)
-    arrived = threading.Barrier(5, timeout=10)
+    arrived = threading.Barrier(4, timeout=10)
     seen: list[str] = []
 
     class Concurrent(FakeKube):
         def request(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
             if method == "POST":
                 seen.append(path)
-                arrived.wait()
+                if not path.endswith("/rolebindings"):
+                    arrived.wait()
+                elif not kube.server.of("roles", NAMESPACE):
+                    raise AssertionError("the RoleBinding was created before its Role")
             return super().request(method, path, body, **kw)
 
     concurrent = Concurrent(kube.server)
     children.ensure(Context(settings=ctx.settings, kube=concurrent, fanout=Fanout(8)), evaluation)
-    assert len(seen) == 5
+    assert len(seen) == 5 and seen[-1].endswith("/rolebindings")
 
 
 def test_an_edit_makes_the_configmaps_current_and_empties_the_results() -> None:
@@ -134,5 +138,6 @@ def test_a_failed_create_is_raised_after_the_others_finished() -> None:
     kube.server.before = refuse_roles
     with pytest.raises(OSError, match="connection reset"):
         children.ensure(ctx, evaluation)
-    assert len(kube.server.of("rolebindings", NAMESPACE)) == 1
+    assert len(kube.server.of("serviceaccounts", NAMESPACE)) == 1
     assert len(kube.server.of("configmaps", NAMESPACE)) == 2
+    assert kube.server.of("rolebindings", NAMESPACE) == []  # never without its Role

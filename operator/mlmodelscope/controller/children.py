@@ -2,8 +2,9 @@
 spec, mounted), the results ConfigMap (where the agent publishes), and with per-evaluation
 results access the agent's ServiceAccount, Role and RoleBinding (:mod:`.agent_access`).
 
-None of them needs another to exist (a RoleBinding may name an account not yet created), so
-they are created at once (:class:`.runtime.fanout.Fanout`); only the Job waits for all of
+They are created at once (:class:`.runtime.fanout.Fanout`), except the RoleBinding, which
+waits for its Role: an operator without ``bind`` may bind only a Role whose permissions the
+API server can see it holds, and a Role not yet created answers 404. The Job waits for all of
 them, since a pod whose ServiceAccount is missing is refused. An object that already exists
 is read: one that belongs to another object (an earlier evaluation of the same name, not yet
 garbage-collected) is never adopted, and a ConfigMap of another generation is made current.
@@ -40,6 +41,8 @@ class Child:
     """The API path it is created in."""
     body: dict[str, Any]
     refresh: Refresh
+    after_the_others: bool = False
+    """Created once the others exist (the RoleBinding, after its Role)."""
 
     @property
     def path(self) -> str:
@@ -59,7 +62,12 @@ def wanted(ctx: Context, evaluation: ModelEvaluation) -> list[Child]:
     ]
     if ctx.settings.results_access == PER_EVALUATION:
         children += [
-            Child(agent_access.api_path(namespace, plural, group), build(evaluation), Refresh.NONE)
+            Child(
+                agent_access.api_path(namespace, plural, group),
+                build(evaluation),
+                Refresh.NONE,
+                after_the_others=plural == "rolebindings",
+            )
             for build, plural, group in agent_access.OBJECTS
         ]
     return children
@@ -70,14 +78,16 @@ def ensure(ctx: Context, evaluation: ModelEvaluation) -> dict[str, Any] | None:
     Returns the results ConfigMap as it now is, or None when it was created just now (empty).
     Raises ForeignChildError while one of them belongs to another object."""
     children = wanted(ctx, evaluation)
-    created = ctx.fanout.map(lambda c: ctx.kube.create_if_absent(c.collection, c.body), children)
     results: dict[str, Any] | None = None
-    for child, was_created in zip(children, created, strict=True):
-        if was_created:
-            continue
-        existing = _make_current(ctx, evaluation, child)
-        if child.refresh is Refresh.EMPTY:
-            results = existing
+    for wave in (False, True):
+        batch = [c for c in children if c.after_the_others is wave]
+        created = ctx.fanout.map(lambda c: ctx.kube.create_if_absent(c.collection, c.body), batch)
+        for child, was_created in zip(batch, created, strict=True):
+            if was_created:
+                continue
+            existing = _make_current(ctx, evaluation, child)
+            if child.refresh is Refresh.EMPTY:
+                results = existing
     return results
 
 
