@@ -15,6 +15,8 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,15 +53,16 @@ METRICS = {"detector": ("map", 0.25), "segmenter": ("miou", 0.3), "text": ("accu
 scores on its data (test_task_runs.py holds the exact values against the libraries)."""
 
 
-@pytest.fixture
-def tasks_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
-    """A claim in ``namespace`` on a hostPath volume holding a copy of the reference task
-    models and their data (``ensure_task_models``), readable by the images' user 65532."""
-    folder = cluster.run_dir / "volumes" / f"{namespace}-tasks"
-    shutil.copytree(ensure_task_models(), folder, symlinks=False, dirs_exist_ok=True)
+@contextmanager
+def copied_claim(
+    cluster: Cluster, namespace: str, source: Path, claim: str, volume: str
+) -> Iterator[str]:
+    """A claim in ``namespace`` on a hostPath volume holding a copy of ``source``, readable by
+    the images' user 65532."""
+    folder = cluster.run_dir / "volumes" / volume
+    shutil.copytree(source, folder, symlinks=False, dirs_exist_ok=True)
     for path in [folder, *folder.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    claim, volume = "task-models", f"{namespace}-tasks"
     for manifest in folder_claim(folder, namespace, claim, volume):
         cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     try:
@@ -67,6 +70,22 @@ def tasks_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
     finally:
         cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def tasks_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """The reference task models and their data (``ensure_task_models``) on a claim."""
+    source = ensure_task_models()
+    with copied_claim(cluster, namespace, source, "task-models", f"{namespace}-tasks") as claim:
+        yield claim
+
+
+@pytest.fixture
+def shapes_claim(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """The detection data alone (the shapes images and their COCO file) on a second claim."""
+    source = ensure_task_models() / "shapes"
+    with copied_claim(cluster, namespace, source, "shapes-data", f"{namespace}-shapes") as claim:
+        yield claim
 
 
 @pytest.fixture
@@ -93,8 +112,10 @@ def operator(
     return start_operator(MLMS_OPERATOR_JOB_SERVICE_ACCOUNT=agent_rbac, **images)
 
 
-def detection_spec(claim: str) -> dict[str, Any]:
-    """examples/tasks/detection.yaml's spec on the claim, run on the real node."""
+def detection_spec(claim: str, data_claim: str | None = None) -> dict[str, Any]:
+    """examples/tasks/detection.yaml's spec on the claim (its data on ``data_claim`` when
+    given), run on the real node."""
+    data = f"pvc://{data_claim}" if data_claim else f"pvc://{claim}/shapes"
     return {
         "model": {
             "name": "shapes-detector",
@@ -116,8 +137,8 @@ def detection_spec(claim: str) -> dict[str, Any]:
         "framework": {"name": "onnxruntime", "intraOpThreads": 1},
         "dataset": {
             "type": "coco",
-            "path": f"pvc://{claim}/shapes/images",
-            "annotations": f"pvc://{claim}/shapes/instances.json",
+            "path": f"{data}/images",
+            "annotations": f"{data}/instances.json",
         },
         "task": {
             "type": "detection",
@@ -141,15 +162,17 @@ def test_a_detection_evaluation_in_its_image_reports_its_map(
     namespace: str,
     kube: Kube,
     tasks_claim: str,
+    shapes_claim: str,
     images: dict[str, str],
     operator: OperatorProcess,
 ) -> None:
+    """The model on one claim and its images and COCO file on another: both are mounted."""
     start = time.monotonic()
     manifest = {
         "apiVersion": "mlmodelscope.io/v1alpha1",
         "kind": "ModelEvaluation",
         "metadata": {"name": "detect"},
-        "spec": detection_spec(tasks_claim),
+        "spec": detection_spec(tasks_claim, shapes_claim),
     }
     apply(cluster, namespace, manifest)
 
