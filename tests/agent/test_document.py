@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synthetic_specs import load_synthetic
 
 from mlmodelscope.agent.document import ResultDraft, check_contract, finish, model_manifest
 from mlmodelscope.contract.result import (
@@ -20,7 +21,6 @@ from mlmodelscope.contract.result import (
     ResultDocument,
     ResultError,
 )
-from mlmodelscope.spec import load_evaluations
 from mlmodelscope.spec.manifest import ANNOTATION_MANIFEST
 from mlmodelscope.spec.status import BatchResult, LatencySummary
 
@@ -29,25 +29,7 @@ HEADER = ["api_version", "kind", "run_id", "status", "evaluation", "agent_versio
 
 def loaded_spec(tmp_path: Path, metadata: dict[str, Any] | None = None) -> Any:
     """A synthetic-data ModelEvaluation, loaded as `mlms run` loads it."""
-    document = {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "ModelEvaluation",
-        "metadata": {"name": "draft", **(metadata or {})},
-        "spec": {
-            "model": {
-                "name": "m",
-                "uri": "s3://bucket/m.onnx?X-Amz-Signature=secret",
-                "format": "onnx",
-                "inputs": [{"name": "x", "shape": [-1, 4]}],
-            },
-            "framework": {"name": "onnxruntime"},
-            "dataset": {"type": "synthetic", "shape": [4], "size": 8, "layout": "CHW"},
-        },
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(json.dumps(document))
-    [loaded] = load_evaluations(path)
-    return loaded
+    return load_synthetic(tmp_path, "draft", "s3://bucket/m.onnx?X-Amz-Signature=secret", metadata)
 
 
 def model_info() -> ModelInfo:

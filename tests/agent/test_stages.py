@@ -4,13 +4,13 @@ record, the document section in it as the result document will carry it."""
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from synthetic_specs import load_synthetic
 
 from mlmodelscope.agent.hooks import Reporter, no_hooks
 from mlmodelscope.agent.stages import (
@@ -24,32 +24,14 @@ from mlmodelscope.agent.stages import (
 )
 from mlmodelscope.agent.startup import Timeline
 from mlmodelscope.contract.result import DatasetInfo, ModelInfo
-from mlmodelscope.spec import SpecError, load_evaluations
+from mlmodelscope.spec import SpecError
 from mlmodelscope.spec.evaluation import EvaluationSpec
 
 
 def make_run(tmp_path: Path, stages: list[str] | None = None, **spec: Any) -> Run:
     """A Run of a synthetic-data evaluation of ``tmp_path/model.onnx`` (any bytes: no stage
     here loads it); ``stages`` collects what the run reports."""
-    document = {
-        "apiVersion": "mlmodelscope.io/v1alpha1",
-        "kind": "ModelEvaluation",
-        "metadata": {"name": "stages"},
-        "spec": {
-            "model": {
-                "name": "m",
-                "uri": "model.onnx",
-                "format": "onnx",
-                "inputs": [{"name": "x", "shape": [-1, 4]}],
-            },
-            "framework": {"name": "onnxruntime"},
-            "dataset": {"type": "synthetic", "shape": [4], "size": 8, "layout": "CHW"},
-            **spec,
-        },
-    }
-    path = tmp_path / "spec.yaml"
-    path.write_text(json.dumps(document))
-    [loaded] = load_evaluations(path)
+    loaded = load_synthetic(tmp_path, "stages", "model.onnx", **spec)
     reporter = Reporter(stage=(stages if stages is not None else []).append)
     return Run(loaded, reporter, no_hooks(loaded.evaluation), Timeline())
 
