@@ -27,8 +27,7 @@ import numpy as np
 REVISION: Final = 2
 """The lowering's revision, part of the stack a PyTorch or TensorFlow brick timing is stored
 under (:func:`.implementations.implementation_stack`): raised whenever a lowering computes
-differently (revision 2: TensorFlow pads as ONNX does on even sizes), so timings of an earlier
-lowering are measured again rather than reused."""
+differently, so timings of an earlier lowering are measured again rather than reused."""
 
 Env = Mapping[str, Any]
 NodeFn = Callable[[Env], Any]
