@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -18,7 +19,7 @@ from fastapi import FastAPI
 
 from system_chromium import chromium
 
-__all__ = ["chromium", "screenshot_dir", "serve"]
+__all__ = ["chromium", "screenshot_dir", "serve", "watched_page"]
 
 
 @contextmanager
@@ -55,3 +56,19 @@ def screenshot_dir(tmp_path: Path) -> Path:
     folder = Path(os.environ.get("MLMS_SCREENSHOT_DIR") or tmp_path / "screenshots")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def watched_page(browser: Any, problems: list[str]) -> Any:
+    """A new 1300x900 page whose script errors are added to ``problems``: uncaught errors and
+    console errors (a CSP violation says "Refused to ..."), but not the browser's note on an
+    HTTP error answer ("Failed to load resource": a refusal a test asks for, the favicon's
+    404)."""
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+
+    def console(message: Any) -> None:
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            problems.append(message.text)
+
+    page.on("console", console)
+    return page

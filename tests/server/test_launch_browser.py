@@ -7,10 +7,9 @@ any CSP violation or script error fails the test."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from browser import chromium, screenshot_dir, serve
+from browser import chromium, screenshot_dir, serve, watched_page
 from launch_fixtures import CATALOG
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -35,9 +34,7 @@ def test_launch_from_the_page_and_watch_it_succeed(
     problems: list[str] = []
     with serve(create_app(settings)) as base, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on("console", lambda message: _script_problem(message, problems))
+        page = watched_page(browser, problems)
         page.goto(f"{base}/launch?token={READ_TOKEN}")
         page.select_option('select[name="model"]', "digits-cnn")
         page.fill('input[name="batch_sizes"]', "1, 8")
@@ -94,9 +91,7 @@ def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
     problems: list[str] = []
     with serve(create_app(settings)) as base, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on("console", lambda message: _script_problem(message, problems))
+        page = watched_page(browser, problems)
         page.goto(f"{base}/launch?token={READ_TOKEN}")
         expect(page.locator("#sweep-devices")).to_be_hidden()
         page.check('input[name="kind"][value="sweep"]')
@@ -138,10 +133,3 @@ def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
         page.screenshot(path=str(shots / "launch-4-sweep-succeeded.png"), full_page=True)
         browser.close()
     assert problems == []
-
-
-def _script_problem(message: Any, problems: list[str]) -> None:
-    """Keep a console error (a CSP violation says "Refused to ..."), but not the browser's
-    note on an HTTP error answer (the 422 this test asks for, the favicon's 404)."""
-    if message.type == "error" and not message.text.startswith("Failed to load resource"):
-        problems.append(message.text)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from browser import chromium, screenshot_dir, serve
+from browser import chromium, screenshot_dir, serve, watched_page
 from launch_fixtures import CATALOG, NS, node
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -52,16 +52,7 @@ def test_choose_a_node_pool_on_the_form_and_launch_onto_it(sqlite_url: str, tmp_
     problems: list[str] = []
     with serve(create_app(settings, kube=FakeKube(api))) as base, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on(
-            "console",
-            lambda m: (
-                problems.append(m.text)
-                if m.type == "error" and not m.text.startswith("Failed to load resource")
-                else None
-            ),
-        )
+        page = watched_page(browser, problems)
         page.goto(f"{base}/launch?token={READ_TOKEN}")
         expect(page.locator("#node-pools tbody tr")).to_have_count(2)
         page.select_option('select[name="model"]', "digits-cnn")

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from browser import chromium, screenshot_dir, serve
+from browser import chromium, screenshot_dir, serve, watched_page
 from launch_fixtures import CATALOG, DIGITS, NS, WRITE, set_phase
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -71,16 +71,7 @@ def test_a_cluster_launch_page_shows_its_events_and_log_growing_in_place(
         api.logs[(NS, POD, "agent")] = "loading the model\n"
 
         browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on(
-            "console",
-            lambda m: (
-                problems.append(m.text)
-                if m.type == "error" and not m.text.startswith("Failed to load resource")
-                else None
-            ),
-        )
+        page = watched_page(browser, problems)
         page.goto(f"{base}/launches/{item['launch_id']}?token={READ_TOKEN}")
         events = page.locator("#launch-events tbody")
         expect(events).to_contain_text(f"Created pod: {POD}")

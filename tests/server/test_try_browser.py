@@ -6,10 +6,9 @@ test."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from browser import chromium, screenshot_dir, serve
+from browser import chromium, screenshot_dir, serve, watched_page
 from launch_fixtures import CATALOG
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 from try_fixtures import FRAMEWORKS, digit_png
@@ -39,9 +38,7 @@ def test_upload_a_digit_and_see_three_frameworks_agree(
     problems: list[str] = []
     with serve(create_app(settings)) as base, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = browser.new_page(viewport={"width": 1300, "height": 900})
-        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-        page.on("console", lambda message: _script_problem(message, problems))
+        page = watched_page(browser, problems)
         page.goto(f"{base}/try?token={READ_TOKEN}")
         page.set_input_files('input[name="file"]', str(upload))
         page.select_option('select[name="model"]', "digits-cnn")
@@ -71,10 +68,3 @@ def test_upload_a_digit_and_see_three_frameworks_agree(
         page.screenshot(path=str(shots / "try-1-three-frameworks.png"), full_page=True)
         browser.close()
     assert problems == []
-
-
-def _script_problem(message: Any, problems: list[str]) -> None:
-    """Keep a console error (a CSP violation says "Refused to ..."), but not the browser's
-    note on an HTTP error answer (the 403 this test asks for, the favicon's 404)."""
-    if message.type == "error" and not message.text.startswith("Failed to load resource"):
-        problems.append(message.text)
