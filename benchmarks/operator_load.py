@@ -330,8 +330,11 @@ def floor_objects(name: str, namespace: str) -> list[tuple[str, dict[str, Any]]]
         (configmap_path(namespace), builders.build_spec_configmap(evaluation)),
         (configmap_path(namespace), builders.build_results_configmap(evaluation)),
         *(
-            (agent_access.api_path(namespace, plural, group), build(evaluation))
-            for build, plural, group in agent_access.OBJECTS
+            (
+                agent_access.api_path(namespace, access.plural, access.group),
+                access.build(evaluation),
+            )
+            for access in agent_access.OBJECTS
         ),
     ]
     job = builders.build_job(evaluation, OperatorSettings())

@@ -3,6 +3,7 @@ server: all created in one go, existing ones made current, foreign ones never ad
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -81,6 +82,20 @@ def test_the_children_are_created_at_once_and_the_binding_after_its_role() -> No
     concurrent = Concurrent(kube.server)
     children.ensure(Context(settings=ctx.settings, kube=concurrent, fanout=Fanout(8)), evaluation)
     assert len(seen) == 5 and seen[-1].endswith("/rolebindings")
+
+
+def test_the_order_is_the_one_declared_beside_the_access_objects() -> None:
+    """agent_access.OBJECTS says the RoleBinding comes after its Role; a child waiting for an
+    object that is not among them is an error, not a child left out."""
+    ctx, kube = setup()
+    waves = children.waves(children.wanted(ctx, stored(kube)))
+    assert [[c.resource for c in wave] for wave in waves] == [
+        ["configmaps", "configmaps", "serviceaccounts", "roles"],
+        ["rolebindings"],
+    ]
+    astray = dataclasses.replace(waves[1][0], after="clusterroles")
+    with pytest.raises(ValueError, match="rolebindings after clusterroles"):
+        children.waves([*waves[0], astray])
 
 
 def test_an_edit_makes_the_configmaps_current_and_empties_the_results() -> None:

@@ -16,6 +16,7 @@ results access) there are none.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import namespaced
@@ -25,10 +26,25 @@ from mlmodelscope.spec import ModelEvaluation
 RBAC_GROUP: Final = builders.RBAC_API
 
 Builder = Callable[[ModelEvaluation], dict[str, Any]]
-OBJECTS: Final[tuple[tuple[Builder, str, str], ...]] = (
-    (builders.build_agent_service_account, "serviceaccounts", ""),
-    (builders.build_results_writer_role, "roles", RBAC_GROUP),
-    (builders.build_results_writer_binding, "rolebindings", RBAC_GROUP),
+
+
+@dataclass(frozen=True)
+class AccessObject:
+    """One of the objects of an evaluation's results access: how it is built and where."""
+
+    build: Builder
+    plural: str
+    group: str
+    after: str | None = None
+    """The ``plural`` of the object it must be created after. A RoleBinding waits for its
+    Role: the API server checks a binding against the Role it names, and to an operator
+    without ``bind`` a Role not yet created answers 404."""
+
+
+OBJECTS: Final[tuple[AccessObject, ...]] = (
+    AccessObject(builders.build_agent_service_account, "serviceaccounts", ""),
+    AccessObject(builders.build_results_writer_role, "roles", RBAC_GROUP),
+    AccessObject(builders.build_results_writer_binding, "rolebindings", RBAC_GROUP, after="roles"),
 )
 
 

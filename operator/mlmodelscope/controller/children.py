@@ -2,16 +2,17 @@
 spec, mounted), the results ConfigMap (where the agent publishes), and with per-evaluation
 results access the agent's ServiceAccount, Role and RoleBinding (:mod:`.agent_access`).
 
-They are created at once (:class:`.runtime.fanout.Fanout`), except the RoleBinding, which
-waits for its Role: an operator without ``bind`` may bind only a Role whose permissions the
-API server can see it holds, and a Role not yet created answers 404. The Job waits for all of
-them, since a pod whose ServiceAccount is missing is refused. An object that already exists
-is read: one that belongs to another object (an earlier evaluation of the same name, not yet
-garbage-collected) is never adopted, and a ConfigMap of another generation is made current.
+They are created at once (:class:`.runtime.fanout.Fanout`), except one that waits for the
+object its ``after`` names, as declared beside the objects (the RoleBinding for its Role:
+:attr:`.agent_access.AccessObject.after`). The Job waits for all of them, since a pod whose
+ServiceAccount is missing is refused. An object that already exists is read: one that belongs
+to another object (an earlier evaluation of the same name, not yet garbage-collected) is never
+adopted, and a ConfigMap of another generation is made current.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -41,12 +42,17 @@ class Child:
     """The API path it is created in."""
     body: dict[str, Any]
     refresh: Refresh
-    after_the_others: bool = False
-    """Created once the others exist (the RoleBinding, after its Role)."""
+    after: str | None = None
+    """The :attr:`resource` of another child it is created after."""
 
     @property
     def path(self) -> str:
         return f"{self.collection}/{self.body['metadata']['name']}"
+
+    @property
+    def resource(self) -> str:
+        """Its collection's resource (plural): ``configmaps``, ``roles``, ..."""
+        return self.collection.rsplit("/", 1)[-1]
 
 
 def wanted(ctx: Context, evaluation: ModelEvaluation) -> list[Child]:
@@ -63,24 +69,43 @@ def wanted(ctx: Context, evaluation: ModelEvaluation) -> list[Child]:
     if ctx.settings.results_access == PER_EVALUATION:
         children += [
             Child(
-                agent_access.api_path(namespace, plural, group),
-                build(evaluation),
+                agent_access.api_path(namespace, access.plural, access.group),
+                access.build(evaluation),
                 Refresh.NONE,
-                after_the_others=plural == "rolebindings",
+                after=access.after,
             )
-            for build, plural, group in agent_access.OBJECTS
+            for access in agent_access.OBJECTS
         ]
     return children
 
 
+def waves(children: Sequence[Child]) -> list[list[Child]]:
+    """``children`` in the order they can be created: each wave holds those whose ``after``
+    an earlier wave created. Raises ValueError for one that waits for no child there."""
+    ordered: list[list[Child]] = []
+    created: set[str] = set()
+    left = list(children)
+    while left:
+        wave: list[Child] = []
+        later: list[Child] = []
+        for child in left:
+            (wave if child.after is None or child.after in created else later).append(child)
+        if not wave:
+            waiting = ", ".join(f"{c.resource} after {c.after}" for c in later)
+            raise ValueError(f"children that wait for none of the others: {waiting}")
+        ordered.append(wave)
+        created.update(c.resource for c in wave)
+        left = later
+    return ordered
+
+
 def ensure(ctx: Context, evaluation: ModelEvaluation) -> dict[str, Any] | None:
-    """Create the children that are missing, all at once, and make the existing ones current.
-    Returns the results ConfigMap as it now is, or None when it was created just now (empty).
-    Raises ForeignChildError while one of them belongs to another object."""
-    children = wanted(ctx, evaluation)
+    """Create the children that are missing, at once wave by wave (:func:`waves`), and make
+    the existing ones current. Returns the results ConfigMap as it now is, or None when it was
+    created just now (empty). Raises ForeignChildError while one of them belongs to another
+    object."""
     results: dict[str, Any] | None = None
-    for wave in (False, True):
-        batch = [c for c in children if c.after_the_others is wave]
+    for batch in waves(wanted(ctx, evaluation)):
         created = ctx.fanout.map(lambda c: ctx.kube.create_if_absent(c.collection, c.body), batch)
         for child, was_created in zip(batch, created, strict=True):
             if was_created:
