@@ -6,7 +6,7 @@
 # or by hand, from the repository root:
 #
 #   docker build -f images/agent.Dockerfile \
-#     --build-arg EXTRAS=onnxruntime,datasets,tasks,opencv,kube,telemetry,s3,loadgen \
+#     --build-arg EXTRAS=onnxruntime,datasets,tasks,opencv,parquet,kube,telemetry,s3,loadgen \
 #     --build-arg MLMS_IMAGE=ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu \
 #     -t ghcr.io/mlmodelscope/agent-onnxruntime:0.1.0-cpu .
 #
@@ -41,7 +41,7 @@ RUN if ! command -v python3 >/dev/null; then \
 # A virtual environment at /opt/venv with the project and one framework's extra, resolved
 # against constraints.txt (the versions CI tests) plus images/constraints-images.txt (GPU builds).
 FROM base AS builder
-ARG EXTRAS=onnxruntime,datasets,tasks,opencv,kube,telemetry,s3,loadgen
+ARG EXTRAS=onnxruntime,datasets,tasks,opencv,parquet,kube,telemetry,s3,loadgen
 # An extra package index, e.g. https://download.pytorch.org/whl/cpu for CPU-only PyTorch wheels.
 ARG EXTRA_INDEX_URL=""
 # hadolint ignore=DL3008
@@ -81,7 +81,7 @@ RUN --mount=type=secret,id=ca \
 
 # ------------------------------------------------------------------------ runtime
 FROM base AS runtime
-ARG EXTRAS=onnxruntime,datasets,tasks,opencv,kube,telemetry,s3,loadgen
+ARG EXTRAS=onnxruntime,datasets,tasks,opencv,parquet,kube,telemetry,s3,loadgen
 ARG MLMS_IMAGE=""
 ARG VERSION=0.1.0
 ARG REVISION=unknown

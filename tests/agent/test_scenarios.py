@@ -553,10 +553,55 @@ def test_repetitions_get_a_spread_of_their_own_figures() -> None:
     assert m.to_dict()["spread"]["repetitions"] == 3
 
 
+def test_repetitions_the_time_limit_cut_make_the_summary_invalid() -> None:
+    """The first repetition is valid, but the time limit ends the sequence during the second
+    (two 20 ms windows each): the summary says how many of the repetitions asked for ran,
+    and is INVALID."""
+    clock = VirtualClock()
+    sc = scenario(warmup=0, repetitions=3, minQueryCount=5, minDuration="20ms")
+    m = run(sc, PerWindowSUT([MS] * 6, clock), clock=clock, time_limit_s=0.045)
+    assert len(m.repetitions) < 3
+    assert m.repetitions[0].verdict.valid
+    assert not m.verdict.valid
+    assert f"time limit: {len(m.repetitions)} of 3 repetitions ran" in m.verdict.reasons
+    clock = VirtualClock()
+    alone = run(sc, PerWindowSUT([MS] * 2, clock), clock=clock, repetition=1)
+    assert alone.verdict.valid  # one repetition asked for, one ran
+
+
 def test_one_repetition_has_no_spread() -> None:
     m = run(scenario(warmup=0), NullBackend())
     assert m.spread is None
     assert "spread" not in m.to_dict()
+
+
+def test_one_repetition_of_several_runs_alone_as_in_the_sequence() -> None:
+    """What a fresh process runs: only the repetition asked for, its Server arrivals drawn
+    from its own index's seed, so alone it measures what it measures in the sequence."""
+    sc = scenario(type="Server", targetQPS=2000, repetitions=3, minQueryCount=30, warmup=0)
+    clock = VirtualClock()
+    sequence = run(sc, Sleepy(MS // 2, clock=clock), clock=clock)
+    clock = VirtualClock()
+    alone = run(sc, Sleepy(MS // 2, clock=clock), clock=clock, repetition=2)
+    assert [r.repetition for r in alone.repetitions] == [2] and alone.spread is None
+    assert np.array_equal(alone.latencies_ns, sequence.repetitions[2].latencies_ns)
+    assert not np.array_equal(alone.latencies_ns, sequence.repetitions[0].latencies_ns)
+
+
+def test_repetitions_run_apart_summarize_as_those_run_together() -> None:
+    clock = VirtualClock()
+    sc = scenario(warmup=0, repetitions=3, minQueryCount=5, minDuration="20ms", seed=4)
+    windows = [3 * MS, 3 * MS, MS, MS, 2 * MS, 2 * MS]
+    together = run(sc, PerWindowSUT(windows, clock), clock=clock)
+    apart = []
+    for r in range(3):
+        clock = VirtualClock()
+        sut = PerWindowSUT(windows[2 * r : 2 * r + 2], clock)
+        apart.append(run(sc, sut, clock=clock, repetition=r).repetitions[0])
+    summary = scenarios.summarize_repetitions(sc, apart)
+    assert summary.repetition == together.repetition == 2
+    assert summary.repetitions == tuple(apart)
+    assert summary.spread == together.spread
 
 
 # ---------------------------------------------------------------------------------- harness

@@ -4,6 +4,8 @@ clear error naming the file (or a counted skip where the caller allows one)."""
 from __future__ import annotations
 
 import json
+import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from mlmodelscope.agent.tasks.data import (
     load_pairs,
     load_text,
 )
+
+ROOT = Path(__file__).parents[2]
 
 
 def coco_folder(tmp_path: Path) -> tuple[Path, Path, dict[str, Any]]:
@@ -219,9 +223,147 @@ def test_text_rows_keep_file_order_and_string_labels_become_sorted_indices(
     jsonl.write_text('{"text": "a", "label": 1}\n{broken\n')
     with pytest.raises(DatasetError, match=r"reviews\.jsonl: line 2 is not JSON"):
         load_text(jsonl)
-    with pytest.raises(DatasetError, match=r"reviews\.txt: expected a \.jsonl or \.csv file"):
+    with pytest.raises(
+        DatasetError, match=r"reviews\.txt: expected a \.jsonl, \.csv or \.parquet file"
+    ):
         (tmp_path / "reviews.txt").write_text("x")
         load_text(tmp_path / "reviews.txt")
+
+
+REVIEWS = [
+    {"text": "good", "label": "pos", "stars": 5},
+    {"text": "bad", "label": "neg", "stars": 1},
+    {"text": "fine, really", "label": "pos", "stars": 4},
+    {"text": "meh", "label": "mid", "stars": 3},
+]
+
+
+def write_parquet(path: Path, columns: dict[str, Any], row_group_size: int | None = None) -> Path:
+    pa = pytest.importorskip("pyarrow", reason="pip install 'mlmodelscope[parquet]'")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), path, row_group_size=row_group_size)
+    return path
+
+
+def test_parquet_rows_are_the_same_samples_as_the_same_rows_in_jsonl(tmp_path: Path) -> None:
+    """String and integer labels, the default and named fields, and the limit: a Parquet file
+    gives exactly what the same rows in a JSONL file give, in file order, whatever its row
+    groups."""
+    jsonl = tmp_path / "reviews.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in REVIEWS))
+    columns = {key: [r[key] for r in REVIEWS] for key in ("stars", "text", "label")}
+    for groups in (None, 1, 3):
+        parquet = write_parquet(tmp_path / f"reviews-{groups}.parquet", columns, groups)
+        for fields in ({}, {"label_field": "stars"}):
+            for limit in (None, 1, 3, 4, 10):
+                want = load_text(jsonl, limit=limit, **fields)
+                assert load_text(parquet, limit=limit, **fields) == want, (groups, fields, limit)
+    data = load_text(tmp_path / "reviews-1.parquet")
+    assert data.texts == ("good", "bad", "fine, really", "meh") and data.labels == (2, 1, 2, 0)
+    assert data.class_names == ("mid", "neg", "pos")
+    assert load_text(tmp_path / "reviews-1.parquet", label_field="stars").labels == (5, 1, 4, 3)
+
+
+def test_parquet_limit_cuts_before_the_rows_are_checked_and_reads_no_further(
+    tmp_path: Path,
+) -> None:
+    """As for JSONL: a bad row past the limit is no error. Past the limit nothing is read: a
+    file whose third row group is garbage reads with a limit of 2 and fails without one."""
+    parquet = write_parquet(
+        tmp_path / "reviews.parquet", {"text": ["a", "b", None], "label": [1, 0, None]}, 1
+    )
+    jsonl = tmp_path / "reviews.jsonl"
+    jsonl.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n{"text": "c"}\n')
+    assert load_text(parquet, limit=2) == load_text(jsonl, limit=2)
+    assert load_text(parquet, limit=2).texts == ("a", "b")
+    with pytest.raises(DatasetError, match=r"reviews\.parquet: row 3: 'text' is null"):
+        load_text(parquet)
+
+    import pyarrow.parquet as pq
+
+    good = write_parquet(
+        tmp_path / "broken.parquet", {"text": ["a", "b", "c"], "label": [1, 0, 1]}, 1
+    )
+    body = bytearray(good.read_bytes())
+    third = pq.ParquetFile(good).metadata.row_group(2)
+    for column in range(third.num_columns):
+        chunk = third.column(column)
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        body[start : start + chunk.total_compressed_size] = b"\xab" * chunk.total_compressed_size
+    good.write_bytes(bytes(body))
+    assert load_text(good, limit=2).texts == ("a", "b")
+    with pytest.raises(DatasetError, match=r"broken\.parquet: not a readable Parquet file \(.+\)"):
+        load_text(good)
+
+
+@pytest.mark.parametrize(
+    "columns,words",
+    [
+        ({"body": ["a"], "label": [1]}, "no column 'text'; its columns are body, label"),
+        ({"text": ["a"], "stars": [1]}, "no column 'label'; its columns are text, stars"),
+        ({"body": ["a"], "y": [1]}, "no column 'text' or 'label'; its columns are body, y"),
+        ({"text": ["a", "b"], "label": [1, None]}, "row 2: 'label' is null"),
+        ({"text": ["a", "b"], "label": ["x", None]}, "row 2: 'label' is null"),
+        ({"text": ["a", "b"], "label": [1.0, 1.5]}, "row 1: 'label' is float 1.0, not an integer"),
+        ({"text": ["a", "b"], "label": [True, False]}, "row 1: 'label' is bool True, not an"),
+        ({"text": ["a", None], "label": [1, 2]}, "row 2: 'text' is null"),
+        ({"text": [3, 4], "label": [1, 2]}, "row 1: 'text' is int 3, not a string"),
+        ({"text": [b"a" * 500], "label": [1]}, "row 1: 'text' is bytes b'aaaaaa"),
+        ({"text": [["a"]], "label": [1]}, "row 1: 'text' is list ['a'], not a string"),
+    ],
+)
+def test_a_hostile_parquet_file_is_an_error_naming_the_file_and_the_row_or_column(
+    tmp_path: Path, columns: dict[str, Any], words: str
+) -> None:
+    parquet = write_parquet(tmp_path / "reviews.parquet", columns)
+    with pytest.raises(DatasetError) as caught:
+        load_text(parquet)
+    message = str(caught.value)
+    assert message.startswith(f"{parquet}: ") and words in message, message
+    assert len(message) < 200, message  # a long value is abbreviated, never dumped
+
+
+def test_a_file_that_is_not_parquet_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    good = write_parquet(tmp_path / "good.parquet", {"text": ["a", "b"], "label": [0, 1]}, 1)
+    body = good.read_bytes()
+    cases = {
+        "json.parquet": b'{"text": "a", "label": 1}\n',
+        "empty.parquet": b"",
+        "cut.parquet": body[: len(body) // 2] + body[-8:],  # footer kept, pages cut
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DatasetError, match=rf"{name}: not a readable Parquet file \(.+\)"):
+            load_text(tmp_path / name)
+    (tmp_path / "folder.parquet").mkdir()
+    with pytest.raises(DatasetError, match=r"folder\.parquet: not a readable Parquet file"):
+        load_text(tmp_path / "folder.parquet")
+    with pytest.raises(DatasetError, match=r"absent\.parquet: no such file"):
+        load_text(tmp_path / "absent.parquet")
+    empty = write_parquet(tmp_path / "none.parquet", {"text": [], "label": []})
+    with pytest.raises(DatasetError, match=r"none\.parquet: no rows"):
+        load_text(empty)
+
+
+def test_without_pyarrow_a_parquet_file_names_the_extra_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parquet = write_parquet(tmp_path / "reviews.parquet", {"text": ["a"], "label": [1]})
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # what an absent package imports as
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(DatasetError) as caught:
+        load_text(parquet)
+    assert str(caught.value) == (
+        f"{parquet}: reading Parquet needs pyarrow; install the parquet extra "
+        "(pip install 'mlmodelscope[parquet]')"
+    )
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert [r.split(">")[0] for r in extras["parquet"]] == ["pyarrow"]
+    [everything] = extras["all"]  # what the dev environment (hack/test.sh) installs
+    assert "parquet" in everything.removeprefix("mlmodelscope[").removesuffix("]").split(",")
 
 
 def test_rendered_shapes_read_back_as_coco_and_masks_and_score_perfectly_against_themselves(

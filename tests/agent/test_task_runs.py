@@ -275,6 +275,34 @@ def test_a_malformed_text_file_names_its_line(models: Path, tmp_path: Path) -> N
     assert error["field"] == "spec.dataset.path" and "line 2 is not JSON" in error["message"]
 
 
+def test_the_text_file_as_parquet_gives_the_same_evaluation(models: Path, tmp_path: Path) -> None:
+    """eval.jsonl's rows written as Parquet (string labels, three row groups, a column the
+    run ignores): the same samples, so the same metrics and truncation."""
+    pa = pytest.importorskip("pyarrow", reason="pip install 'mlmodelscope[parquet]'")
+    import pyarrow.parquet as pq
+
+    rows = [json.loads(line) for line in (models / "text" / "eval.jsonl").read_text().splitlines()]
+    parquet = tmp_path / "eval.parquet"
+    columns = {
+        "id": list(range(len(rows))),
+        "text": [r["text"] for r in rows],
+        "label": [r["label"] for r in rows],
+    }
+    pq.write_table(pa.table(columns), parquet, row_group_size=150)
+    want = run(example("text-classification", models), tmp_path)
+    doc = example("text-classification", models)
+    doc["spec"]["dataset"]["path"] = str(parquet)
+    got = run(doc, tmp_path)
+    timings = ("metrics_s", "postprocessing_per_sample_s")
+    same = {k: v for k, v in got["task"].items() if k not in timings}
+    assert same == {k: v for k, v in want["task"].items() if k not in timings}
+    assert got["task"]["metrics"]["accuracy"] > 0.9
+    assert got["dataset"]["samples"] == want["dataset"]["samples"] == len(rows)
+    assert got["dataset"]["labelled"] and got["dataset"]["type"] == "text"
+    assert got["dataset"]["truncated"] == want["dataset"]["truncated"] > 0
+    assert got["dataset"]["name"] == f"text:{parquet}"
+
+
 def test_the_docs_commands_run_the_examples_as_written(models: Path) -> None:
     """docs/tasks.md's commands, from the repository root, with the build link it makes."""
     import subprocess

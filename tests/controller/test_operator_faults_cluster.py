@@ -63,16 +63,15 @@ def patch_status(cluster: Cluster, namespace: str, name: str, patch: dict[str, A
 def test_a_job_the_api_server_rejects_ends_failed_with_its_message(
     cluster: Cluster, namespace: str, kube: Kube, operator: OperatorProcess, digits_onnx: Path
 ) -> None:
-    """A spec the CRD accepts but whose Job the API server refuses (a nodeSelector value that
-    is no label value): Failed/JobRejected with the server's words, never Pending/JobCreated."""
-    manifest = evaluation(
-        "rejected", digits_onnx, hardware={"nodeSelector": {"mlmodelscope.io/pool": "a b!"}}
-    )
+    """A spec the CRD accepts but whose Job the API server refuses (a CPU request above the CPU
+    limit): Failed/JobRejected with the server's words, never Pending/JobCreated."""
+    resources = {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}
+    manifest = evaluation("rejected", digits_onnx, hardware={"resources": resources})
     apply(cluster, namespace, manifest)
     ev = wait_phase(kube, namespace, "rejected", ("Failed", "Succeeded"), 60)
     failed = condition(ev, "Failed")
     assert failed["reason"] == "JobRejected", failed
-    assert "nodeSelector" in failed["message"] and "a b!" in failed["message"], failed
+    assert "resources.requests" in failed["message"] and "cpu limit" in failed["message"], failed
     assert "jobName" not in ev["status"]
     assert "JobCreated" not in reasons(kube, namespace, "rejected")
     assert events_with(kube, namespace, "rejected", "JobRejected")

@@ -287,6 +287,7 @@ def test_agent_target_installs_its_framework_extra(framework: str, device: str) 
     assert "loadgen" in extras  # scenario.driver: loadgen works in every agent image
     assert "tasks" in extras  # detection, segmentation, text, image to image (docs/tasks.md)
     assert "opencv" in extras  # decode.library: opencv (docs/tasks.md, Pitfall P1)
+    assert "parquet" in extras  # Parquet text datasets (docs/tasks.md)
     assert "kube" in extras  # the agent writes its results ConfigMap through the API server
     assert ("gpu" in extras) == (device == "gpu")
     if device == "gpu":

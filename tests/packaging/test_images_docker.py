@@ -151,11 +151,12 @@ def test_image_runs_as_65532_on_a_read_only_root(
 
 
 TASK_IMPORTS = (
-    "import cv2, kubernetes.client, pycocotools.cocoeval, skimage.metrics, sklearn.metrics, "
-    "tokenizers; print(cv2.__version__, tokenizers.__version__)"
+    "import cv2, kubernetes.client, pycocotools.cocoeval, pyarrow.parquet, skimage.metrics, "
+    "sklearn.metrics, tokenizers; print(cv2.__version__, tokenizers.__version__)"
 )
-"""The libraries of the task metrics (the tasks extra), of decode.library: opencv, and the
-Kubernetes client the agent writes its results ConfigMap with (the kube extra)."""
+"""The libraries of the task metrics (the tasks extra), of decode.library: opencv, of Parquet
+text datasets (the parquet extra), and the Kubernetes client the agent writes its results
+ConfigMap with (the kube extra)."""
 
 
 @pytest.mark.docker

@@ -99,8 +99,15 @@ FIXED = [
     (("spec", "postprocessing", 0, "softmax", "axis"), 99),
     (("spec", "hardware", "tolerations", 0, "tolerationSeconds"), 60),
     (("spec", "hardware", "gpus"), True),
+    (("spec", "hardware", "nodeSelector"), {"Bad Key!": "gpu"}),
+    (("spec", "hardware", "nodeSelector"), {"a" * 254 + "/pool": "gpu"}),
+    (("spec", "hardware", "nodeSelector", "pool"), "a b!"),
+    (("spec", "hardware", "tolerations", 0, "key"), "nvidia.com/gpu product"),
+    (("spec", "hardware", "tolerations", 0, "key"), ""),
+    (("spec", "hardware", "tolerations", 0, "value"), "-v"),
 ]
-"""The values this issue's fixes made the models refuse: the CRD refuses them the same way."""
+"""The values this issue's fixes made the models refuse (issue 15; the label syntax of
+nodeSelector and tolerations, issue 32): the CRD refuses them the same way."""
 
 
 def test_the_api_server_refuses_what_the_hostile_input_fixes_refuse(

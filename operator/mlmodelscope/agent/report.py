@@ -111,11 +111,12 @@ def spread_lines(outcomes: Sequence[RunOutcome]) -> list[str]:
         for m in outcome.document.get("measurements", []):
             spread = m.get("spread")
             if spread:
-                lines.append(f"{name} batch {m['batch_size']}: {_spread_text(spread)}")
+                fresh = m.get("repetition_process") == "fresh"
+                lines.append(f"{name} batch {m['batch_size']}: {_spread_text(spread, fresh)}")
     return lines
 
 
-def _spread_text(spread: dict[str, Any]) -> str:
+def _spread_text(spread: dict[str, Any], fresh: bool) -> str:
     figures = ", ".join(
         (
             _interval("p50", spread["p50_s"], 1e3, "ms", ".3f"),
@@ -123,11 +124,11 @@ def _spread_text(spread: dict[str, Any]) -> str:
             _interval("", spread["throughput_samples_per_s"], 1.0, "samples/s", ".0f"),
         )
     )
-    count = spread["repetitions"]
+    count = f"{spread['repetitions']} repetitions" + (", each in a fresh process" if fresh else "")
     if spread["note"]:
-        return f"{figures}; mean of {count} repetitions, {spread['note']}"
+        return f"{figures}; mean of {count}, {spread['note']}"
     level, method = spread["confidence_level"], spread["method"]
-    return f"{figures}; mean and {level:.0%} interval over {count} repetitions (bootstrap {method})"
+    return f"{figures}; mean and {level:.0%} interval over {count} (bootstrap {method})"
 
 
 def _interval(label: str, figure: dict[str, Any], scale: float, unit: str, fmt: str) -> str:

@@ -322,6 +322,24 @@ class ServerDetails:
         }
 
 
+@dataclass(frozen=True)
+class ProcessInfo:
+    """The fresh process one repetition ran in (``repetitionProcess: fresh``): its id, and how
+    long importing the framework and loading the model took there. Both came before its
+    warm-up, so neither is in a timed window."""
+
+    pid: int
+    framework_import_s: float
+    model_load_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "framework_import_s": self.framework_import_s,
+            "model_load_s": self.model_load_s,
+        }
+
+
 @dataclass(frozen=True, eq=False)
 class Measurement:
     """One repetition of one scenario at one batch size: the final window's full data.
@@ -368,6 +386,8 @@ class Measurement:
     them and its bootstrap interval."""
     energy: WindowEnergy | None = None
     """The final window's energy, when ``run_scenario`` was given a meter."""
+    process: ProcessInfo | None = None
+    """The fresh process this repetition ran in; None when it ran in the caller's."""
 
     def figures(self) -> RepetitionFigures:
         """This repetition's headline figures; p50 and p99 from the full latency array, so
@@ -414,6 +434,8 @@ class Measurement:
             doc["spread"] = self.spread.to_dict()
         if self.energy is not None:
             doc["energy"] = self.energy.to_dict()
+        if self.process is not None:
+            doc["process"] = self.process.to_dict()
         if include_raw:
             doc["raw"] = {
                 "latencies_ns": self.latencies_ns.tolist(),
@@ -958,6 +980,28 @@ def select_median(measurements: Sequence[Measurement], by_throughput: bool) -> i
     return order[len(order) // 2]
 
 
+def summarize_repetitions(
+    scenario: Scenario, reps: Sequence[Measurement], asked: int | None = None
+) -> Measurement:
+    """The median repetition, with every repetition in ``repetitions`` and, for two or more,
+    their ``spread``: one summary whether the repetitions ran in one process or in several.
+    Fewer repetitions than ``asked`` (default: the scenario's; the time limit ended them) make
+    the summary INVALID, saying how many ran."""
+    chosen = select_median(reps, by_throughput=scenario.type == ScenarioType.OFFLINE)
+    median = reps[chosen]
+    verdict = median.verdict
+    wanted = scenario.repetitions if asked is None else asked
+    if len(reps) < wanted:
+        short = f"time limit: {len(reps)} of {wanted} repetitions ran"
+        verdict = Verdict.from_reasons((*verdict.reasons, short))
+    return replace(
+        median,
+        verdict=verdict,
+        repetitions=tuple(reps),
+        spread=spread_of([r.figures() for r in reps], Bootstrap(seed=scenario.seed)),
+    )
+
+
 def run_scenario(
     scenario: Scenario,
     sut: SystemUnderTest,
@@ -970,17 +1014,20 @@ def run_scenario(
     pause_gc: bool = True,
     sleep: Callable[[float], None] = time.sleep,
     meter: EnergyMeter | None = None,
+    repetition: int | None = None,
 ) -> Measurement:
     """Measure ``sut`` under ``scenario`` at the ring's batch size; returns the median repetition
     with every repetition in ``repetitions`` and, for two or more, their ``spread``.
 
     Order: one warm-up, then (Server 'auto') the peak-QPS search, then ``scenario.repetitions``
-    repetitions, each repeating windows until stable. ``time_limit_s`` bounds the measurement
-    (a window stopped by it is reported too few / too short, never silently shortened);
-    ``search_budget_s`` bounds the search (default: max(10 s, 10 x minDuration)). ``clock`` and
-    ``sleep`` must share one time base (tests pass a virtual clock and its sleep to simulate
-    exactly). ``meter``: its counters are read right before and right after every timed
-    window, and each measurement carries its final window's ``energy``.
+    repetitions, each repeating windows until stable; with ``repetition`` only that one (what
+    a fresh process runs; its index seeds its Server arrivals as in the full sequence).
+    ``time_limit_s`` bounds the measurement (a window stopped by it is reported too few / too
+    short, never silently shortened); ``search_budget_s`` bounds the search (default:
+    max(10 s, 10 x minDuration)). ``clock`` and ``sleep`` must share one time base (tests pass
+    a virtual clock and its sleep to simulate exactly). ``meter``: its counters are read right
+    before and right after every timed window, and each measurement carries its final
+    window's ``energy``.
     """
     _check_ring(scenario, ring)
     plan = _Plan.of(scenario)
@@ -1012,20 +1059,17 @@ def run_scenario(
                 budget = max(10.0, 10 * plan.min_duration_ns / 1e9)
             qps, upper, trials = runner.search(budget)
             extra = (upper, trials)
+        indices = range(scenario.repetitions) if repetition is None else (repetition,)
         reps: list[Measurement] = []
-        for r in range(scenario.repetitions):
-            if r:
+        for r in indices:
+            if reps:
                 gc.collect(1)
             reps.append(runner.repetition(r, qps, warmup, extra))
             if clock() >= deadline:
                 break
-    chosen = select_median(reps, by_throughput=scenario.type == ScenarioType.OFFLINE)
-    summary = reps[chosen]
     first = runner.first_window
     return replace(
-        summary,
-        repetitions=tuple(reps),
-        spread=spread_of([r.figures() for r in reps], Bootstrap(seed=scenario.seed)),
+        summarize_repetitions(scenario, reps, asked=len(indices)),
         first_window_start_ns=None if first is None else first.start_ns,
         first_query_latency_ns=None
         if first is None or not first.queries

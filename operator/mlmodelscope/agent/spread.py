@@ -2,8 +2,10 @@
 and a bootstrap confidence interval of that mean (``scipy.stats.bootstrap``).
 
 Pure functions over one small record per repetition, so the interval can be recomputed from
-the result document alone. The repetitions share one process (one warm-up, one loaded
-model): the interval covers variation between repetitions, not between process start-ups.
+the result document alone. By default the repetitions share one process (one warm-up, one
+loaded model): the interval covers variation between repetitions, not between process
+start-ups; with ``repetitionProcess: fresh`` each repetition has a process of its own and the
+interval covers start-up state too.
 """
 
 from __future__ import annotations

@@ -37,13 +37,19 @@ from mlmodelscope.contract.result import (
     TaskResult,
 )
 from mlmodelscope.spec import LoadedEvaluation, SpecError
-from mlmodelscope.spec.evaluation import DatasetType, EvaluationSpec, ScenarioDriver, TaskType
+from mlmodelscope.spec.evaluation import (
+    DatasetType,
+    EvaluationSpec,
+    RepetitionProcess,
+    ScenarioDriver,
+    TaskType,
+)
 
 if TYPE_CHECKING:
     from mlmodelscope.agent.datasets import Samples
     from mlmodelscope.agent.energy import EnergyMeter
     from mlmodelscope.agent.processing import Postprocessor, Preprocessor
-    from mlmodelscope.agent.scenarios import BackendSUT, BatchRing
+    from mlmodelscope.agent.scenarios import BackendSUT, BatchRing, Measurement
 
 AGENT_MODULES = ("datasets", "energy", "processing", "scenarios", "sources", "stats")
 """The agent modules the stages import when the run starts (see :func:`import_agent`)."""
@@ -231,6 +237,8 @@ class LoadedModel:
 
     backend: Backend
     section: BackendInfo
+    path: Path
+    """The file it was loaded from (a fresh process per repetition loads it again)."""
 
 
 def load_model(run: Run, model: ModelFile) -> LoadedModel:
@@ -251,7 +259,7 @@ def load_model(run: Run, model: ModelFile) -> LoadedModel:
         device=info.device,
         details=dict(info.details),
     )
-    return LoadedModel(backend, section)
+    return LoadedModel(backend, section, model.path)
 
 
 def check_framework_version(spec: EvaluationSpec, installed: str) -> None:
@@ -352,6 +360,7 @@ class Bench:
     loadgen: bool
     output: Path | None
     include_raw: bool
+    model_path: Path
 
 
 def set_up_bench(
@@ -385,6 +394,7 @@ def set_up_bench(
         loadgen,
         output,
         include_raw,
+        model.path,
     )
 
 
@@ -420,25 +430,31 @@ class BatchMeasurement:
 def measure_batch(
     run: Run, bench: Bench, plan: BatchPlan, *, with_startup: bool
 ) -> BatchMeasurement:
-    """Time ``plan``'s queries under the spec's scenario, warm-up excluded, untraced."""
+    """Time ``plan``'s queries under the spec's scenario, warm-up excluded, untraced. With
+    ``repetitionProcess: fresh`` each repetition runs in its own process, and no query is
+    timed in this one: the document has no ``startup`` then."""
     if bench.loadgen:
         return BatchMeasurement(_loadgen_measurement(run, bench, plan))
     from mlmodelscope.agent.scenarios import measure_harness_overhead, run_scenario
 
     scenario = run.spec.scenario
+    fresh = scenario.repetition_process == RepetitionProcess.FRESH
     overhead = measure_harness_overhead(scenario.type, plan.ring)
     setup_done = time.perf_counter_ns()
-    with bench.backend.measuring():
-        measurement = run_scenario(
-            scenario,
-            bench.sut,
-            plan.ring,
-            progress=run.report.progress,
-            time_limit_s=plan.time_left_s,
-            meter=bench.meter,
-        )
+    if fresh:
+        measurement = _fresh_measurement(run, bench, plan)
+    else:
+        with bench.backend.measuring():
+            measurement = run_scenario(
+                scenario,
+                bench.sut,
+                plan.ring,
+                progress=run.report.progress,
+                time_limit_s=plan.time_left_s,
+                meter=bench.meter,
+            )
     startup = None
-    if with_startup and measurement.first_window_start_ns:
+    if with_startup and not fresh and measurement.first_window_start_ns:
         startup = StartupInfo.model_validate(
             run.startup.document(
                 warmup_ns=setup_done,
@@ -447,10 +463,27 @@ def measure_batch(
                 warmup_queries=measurement.warmup_queries,
             )
         )
-    entry: dict[str, Any] = {"driver": "builtin"}
+    entry: dict[str, Any] = {
+        "driver": "builtin",
+        "repetition_process": (RepetitionProcess.FRESH if fresh else RepetitionProcess.SAME).value,
+    }
     entry.update(measurement.to_dict(include_raw=bench.include_raw))
     entry["harness_overhead"] = overhead.to_dict()
     return BatchMeasurement(entry, startup)
+
+
+def _fresh_measurement(run: Run, bench: Bench, plan: BatchPlan) -> Measurement:
+    """``plan``'s repetitions, each in a fresh process that loads the model again."""
+    from mlmodelscope.agent.fresh_repetitions import RepetitionJob, measure_fresh
+
+    job = RepetitionJob(
+        spec=run.spec,
+        model_path=bench.model_path,
+        base_dir=run.loaded.base_dir,
+        ring=plan.ring,
+        deadline=bench.deadline,
+    )
+    return measure_fresh(job, progress=run.report.progress)
 
 
 def _loadgen_measurement(run: Run, bench: Bench, plan: BatchPlan) -> dict[str, Any]:

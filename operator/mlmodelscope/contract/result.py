@@ -543,8 +543,10 @@ class FigureInterval(ContractModel):
 class Spread(ContractModel):
     """Each headline figure over a measurement's repetitions (two or more; one repetition has
     no spread, never a made-up interval): the mean over them and a bootstrap confidence
-    interval of that mean, drawn by ``scipy.stats.bootstrap``. The repetitions ran in one
-    process after one warm-up, so the interval does not cover start-up variation."""
+    interval of that mean, drawn by ``scipy.stats.bootstrap``. With ``repetition_process``
+    same the repetitions ran in one process after one warm-up, so the interval does not cover
+    start-up variation; with fresh each ran in its own process after its own model load and
+    warm-up, so it does."""
 
     repetitions: Annotated[int, Field(ge=2)]
     statistic: Literal["mean"]
@@ -561,6 +563,15 @@ class Spread(ContractModel):
     """Every repetition's figures, in the order they ran."""
     note: str | None = None
     """Why the intervals are absent, when they are (scipy is not installed)."""
+
+
+class ProcessInfo(ContractModel):
+    """The fresh process one repetition ran in (``repetition_process`` fresh). Importing the
+    framework and loading the model there came before its warm-up: in no timed window."""
+
+    pid: Annotated[int, Field(ge=1)]
+    framework_import_s: Seconds
+    model_load_s: Seconds
 
 
 class EnergyResult(ContractModel):
@@ -625,6 +636,12 @@ class Measurement(ContractModel):
     verdict: Verdict
     repetition: Annotated[int, Field(ge=0)] | None = None
     repetitions: list[dict[str, Any]] | None = None
+    repetition_process: Literal["same", "fresh"] | None = None
+    """Driver builtin: whether the repetitions ran one after another in the agent's process
+    (same) or each in a fresh process (fresh; each entry of ``repetitions`` then says which
+    in ``process``). Absent in documents of older agents."""
+    process: ProcessInfo | None = None
+    """Fresh: the process the summarized (median) repetition ran in."""
     spread: Spread | None = None
     """With two repetitions or more: each headline figure's interval over them. The
     top-level figures stay those of the median repetition."""

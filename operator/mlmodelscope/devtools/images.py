@@ -96,8 +96,8 @@ SIZE_WAIVERS: Final = {
     ),
     "agent-onnxruntime-cpu": (
         "the datasets and tasks extras alone are over the target: scikit-learn with SciPy "
-        "about 200 MB, OpenCV 153 MB (decode.library: opencv), scikit-image 32 MB; ONNX "
-        "Runtime itself is 68 MB"
+        "about 200 MB, OpenCV 153 MB (decode.library: opencv), scikit-image 32 MB; pyarrow "
+        "(the parquet extra) 176 MB; ONNX Runtime itself is 68 MB"
     ),
     "agent-tensorflow-cpu": (
         "tensorflow-cpu 2.21 installs 1.29 GB by itself; with the datasets and tasks extras "

@@ -78,6 +78,8 @@ class Rule:
 
     ``field`` is the camelCase name the error points at, relative to the model the rule sits on;
     ``check`` receives the validated model and returns True when the constraint holds.
+    ``explain``, when set, words the local error for the model that fails, naming the value at
+    fault (a map key) where the CEL ``message``, a constant, can only describe it.
     """
 
     cel: str
@@ -85,6 +87,7 @@ class Rule:
     field: str
     check: Callable[[Any], bool]
     reason: str = "FieldValueInvalid"
+    explain: Callable[[Any], str] | None = None
 
 
 class SpecError(ValueError):
@@ -142,7 +145,8 @@ class SpecModel(BaseModel):
     def _enforce_rules(self) -> SpecModel:
         for rule in type(self).rules:
             if not rule.check(self):
-                raise SpecError(rule.field, rule.message)
+                message = rule.explain(self) if rule.explain else rule.message
+                raise SpecError(rule.field, message)
         return self
 
 

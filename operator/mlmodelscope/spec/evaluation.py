@@ -19,6 +19,15 @@ from mlmodelscope.spec.base import (
     parse_duration,
     quoted,
 )
+from mlmodelscope.spec.labels import (
+    LABEL_KEY_FIX,
+    LABEL_VALUE_PATTERN,
+    MAX_LABEL_KEY,
+    LabelValue,
+    is_label_key,
+    label_key_cel,
+    label_keys_rule,
+)
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 URI_PATTERN = r"^(file://|https?://|s3://|pvc://|/|\.{0,2}/?[A-Za-z0-9_])"
@@ -31,8 +40,6 @@ QUANTITY_PATTERN = (
 )
 """A non-negative Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity), e.g.
 '500m', '4Gi', '1.5', '1e3'."""
-LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-"""A Kubernetes label value (at most 63 characters): what a nodeSelector value must be."""
 MAX_JOB_SECONDS = 2**31 - 1
 """The Job's ttlSecondsAfterFinished is an int32: durations that become seconds of a Job field
 must fit in it (596523h is the largest whole number of hours that does)."""
@@ -164,6 +171,11 @@ class ScenarioType(StrEnum):
 class ScenarioDriver(StrEnum):
     BUILTIN = "builtin"
     LOADGEN = "loadgen"
+
+
+class RepetitionProcess(StrEnum):
+    SAME = "same"
+    FRESH = "fresh"
 
 
 LOADGEN_PERCENTILES: tuple[float, ...] = (50.0, 90.0, 95.0, 97.0, 99.0, 99.9)
@@ -571,9 +583,10 @@ class Dataset(SpecModel):
     type: DatasetType
     """digits (scikit-learn's bundled 8x8 digits, real labels), synthetic (seeded random
     tensors, performance only), imagefolder (class sub-folders of images), npz (arrays+labels),
-    masks (images and PNG masks of the same name, VOC style), text (.jsonl or .csv rows of a
-    text and a label, through a tokenizer), coco (an image folder and a COCO instances JSON),
-    pairs (input images and target images of the same name, for image-to-image)."""
+    masks (images and PNG masks of the same name, VOC style), text (.jsonl, .csv or .parquet
+    rows of a text and a label, through a tokenizer), coco (an image folder and a COCO
+    instances JSON), pairs (input images and target images of the same name, for
+    image-to-image)."""
 
     shape: Annotated[list[Dimension] | None, Field(min_length=1, max_length=8)] = None
     """synthetic: shape of one sample, without the batch dimension, e.g. [3, 224, 224]."""
@@ -588,7 +601,7 @@ class Dataset(SpecModel):
     path: Annotated[str | None, Field(max_length=2048)] = None
     """imagefolder: folder with one sub-folder of images per class (sorted names = classes);
     masks and coco: the folder of images; pairs: the folder of input images; text: the
-    .jsonl or .csv file."""
+    .jsonl, .csv or .parquet file (Parquet through pyarrow, the parquet extra)."""
 
     uri: Annotated[str | None, Field(max_length=2048, pattern=URI_PATTERN)] = None
     """npz: an .npz file holding 'x' (samples) and optionally 'y' (integer labels)."""
@@ -613,7 +626,7 @@ class Dataset(SpecModel):
     """text: tokens per sample; longer texts are truncated, shorter ones padded."""
 
     text_field: Annotated[str, Field(min_length=1, max_length=253)] = "text"
-    """text: the field (JSONL key or CSV column) holding the text."""
+    """text: the field (JSONL key, CSV or Parquet column) holding the text."""
 
     label_field: Annotated[str, Field(min_length=1, max_length=253)] = "label"
     """text: the field holding the label (integers, or strings numbered in sorted order)."""
@@ -644,7 +657,8 @@ class Dataset(SpecModel):
         Rule(
             cel="!(self.type in ['imagefolder', 'masks', 'pairs', 'text']) || has(self.path)",
             message="required when type is imagefolder (a folder with one sub-folder per "
-            "class), masks or pairs (the folder of images) or text (the .jsonl or .csv file)",
+            "class), masks or pairs (the folder of images) or text (the .jsonl, .csv or "
+            ".parquet file)",
             field="path",
             check=lambda m: (
                 m.type
@@ -854,9 +868,16 @@ class Scenario(SpecModel):
     """Latency percentiles to report (from the full distribution)."""
 
     repetitions: Annotated[StrictInt, Field(ge=1, le=100)] = 1
-    """Repetitions of each batch size's timed phase, in one process after one warm-up; all
-    are kept, the median one summarized, and with 2 or more each headline figure gets a
-    bootstrap interval over them (measurements[].spread)."""
+    """Repetitions of each batch size's timed phase (repetitionProcess says in which
+    process); all are kept, the median one summarized, and with 2 or more each headline
+    figure gets a bootstrap interval over them (measurements[].spread)."""
+
+    repetition_process: RepetitionProcess | None = None
+    """same (also when unset, so specs written before this field hash as they did): the
+    repetitions run one after another in the agent's process, after one warm-up. fresh: each
+    repetition runs in a new process that imports the framework, loads the model and warms
+    up before it (not timed), so the interval also covers start-up state; needs repetitions
+    2 or more and driver builtin."""
 
     seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
     """Seed for sample order, synthetic data and Server arrivals."""
@@ -887,6 +908,21 @@ class Scenario(SpecModel):
             message="driver loadgen runs one LoadGen test per batch size: set repetitions 1",
             field="repetitions",
             check=lambda m: not _is_loadgen(m) or m.repetitions == 1,
+        ),
+        Rule(
+            cel=_NOT_LOADGEN + "!has(self.repetitionProcess) || self.repetitionProcess != 'fresh'",
+            message="driver loadgen runs in the agent's process: remove repetitionProcess "
+            "or set driver builtin",
+            field="repetitionProcess",
+            check=lambda m: not _is_loadgen(m) or m.repetition_process != RepetitionProcess.FRESH,
+        ),
+        Rule(
+            cel="!has(self.repetitionProcess) || self.repetitionProcess != 'fresh' || "
+            "(has(self.repetitions) && self.repetitions >= 2)",
+            message="fresh starts a new process per repetition: set repetitions 2 or more, "
+            "or remove repetitionProcess",
+            field="repetitionProcess",
+            check=lambda m: m.repetition_process != RepetitionProcess.FRESH or m.repetitions >= 2,
         ),
         Rule(
             cel=_NOT_LOADGEN + "!has(self.latencyPercentiles) || "
@@ -991,18 +1027,34 @@ class Scenario(SpecModel):
 class Toleration(SpecModel):
     """A Kubernetes toleration (same fields as core/v1 Toleration)."""
 
-    key: Annotated[str | None, Field(max_length=316)] = None
-    """Taint key; empty with operator Exists matches every taint."""
+    key: Annotated[str | None, Field(max_length=MAX_LABEL_KEY)] = None
+    """Taint key, a label key such as nvidia.com/gpu; empty (only with operator Exists)
+    matches every taint."""
     operator: Literal["Exists", "Equal"] = "Equal"
     """Exists or Equal."""
-    value: Annotated[str | None, Field(max_length=63)] = None
-    """Taint value for operator Equal."""
+    value: LabelValue | None = None
+    """Taint value for operator Equal (a label value)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect to match; empty matches all."""
     toleration_seconds: Annotated[StrictInt | None, Field(ge=-INT64 - 1, le=INT64)] = None
     """For NoExecute: how long the pod stays bound after the taint appears."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"!has(self.key) || self.key == '' || ({label_key_cel('self.key')})",
+            message=f"must be a label key: {LABEL_KEY_FIX}",
+            field="key",
+            check=lambda m: not m.key or is_label_key(m.key),
+        ),
+        Rule(
+            cel="(has(self.key) && self.key != '') || "
+            "(has(self.operator) && self.operator == 'Exists')",
+            message="required unless operator is Exists (an empty key with operator Exists "
+            "tolerates every taint)",
+            field="key",
+            check=lambda m: bool(m.key) or m.operator == "Exists",
+            reason="FieldValueRequired",
+        ),
         Rule(
             cel="!has(self.value) || self.value == '' || "
             "!has(self.operator) || self.operator != 'Exists'",
@@ -1056,6 +1108,10 @@ class Resources(SpecModel):
     """Upper bounds; set limits equal to requests for Guaranteed QoS and steadier timings."""
 
 
+NODE_SELECTOR_KEYS: Final = label_keys_rule("nodeSelector", "node_selector")
+"""Every nodeSelector key is a label key (a sweep's template hardware checks it too)."""
+
+
 class Hardware(SpecModel):
     """Where the evaluation runs."""
 
@@ -1071,8 +1127,9 @@ class Hardware(SpecModel):
     """GPU model as GPU Feature Discovery labels it (nvidia.com/gpu.product), e.g.
     NVIDIA-A100-SXM4-80GB; the job is pinned to nodes with that label."""
 
-    node_selector: Annotated[dict[str, str], Field(max_length=64)] = {}
-    """Extra node labels the evaluation pod requires."""
+    node_selector: Annotated[dict[str, LabelValue], Field(max_length=64)] = {}
+    """Extra node labels the evaluation pod requires: label keys (e.g. mlmodelscope.io/pool)
+    and label values."""
 
     tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
     """Extra tolerations (the nvidia.com/gpu taint is tolerated automatically for gpu)."""
@@ -1084,6 +1141,7 @@ class Hardware(SpecModel):
     """RuntimeClass for the pod, e.g. 'nvidia' where the NVIDIA runtime is not the default."""
 
     rules: ClassVar[tuple[Rule, ...]] = (
+        NODE_SELECTOR_KEYS,
         Rule(
             cel="!has(self.gpus) || self.gpus == 0 || (has(self.device) && self.device == 'gpu')",
             message="gpus > 0 needs device: gpu",

@@ -36,6 +36,7 @@ from mlmodelscope.spec.document import (
 from mlmodelscope.spec.evaluation import (
     EXPORT_RULES,
     FORMATS_BY_FRAMEWORK,
+    NODE_SELECTOR_KEYS,
     Dataset,
     Device,
     FrameworkName,
@@ -301,9 +302,9 @@ class TemplateHardware(Hardware):
     """Where the children run (the fields of a ModelEvaluation's spec.hardware). device and
     gpuProduct are replaced by spec.matrix.hardware when set; cpu targets then use no GPUs."""
 
-    rules: ClassVar[tuple[Rule, ...]] = ()
-    """None here: device and gpus are checked on every child, where the hardware axis has
-    been applied."""
+    rules: ClassVar[tuple[Rule, ...]] = (NODE_SELECTOR_KEYS,)
+    """The nodeSelector's keys only: device and gpus are checked on every child, where the
+    hardware axis has been applied."""
 
 
 class SweepTemplate(SpecModel):

@@ -1,6 +1,6 @@
 """Task datasets in the formats users already have: COCO JSON beside an image folder, image
-and PNG-mask folders (VOC style), input and target image folders (image to image), and JSONL
-or CSV text with a label column.
+and PNG-mask folders (VOC style), input and target image folders (image to image), and JSONL,
+CSV or Parquet text with a label column.
 
 Each reader returns its samples in a deterministic order (COCO image id; sorted file names;
 file order for text), cut to ``limit`` after ordering, and refuses what is broken with a
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import reprlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -19,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+PARQUET_BATCH = 65536
+"""Rows per Parquet read (pyarrow's default); a smaller ``limit`` reads only that many, since
+a batch may span row groups."""
 
 
 class DatasetError(ValueError):
@@ -297,10 +302,17 @@ class TextDataset:
 def load_text(
     path: Path, *, text_field: str = "text", label_field: str = "label", limit: int | None = None
 ) -> TextDataset:
-    """Rows of a ``.jsonl`` or ``.csv`` file in file order: the text and an integer label, or
-    string labels mapped to indices in sorted order."""
-    rows: list[dict[str, Any]] = []
+    """Rows of a ``.jsonl``, ``.csv`` or ``.parquet`` file in file order: the text and an
+    integer label, or string labels mapped to indices in sorted order. A Parquet file is read
+    through pyarrow (the ``parquet`` extra), only its two columns and only up to ``limit``
+    rows; its texts must be strings and its labels integers or strings, never null."""
     suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        columns = _parquet_columns(path, text_field, label_field, limit)
+        texts, raw = _checked_parquet_rows(path, *columns, text_field, label_field)
+        labels, names = _label_indices(raw)
+        return TextDataset(texts, labels, names)
+    rows: list[dict[str, Any]] = []
     try:
         with path.open(newline="") as handle:
             if suffix == ".jsonl":
@@ -315,7 +327,7 @@ def load_text(
             elif suffix == ".csv":
                 rows = list(csv.DictReader(handle))
             else:
-                raise DatasetError(f"{path}: expected a .jsonl or .csv file")
+                raise DatasetError(f"{path}: expected a .jsonl, .csv or .parquet file")
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -329,12 +341,91 @@ def load_text(
         ]
         if missing:
             raise DatasetError(f"{path}: row {number} has no {' or '.join(missing)} field")
-    raw = [row[label_field] for row in rows]
-    names: tuple[str, ...] = ()
-    if all(isinstance(v, int) or (isinstance(v, str) and v.lstrip("-").isdigit()) for v in raw):
-        labels = tuple(int(v) for v in raw)
-    else:
-        names = tuple(sorted({str(v) for v in raw}))
-        index = {name: i for i, name in enumerate(names)}
-        labels = tuple(index[str(v)] for v in raw)
+    labels, names = _label_indices([row[label_field] for row in rows])
     return TextDataset(tuple(str(row[text_field]) for row in rows), labels, names)
+
+
+def _label_indices(raw: Sequence[object]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Integer labels (or strings of digits) as they are; otherwise every label is a class
+    name, numbered in sorted order, and the names are returned beside the indices."""
+    integers = [_integer(v) for v in raw]
+    if all(i is not None for i in integers):
+        return tuple(i for i in integers if i is not None), ()
+    names = tuple(sorted({str(v) for v in raw}))
+    index = {name: i for i, name in enumerate(names)}
+    return tuple(index[str(v)] for v in raw), names
+
+
+def _integer(value: object) -> int | None:
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+        return int(value)
+    return None
+
+
+def _parquet_columns(
+    path: Path, text_field: str, label_field: str, limit: int | None
+) -> tuple[list[object], list[object]]:
+    """The text and label columns of a Parquet file in file order, cut to ``limit``: no other
+    column is read, nor any batch past the limit."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DatasetError(
+            f"{path}: reading Parquet needs pyarrow; install the parquet extra "
+            "(pip install 'mlmodelscope[parquet]')"
+        ) from None
+    fields = list(dict.fromkeys((text_field, label_field)))
+    texts: list[object] = []
+    labels: list[object] = []
+    try:
+        with pq.ParquetFile(path) as parquet:
+            names: list[str] = parquet.schema_arrow.names
+            missing = [repr(f) for f in fields if f not in names]
+            if missing:
+                raise DatasetError(
+                    f"{path}: no column {' or '.join(missing)}; "
+                    f"its columns are {', '.join(names) or 'none'}"
+                )
+            batch_size = min(limit or PARQUET_BATCH, PARQUET_BATCH)
+            for batch in parquet.iter_batches(batch_size=batch_size, columns=fields):
+                texts += batch.column(text_field).to_pylist()
+                labels += batch.column(label_field).to_pylist()
+                if limit is not None and len(texts) >= limit:
+                    break
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file") from None
+    except (pa.ArrowException, OSError) as exc:
+        reason = " ".join(str(exc).split())  # pyarrow's messages span lines
+        raise DatasetError(f"{path}: not a readable Parquet file ({reason})") from None
+    return texts[:limit], labels[:limit]
+
+
+def _checked_parquet_rows(
+    path: Path, texts: list[object], labels: list[object], text_field: str, label_field: str
+) -> tuple[tuple[str, ...], tuple[int | str, ...]]:
+    """The rows typed as the columns promise: a string text and an integer or string label,
+    neither null; the first row that is not names the file, the row and the value."""
+    if not texts:
+        raise DatasetError(f"{path}: no rows")
+    good_texts: list[str] = []
+    good_labels: list[int | str] = []
+    for number, (text, label) in enumerate(zip(texts, labels, strict=True), start=1):
+        if text is None or label is None:
+            empty = text_field if text is None else label_field
+            raise DatasetError(f"{path}: row {number}: {empty!r} is null")
+        if not isinstance(text, str):
+            raise DatasetError(
+                f"{path}: row {number}: {text_field!r} is {type(text).__name__} "
+                f"{reprlib.repr(text)}, not a string"
+            )
+        if isinstance(label, bool) or not isinstance(label, int | str):
+            raise DatasetError(
+                f"{path}: row {number}: {label_field!r} is {type(label).__name__} "
+                f"{reprlib.repr(label)}, not an integer or a class name (a string)"
+            )
+        good_texts.append(text)
+        good_labels.append(label)
+    return tuple(good_texts), tuple(good_labels)
