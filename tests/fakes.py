@@ -27,13 +27,15 @@ import itertools
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from mlmodelscope.contract.kube import Kube, KubeError, request_kind
+from mlmodelscope.contract.kube import Kube, KubeError, Watch, request_kind
+from mlmodelscope.contract.kube import WatchEvent as KubeWatchEvent
 
 CLUSTER_SCOPED: Final = frozenset(
     {"namespaces", "nodes", "customresourcedefinitions", "clusterroles", "clusterrolebindings"}
@@ -88,6 +90,8 @@ class WatchEvent:
     type: str
     resource: str
     object: dict[str, Any]
+    version: int = 0
+    """The server's resourceVersion after this change."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -229,9 +233,15 @@ class FakeApiServer:
     _in_hook: bool = field(default=False, init=False, repr=False)
     _serving: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
     """One request served at a time, as the operator makes some at once (its fanout)."""
+    _changed: threading.Condition = field(
+        default_factory=threading.Condition, init=False, repr=False
+    )
+    """Notified at each change, for the watches waiting on :attr:`watch_log`."""
     _version: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _uids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     resource_version: int = 0
+    compacted: int = 0
+    """A watch from an older resourceVersion answers 410 Gone (etcd compacted it)."""
 
     # ------------------------------------------------------------------ the HTTP surface
 
@@ -395,12 +405,14 @@ class FakeApiServer:
         self.resource_version = next(self._version)
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
         self.objects[key] = obj
-        self.watch_log.append(WatchEvent(kind, resource, copy.deepcopy(obj)))
+        self._log_change(WatchEvent(kind, resource, copy.deepcopy(obj), self.resource_version))
 
     def _remove(self, key: tuple[str, str, str, str], resource: str, propagation: Any) -> None:
         gone = self.objects.pop(key)
         self.resource_version = next(self._version)
-        self.watch_log.append(WatchEvent("DELETED", resource, copy.deepcopy(gone)))
+        deleted = copy.deepcopy(gone)
+        deleted["metadata"]["resourceVersion"] = str(self.resource_version)
+        self._log_change(WatchEvent("DELETED", resource, deleted, self.resource_version))
         uid = gone["metadata"]["uid"]
         for other_key, other in list(self.objects.items()):
             owners = other["metadata"].get("ownerReferences") or []
@@ -411,6 +423,17 @@ class FakeApiServer:
                 other["metadata"]["ownerReferences"] = kept
             elif other_key in self.objects:
                 self._remove(other_key, other_key[1], "Background")
+
+    def _log_change(self, event: WatchEvent) -> None:
+        with self._changed:
+            self.watch_log.append(event)
+            self._changed.notify_all()
+
+    def wait_for_changes(self, index: int, timeout_s: float) -> list[WatchEvent]:
+        """The watch events from the ``index``-th on, waiting up to ``timeout_s`` for one."""
+        with self._changed:
+            self._changed.wait_for(lambda: len(self.watch_log) > index, timeout_s)
+            return self.watch_log[index:]
 
     # ------------------------------------------------------------------ for tests
 
@@ -504,3 +527,62 @@ class FakeKube(Kube):
         with self._counting:
             self.requests[request_kind("GET", path)] += 1
         return str(self.server.handle("GET", path, None, dict(params or {})))
+
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        label_selector: str | None = None,
+        timeout_s: int = 60,
+    ) -> Watch:
+        with self._counting:
+            self.requests[("watch", request_kind("GET", path)[1])] += 1
+        if int(resource_version or 0) < self.server.compacted:
+            message = f"too old resource version: {resource_version} ({self.server.compacted})"
+            raise KubeError(410, "WATCH", path, _status_body(410, "Expired", message))
+        return FakeWatch(self.server, parse_path(path), resource_version, label_selector, timeout_s)
+
+
+class FakeWatch(Watch):
+    """A watch of :class:`FakeApiServer`: its changes to one collection after a
+    resourceVersion, as they happen, until ``timeout_s`` or :meth:`close`."""
+
+    def __init__(
+        self,
+        server: FakeApiServer,
+        target: Target,
+        resource_version: str,
+        label_selector: str | None,
+        timeout_s: float,
+    ) -> None:
+        super().__init__(None, "")
+        self.server = server
+        self.target = target
+        self.after = int(resource_version or 0)
+        self.label_selector = label_selector
+        self.deadline = time.monotonic() + timeout_s
+        self.closed = threading.Event()
+
+    def events(self) -> Iterator[KubeWatchEvent]:
+        index = 0
+        while not self.closed.is_set():
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                return
+            changes = self.server.wait_for_changes(index, min(left, 0.05))
+            index += len(changes)
+            for change in changes:
+                if change.version > self.after and self._shows(change):
+                    yield KubeWatchEvent(change.type, copy.deepcopy(change.object))
+
+    def _shows(self, change: WatchEvent) -> bool:
+        meta = change.object["metadata"]
+        return (
+            change.resource == self.target.resource
+            and self.target.namespace in ("*", "", meta.get("namespace"))
+            and matches_labels(meta.get("labels") or {}, self.label_selector)
+        )
+
+    def close(self) -> None:
+        self.closed.set()

@@ -127,15 +127,21 @@ def render_server_rbac(home: str, launches: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def server_account(cluster: Cluster, namespace: str) -> Iterator[ServerAccount]:
     """The chart's server RBAC applied: its ServiceAccount in a namespace of its own, its Role
-    and RoleBinding in the test's namespace."""
+    and RoleBinding in the test's namespace, its ClusterRole and ClusterRoleBinding for the
+    Nodes (deleted after the test: no namespace takes them)."""
     home = f"{namespace[:55]}-home"
     manifests = render_server_rbac(home, namespace)
-    assert sorted(m["kind"] for m in manifests) == ["Role", "RoleBinding", "ServiceAccount"]
+    kinds = sorted(m["kind"] for m in manifests)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"]
+    cluster_wide = [m for m in manifests if m["kind"].startswith("Cluster")]
     cluster.kubectl("create", "namespace", home)
     try:
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests))
         yield ServerAccount(home, namespace)
     finally:
+        for manifest in cluster_wide:
+            kind, name = manifest["kind"].lower(), manifest["metadata"]["name"]
+            cluster.kubectl("delete", kind, name, "--ignore-not-found", check=False)
         cluster.kubectl("delete", "namespace", home, "--wait=false", check=False)
 
 
@@ -386,7 +392,8 @@ def test_a_launch_is_created_by_the_server_account_and_runs_on_the_exec_node(
 ) -> None:
     """The server's kubeconfig is the account (a SelfSubjectReview says so, and it may not read
     Secrets); its launch is created in NS under the creator policy, runs on the CPU exec node
-    and the launch ends ``succeeded`` with the evaluation's run id."""
+    and the launch ends ``succeeded`` with the evaluation's run id, followed by the server's
+    watch (the listing read reads only the store)."""
     from kubernetes import config
 
     client = config.new_client_from_config(config_file=str(served.kubeconfig))  # type: ignore[no-untyped-call]
@@ -413,9 +420,10 @@ def test_a_launch_is_created_by_the_server_account_and_runs_on_the_exec_node(
         states: list[str] = []
 
         def ended() -> dict[str, Any] | None:
-            got = http.get(f"/api/v1/launches/{item['launch_id']}", headers=reads)
+            # The listing reads the store only: the states come from the server's watch.
+            got = http.get("/api/v1/launches", headers=reads)
             got.raise_for_status()
-            launch: dict[str, Any] = got.json()
+            [launch] = [i for i in got.json()["items"] if i["launch_id"] == item["launch_id"]]
             if not states or states[-1] != launch["state"]:
                 states.append(launch["state"])
             return launch if launch["state"] in FINAL else None
@@ -432,6 +440,7 @@ def test_a_launch_is_created_by_the_server_account_and_runs_on_the_exec_node(
     evaluation = kube.get(evaluation_path(namespace, item["evaluation"]))
     status = evaluation.get("status") or {}
     assert launch["state"] == "succeeded", (launch, status.get("message"), states)
+    assert "following launches in the cluster" not in served.tail(400)  # the watch held
     assert status["phase"] == "Succeeded"
     assert launch["run_id"] == status["runId"]
     assert status["stack"]["node"] == CPU_EXEC_NODE

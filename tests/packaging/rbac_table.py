@@ -144,6 +144,10 @@ class When(Enum):
     PER_EVALUATION = "per-evaluation results access (evaluationJobs.resultsAccess, the default)"
     SHARED_ACCOUNT = "a shared job ServiceAccount (evaluationJobs.resultsAccess: service-account)"
     LAUNCHES = "the results server launches into the cluster (server.launch.namespace)"
+    NODE_POOLS = (
+        "the results server launches into the cluster and offers node pools "
+        "(server.launch.namespace, server.launch.nodePools)"
+    )
 
 
 OWN_RESULTS = "<evaluation>-results"
@@ -163,7 +167,7 @@ class Grant:
 
 OPERATOR: tuple[Grant, ...] = (
     Grant(EVALUATIONS, ("list", "watch"), Scope.SERVED, When.ALWAYS,
-          "Kopf's watch; handle_evaluation._pages_everywhere (ledger, resync)"),
+          "Kopf's watch; admit.sync_ledger (ledger, resync)"),
     Grant(EVALUATIONS, ("get",), Scope.SERVED, When.ALWAYS,
           "handlers read the live object before acting; Context.update_status"),
     Grant(EVALUATIONS, ("patch",), Scope.SERVED, When.ALWAYS,
@@ -182,7 +186,7 @@ OPERATOR: tuple[Grant, ...] = (
     Grant(JOBS, ("list", "watch"), Scope.SERVED, When.ALWAYS,
           "Kopf's watch; running Jobs counted for the queue limits"),
     Grant(JOBS, ("get", "create", "delete"), Scope.RUNS, When.ALWAYS,
-          "admit; resync; delete_outdated_jobs and runs.fail_start delete"),
+          "admit; resync; handle_evaluation.act (DeleteOutdatedJobs) and runs.fail_start delete"),
     Grant(PODS, ("list", "watch"), Scope.SERVED, When.ALWAYS,
           "Kopf's watch (unschedulable); a Job's pods listed by label (runs, handle_job)"),
     Grant(CONFIGMAPS, ("get", "create", "patch"), Scope.RUNS, When.ALWAYS,
@@ -246,8 +250,8 @@ SERVER: tuple[Grant, ...] = (
     Grant(EVALUATIONS, ("get", "list"), Scope.RUNS, When.LAUNCHES,
           "ClusterLaunches.current (GET of one launch) and .sync (LIST by launch label)"),
     Grant(EVALUATIONS, ("watch",), Scope.RUNS, When.LAUNCHES,
-          "the read side of issue 32's grant (create/get/list/watch); the slice polls, a watch "
-          "may replace it"),
+          "ClusterLaunches.follow_watch: the launched evaluations' phases, by launch label, "
+          "from the LIST's resourceVersion"),
     Grant(EVALUATIONS, ("delete",), Scope.RUNS, When.LAUNCHES,
           "ClusterLaunches.cancel, and undoing a launch refused half way (uid precondition)"),
     Grant(EVENTS, ("list",), Scope.RUNS, When.LAUNCHES,
@@ -257,13 +261,14 @@ SERVER: tuple[Grant, ...] = (
           "launch_watch.read_events and read_log: the pods of the evaluation's Job, by label"),
     Grant(POD_LOGS, ("get",), Scope.RUNS, When.LAUNCHES,
           "launch_watch.read_log: the tail of the agent container's log (tailLines)"),
-    Grant(NODES, ("list",), Scope.CLUSTER, When.LAUNCHES,
+    Grant(NODES, ("list",), Scope.CLUSTER, When.NODE_POOLS,
           "server.node_pools.NodePools.read: the Launch form's node pools (labels, taints, "
           "nvidia.com/gpu capacity), one LIST cached 30 s; a 403 leaves the form free-form"),
 )  # fmt: skip
 """The results server's ServiceAccount (``<fullname>-server``), which exists only with
 ``server.launch.namespace``; RUNS is that namespace (the server's own, the release namespace,
-is another place unless they are the same); CLUSTER its one cluster-wide read, the Nodes."""
+is another place unless they are the same); CLUSTER its one cluster-wide read, the Nodes
+(left out with ``server.launch.nodePools: false``)."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +280,8 @@ class Install:
     peering: bool = False
     shared_account: bool = False
     launches: bool = False
+    node_pools: bool = True
+    """server.launch.nodePools (the chart's default: true); matters only with launches."""
 
     def holds(self, when: When) -> bool:
         return {
@@ -287,6 +294,7 @@ class Install:
             When.PER_EVALUATION: not self.shared_account,
             When.SHARED_ACCOUNT: self.shared_account,
             When.LAUNCHES: self.launches,
+            When.NODE_POOLS: self.launches and self.node_pools,
         }[when]
 
 

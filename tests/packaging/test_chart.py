@@ -536,6 +536,10 @@ RBAC_INSTALLS = {
         Install(store=True, launches=True),
         (STORE_URL, *SERVER_LAUNCHES),
     ),
+    "cluster-wide-server-launches-no-node-pools": (
+        Install(store=True, launches=True, node_pools=False),
+        (STORE_URL, *SERVER_LAUNCHES, "server.launch.nodePools=false"),
+    ),
 }
 OTHER_NAMESPACES = ["kube-system", "default"]
 
@@ -716,3 +720,25 @@ def test_only_a_launching_server_holds_kubernetes_credentials(helm: Path) -> Non
         timeout=120,
     )
     assert refused.returncode != 0 and "write token" in refused.stderr, refused.stderr
+
+
+def test_a_launching_server_may_be_left_without_the_nodes_grant(helm: Path) -> None:
+    """server.launch.nodePools: false leaves out the ClusterRole and ClusterRoleBinding
+    <fullname>-server-nodes, and only them: the server still launches into its namespace,
+    and its Launch form says it may not list the Nodes (tests/server/test_launch_hardware.py,
+    the 403 note)."""
+    base = (STORE_URL, *SERVER_LAUNCHES)
+    with_pools = render(helm, sets=base)
+    without = render(helm, sets=(*base, "server.launch.nodePools=false"))
+    for kind in ("ClusterRole", "ClusterRoleBinding"):
+        assert one(with_pools, kind, "mlms-mlmodelscope-server-nodes")
+        assert not find(without, kind, "mlms-mlmodelscope-server-nodes")
+    names = lambda manifests: {(m["kind"], m["metadata"]["name"]) for m in manifests}  # noqa: E731
+    assert names(with_pools) - names(without) == {
+        ("ClusterRole", "mlms-mlmodelscope-server-nodes"),
+        ("ClusterRoleBinding", "mlms-mlmodelscope-server-nodes"),
+    }
+    assert names(without) <= names(with_pools)
+    assert one(without, "Role", "mlms-mlmodelscope-server-launch")
+    pod = one(without, "Deployment", "mlms-mlmodelscope-server")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "mlms-mlmodelscope-server"

@@ -1,7 +1,8 @@
 """Helpers of the launch tests: the example catalog with its digits CNN where `mlms run` looks
-for ``pvc://mlmodelscope-examples/...`` ($MLMS_PVC_ROOT), an app with launch workers over a
-SQLite store, and waiting on a launch's state; the same app launching into the shared fake
-API server (:func:`cluster_client`), and Nodes of node pools to seed it with (:func:`node`)."""
+for ``pvc://mlmodelscope-examples/...`` ($MLMS_PVC_ROOT), a catalog of the examples/tasks
+segmenter and denoiser (:func:`task_catalog`), an app with launch workers over a SQLite
+store, and waiting on a launch's state; the same app launching into the shared fake API
+server (:func:`cluster_client`), and Nodes of node pools to seed it with (:func:`node`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import yaml
 from fastapi.testclient import TestClient
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN, bearer
 
@@ -21,6 +23,7 @@ from mlmodelscope.server.launch_cluster import ClusterLaunches
 from mlmodelscope.server.launch_queue import FINAL, LaunchWorkers
 
 CATALOG: Final = Path(__file__).parents[2] / "examples" / "catalog"
+TASKS: Final = Path(__file__).parents[2] / "examples" / "tasks"
 WRITE: Final = bearer(WRITE_TOKEN)
 QUICK: Final = {"warmup": 3, "minQueryCount": 20, "minDuration": "20ms"}
 """Scenario settings that keep a digits run to about two seconds."""
@@ -44,6 +47,33 @@ spec:
 """A queued document `mlms run` refuses at once (exit status 2): a worker's cheapest launch."""
 NS: Final = "team-a"
 """Where the cluster tests launch (`mlms serve --launch-namespace team-a`)."""
+
+
+def task_catalog(folder: Path, build: Path = TASKS / "build") -> Path:
+    """``folder/tasks.yaml``: a Model per examples/tasks evaluation of a segmentation and an
+    image-to-image model (``shapes-segmenter``, ``shapes-denoiser``), with its model (the file
+    in ``build``, as `python -m mlmodelscope.agent.tasks` makes it) and preprocessing, and its
+    task as the Model's label: examples/catalog has no Model of either task."""
+    documents = []
+    for task in ("segmentation", "image-to-image"):
+        spec = yaml.safe_load((TASKS / f"{task}.yaml").read_text())["spec"]
+        model = {**spec["model"], "uri": str(build / Path(spec["model"]["uri"]).name)}
+        documents.append(
+            {
+                "apiVersion": "mlmodelscope.io/v1alpha1",
+                "kind": "Model",
+                "metadata": {"name": model["name"]},
+                "spec": {
+                    "task": task,
+                    "dataset": "shapes",
+                    "model": model,
+                    "preprocessing": spec["preprocessing"],
+                },
+            }
+        )
+    path = folder / "tasks.yaml"
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return path
 
 
 @contextmanager

@@ -14,11 +14,13 @@ import yaml
 from fastapi.testclient import TestClient
 from launch_fixtures import DIGITS, NS, WRITE, cluster_client, launch_in, set_phase
 
-from fakes import FakeApiServer
-from mlmodelscope.contract.kube import evaluation_path
+from fakes import FakeApiServer, FakeKube
+from mlmodelscope.contract.kube import KubeError, evaluation_path
+from mlmodelscope.devtools.telemetry_servers import wait_until
 from mlmodelscope.server.launch_cluster import (
     LAUNCH_LABEL,
     Change,
+    ClusterLaunches,
     Observed,
     decide,
     labelled,
@@ -119,6 +121,41 @@ def test_labelled_keeps_the_document_and_adds_the_launch_label() -> None:
     assert "labels" not in document["metadata"]
 
 
+def stored_state(target: ClusterLaunches, launch_id: str) -> str | None:
+    """The launch's state as the store has it (no GET of its evaluation)."""
+    row = target.queue.get(launch_id)
+    return None if row is None else row.state.value
+
+
+def test_the_follower_watches_phases_without_reading_each_launch(sqlite_url: str) -> None:
+    """The follower lists once when a launch is submitted, then takes each phase from the
+    watch (no GET, no other LIST); a deleted evaluation cancels its launch; a watch from a
+    resourceVersion that is too old is refused with 410 (the follower then lists again)."""
+    api = FakeApiServer()
+    api.add_namespace(NS)
+    with cluster_client(sqlite_url, api) as client:
+        target = client.app.state.launch_target  # type: ignore[attr-defined]
+        kube = target.kube
+        wait_until(lambda: kube.requests[("watch", "modelevaluations")] >= 1, 10, "a watch")
+        lists = kube.requests[("list", "modelevaluations")]
+        gets = kube.requests[("get", "modelevaluations")]
+        [one, two] = launch_in(client, TWO)
+        set_phase(api, one["evaluation"], phase="Running")
+        wait_until(lambda: stored_state(target, one["launch_id"]) == "running", 10, "running")
+        set_phase(api, one["evaluation"], phase="Succeeded", runId=RUN_ID)
+        wait_until(lambda: stored_state(target, one["launch_id"]) == "succeeded", 10, "done")
+        api.handle("DELETE", evaluation_path(NS, two["evaluation"]), None, {})
+        wait_until(lambda: stored_state(target, two["launch_id"]) == "cancelled", 10, "gone")
+        assert kube.requests[("list", "modelevaluations")] == lists + 1  # after the submit
+        assert kube.requests[("get", "modelevaluations")] == gets
+
+    api.compacted = api.resource_version  # etcd compacted the history before it
+    stale = ClusterLaunches(LaunchQueue(open_store(sqlite_url)), FakeKube(api), NS)
+    with pytest.raises(KubeError) as gone:
+        stale.follow_watch("1", timeout_s=1)
+    assert gone.value.status == 410
+
+
 def _state(client: TestClient, launch_id: str) -> dict[str, Any]:
     answer = client.get(f"/api/v1/launches/{launch_id}")
     answer.raise_for_status()
@@ -158,7 +195,7 @@ def test_a_launch_creates_the_previewed_evaluations_and_follows_their_phases(
 
         set_phase(api, items[1]["evaluation"], phase="Failed", message="no GPU here")
         target = client.app.state.launch_target  # type: ignore[attr-defined]
-        assert target.sync() == 1  # one LIST follows every launch
+        wait_until(lambda: stored_state(target, second) == "failed", 10, "the watch")
         failed = client.get("/api/v1/launches?state=failed").json()["items"]
         assert [(f["launch_id"], f["message"]) for f in failed] == [(second, "no GPU here")]
         assert client.post(f"/api/v1/launches/{first}/cancel", headers=WRITE).status_code == 409

@@ -138,7 +138,8 @@ def test_the_form_offers_the_clusters_node_pools(sqlite_url: str) -> None:
         text = client.get("/launch").text
         assert '<select name="pool"><option value="">any node (no selector)</option>' in text
         assert (
-            f'<option value="{POOL}=gpu-a100" data-node-selector="{POOL}=gpu-a100" '
+            f'<option value="{POOL}=gpu-a100" data-gpus="16" '
+            f'data-node-selector="{POOL}=gpu-a100" '
             'data-tolerations="dedicated:NoExecute\nnvidia.com/gpu=present:NoSchedule">'
             f"gpu-a100: 2 nodes, 16 GPUs ({A100})</option>"
         ) in text
@@ -162,7 +163,8 @@ def test_a_server_that_may_not_list_nodes_asks_for_the_selector_itself(sqlite_ur
         assert page.status_code == 200
         text = page.text
         assert "may not list the cluster&#x27;s Nodes (HTTP 403: nodes is forbidden" in text
-        assert "ClusterRole &lt;release&gt;-mlmodelscope-server-nodes" in text
+        assert "ClusterRole &lt;release&gt;-mlmodelscope-server-nodes) unless " in text
+        assert "server.launch.nodePools is false" in text
         assert 'name="pool"' not in text and 'id="node-pools"' not in text
         assert 'name="node_selector"' in text and 'name="tolerations"' in text
     with cluster_client(sqlite_url, _api(node("bare"))) as client:
@@ -213,6 +215,8 @@ def test_a_launch_carries_the_pools_selector_and_tolerations_into_its_evaluation
         ({"tolerations": [{"key": "dedicated", "operator": "Exists", "value": "x"}]},
          ["body", "hardware", "tolerations", 0, "value"], "leave value empty"),
         ({"nodeSelector": {POOL: 7}}, ["body", "hardware", "nodeSelector"], "valid string"),
+        ({"nodeSelector": {"Bad Key!": "gpu"}}, ["body", "hardware", "nodeSelector"],
+         "key 'Bad Key!' is not a label key"),
     ],
 )  # fmt: skip
 def test_a_wrong_hardware_field_is_refused_on_that_field(

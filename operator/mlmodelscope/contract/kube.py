@@ -8,6 +8,7 @@ in-cluster token refresh, TLS), and sends and receives plain JSON.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -34,6 +35,8 @@ EVALUATIONS: Final = "modelevaluations"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 """The label the Job controller puts on each pod of a Job."""
 MODELS: Final = "models"
+WATCH_GONE: Final = 410
+"""The status a watch answers when its resourceVersion is too old: list again."""
 
 
 class KubeError(RuntimeError):
@@ -68,6 +71,66 @@ def configmap_path(namespace: str, name: str = "") -> str:
 
 def job_path(namespace: str, name: str = "") -> str:
     return namespaced(namespace, "jobs", name, group="batch")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch: ADDED, MODIFIED, DELETED or BOOKMARK, and the object (a
+    BOOKMARK's carries only its resourceVersion)."""
+
+    type: str
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Watch:
+    """A watch of one collection, opened by :meth:`Kube.watch`: iterate :meth:`events` until
+    the server closes it (its timeout), or :meth:`close` it from another thread.
+
+    An ERROR event raises :class:`KubeError` with its Status's code (410 Gone: the
+    resourceVersion is too old, so list again)."""
+
+    def __init__(self, response: Any, path: str) -> None:
+        self._response = response
+        self._path = path
+        self._closed = False
+
+    def events(self) -> Iterator[WatchEvent]:
+        buffer = b""
+        try:
+            for chunk in self._chunks():
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        yield self._event(json.loads(line))
+        finally:
+            self._response.release_conn()
+
+    def _chunks(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.stream(8192, decode_content=True)
+        except Exception:
+            if self._closed:
+                return  # closed from another thread: the watch ends quietly
+            raise
+
+    def _event(self, raw: Mapping[str, Any]) -> WatchEvent:
+        kind, obj = str(raw.get("type")), raw.get("object") or {}
+        if kind == "ERROR":
+            raise KubeError(int(obj.get("code") or 500), "WATCH", self._path, json.dumps(obj))
+        return WatchEvent(kind, dict(obj))
+
+    def close(self) -> None:
+        """End the watch now: the thread in :meth:`events` returns."""
+        self._closed = True
+        try:
+            self._response.shutdown()
+        finally:
+            self._response.close()
 
 
 def pod_path(namespace: str, name: str = "") -> str:
@@ -118,7 +181,13 @@ class ServiceAccount:
         return cls(f"https://{host}:{port}", token, ca, namespace)
 
 
-VERBS: Final = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+VERBS: Final = {
+    "POST": "create",
+    "PATCH": "patch",
+    "PUT": "update",
+    "DELETE": "delete",
+    "WATCH": "watch",
+}
 
 RequestObserver = Callable[[str, str, int], None]
 """Called after each request with its verb, resource (see :func:`request_kind`) and HTTP
@@ -127,7 +196,7 @@ status (0 when no answer came)."""
 
 def request_kind(method: str, path: str) -> tuple[str, str]:
     """(verb, resource) of a request as the API server's audit log and metrics name it:
-    ``get``/``list``/``create``/``patch``/``update``/``delete``, and ``jobs``,
+    ``get``/``list``/``watch``/``create``/``patch``/``update``/``delete``, and ``jobs``,
     ``modelevaluations/status`` (a subresource after a slash)."""
     parts = [p for p in path.split("?")[0].split("/") if p]
     rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
@@ -256,12 +325,18 @@ class Kube:
     ) -> Iterator[list[dict[str, Any]]]:
         """A LIST in pages of ``limit`` (the API server's ``continue`` tokens): a caller that
         keeps only what it needs of each page never holds thousands of objects at once."""
+        for answer in self._list_answers(path, label_selector, limit):
+            yield answer.get("items") or []
+
+    def _list_answers(
+        self, path: str, label_selector: str | None, limit: int
+    ) -> Iterator[dict[str, Any]]:
         params = {"limit": str(limit)}
         if label_selector:
             params["labelSelector"] = label_selector
         while True:
-            answer = self.request("GET", path, params=params)
-            yield answer.get("items") or []
+            answer: dict[str, Any] = self.request("GET", path, params=params)
+            yield answer
             token = (answer.get("metadata") or {}).get("continue")
             if not token:
                 return
@@ -269,6 +344,55 @@ class Kube:
 
     def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         return [item for page in self.pages(path, label_selector) for item in page]
+
+    def list_at(
+        self, path: str, label_selector: str | None = None
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """A LIST's objects and its resourceVersion, from which a :meth:`watch` follows it."""
+        items: builtins.list[dict[str, Any]] = []
+        version = ""
+        for answer in self._list_answers(path, label_selector, LIST_PAGE):
+            items.extend(answer.get("items") or [])
+            version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
+        return items, version
+
+    def watch(
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        label_selector: str | None = None,
+        timeout_s: int = 60,
+    ) -> Watch:
+        """Open a watch of the collection ``path`` from ``resource_version`` (with bookmarks);
+        the server ends it after ``timeout_s``. Raises :class:`KubeError` on a refusal."""
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_s),
+        }
+        if label_selector:
+            params["labelSelector"] = label_selector
+        method, url, headers, _, _ = self.api_client.param_serialize(
+            method="GET",
+            resource_path=f"{path}?{urlencode(params)}",
+            header_params={"Accept": JSON},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api_client.call_api(
+                method, url, headers, None, None, _request_timeout=(10, timeout_s + 30)
+            )
+        except Exception:
+            self._observe("WATCH", path, 0)
+            raise
+        self._observe("WATCH", path, response.status)
+        if not 200 <= response.status <= 299:
+            response.read()
+            text = (response.data or b"").decode("utf-8", errors="replace")
+            raise KubeError(response.status, "WATCH", path, text)
+        return Watch(response.response, path)
 
     def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.request("POST", path, dict(body))

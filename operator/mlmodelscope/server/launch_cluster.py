@@ -7,8 +7,12 @@ applies as for any creator.
 The store's ``launches`` row keeps the namespace, the name (``evaluation``) and the uid of the
 object created, and follows its phase: :func:`decide` maps what the API server shows to the
 launch's state (pure), :class:`ClusterLaunches` does the I/O: a LIST of the namespace's
-launched evaluations every :data:`POLL_S` (by the label :data:`LAUNCH_LABEL`), a GET when one
-launch is read, a DELETE (guarded by the uid) to cancel.
+launched evaluations (by the label :data:`LAUNCH_LABEL`) and then a watch from that LIST's
+resourceVersion, so a phase reaches the launch when the operator writes it; a GET when one
+launch is read, a DELETE (guarded by the uid) to cancel. The watch is opened again where the
+last one ended; the LIST is made again when the watch's resourceVersion is too old (410),
+after a launch is submitted, and every :data:`RELIST_S`. When the API server fails, the
+follower tries again after :data:`POLL_S`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +28,7 @@ from typing import Any, Final
 
 import pydantic
 
-from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
+from mlmodelscope.contract.kube import WATCH_GONE, Kube, KubeError, Watch, evaluation_path
 from mlmodelscope.server.launch_queue import FINAL, LaunchQueue, LaunchRow, LaunchState, NewLaunch
 from mlmodelscope.server.launch_target import LaunchRefusedError
 from mlmodelscope.server.launch_watch import (
@@ -40,7 +45,12 @@ from mlmodelscope.spec.status import EvaluationStatus, Phase
 log = logging.getLogger(__name__)
 
 POLL_S: Final = 2.0
-"""How often the launches in the cluster are compared with their evaluations."""
+"""How long the follower waits before it tries again when the API server failed."""
+WATCH_S: Final = 60
+"""How long one watch lasts (the API server ends it); the next starts where it ended."""
+RELIST_S: Final = 600.0
+"""The follower lists again at least this often, for launches in other namespaces (an
+earlier ``--launch-namespace``), which the watch does not see."""
 LAUNCH_LABEL: Final = "mlmodelscope.io/launch-id"
 """On every ModelEvaluation a launch created: the launch's id."""
 CREATED_BY: Final = {"app.kubernetes.io/created-by": "mlms-serve"}
@@ -143,6 +153,10 @@ class ClusterLaunches:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watch: Watch | None = None
+        self._watch_lock = threading.Lock()
+        self._cancelling: set[str] = set()
+        """Launches being cancelled here: the watch leaves them to :meth:`cancel`."""
 
     def submit(self, built: Sequence[BuiltEvaluation]) -> list[LaunchRow]:
         """Create every evaluation, then record the launches; when one create is refused (a
@@ -157,7 +171,7 @@ class ClusterLaunches:
                 meta = answer["metadata"]
                 ref = EvaluationRef(self.namespace, meta["name"], meta["uid"])
                 created.append((item, body, ref, launch_id))
-            return self.queue.enqueue(
+            rows = self.queue.enqueue(
                 [
                     NewLaunch(
                         item.name,
@@ -177,6 +191,8 @@ class ClusterLaunches:
             if isinstance(exc, KubeError):
                 raise LaunchRefusedError(exc.status, f"{self.namespace}: {exc.message}") from None
             raise
+        self.wake()
+        return rows
 
     def cancel(self, row: LaunchRow) -> bool:
         """Delete the launch's evaluation (the operator's owner references take its Job), then
@@ -184,9 +200,15 @@ class ClusterLaunches:
         if row.state in FINAL:
             return False
         ref = EvaluationRef.of(row)
-        if ref is not None:
-            self._delete(ref)
-        return self.queue.cancel(row.launch_id)
+        with self._watch_lock:
+            self._cancelling.add(row.launch_id)  # its deletion is this cancel, not news
+        try:
+            if ref is not None:
+                self._delete(ref)
+            return self.queue.cancel(row.launch_id)
+        finally:
+            with self._watch_lock:
+                self._cancelling.discard(row.launch_id)
 
     def current(self, row: LaunchRow) -> LaunchRow:
         """``row`` after one GET of its evaluation (unchanged when the API server fails)."""
@@ -215,18 +237,52 @@ class ClusterLaunches:
             return local_log()
         return read_log(self.kube, ref.namespace, ref.name, tail)
 
-    def sync(self) -> int:
+    def sync(self) -> str:
         """Compare every launch in the cluster not yet ended with its evaluation (one LIST per
-        namespace); how many changed."""
+        namespace, this server's own always); the resourceVersion of its own namespace's
+        LIST, from which :meth:`follow_watch` goes on."""
         rows = self.queue.in_cluster()  # before the LIST: each row's object was created first
-        changed = 0
-        for namespace in sorted({r.namespace for r in rows if r.namespace}):
-            listed = self.kube.list(evaluation_path(namespace), label_selector=LAUNCH_LABEL)
+        version = ""
+        for namespace in sorted({r.namespace for r in rows if r.namespace} | {self.namespace}):
+            listed, at = self.kube.list_at(evaluation_path(namespace), LAUNCH_LABEL)
+            version = at if namespace == self.namespace else version
             seen = {o.uid: o for o in map(Observed.of, listed)}
             for row in rows:
                 if row.namespace == namespace:
-                    changed += self._apply(row, decide(row, seen.get(row.resource_uid or "")))
-        return changed
+                    self._apply(row, decide(row, seen.get(row.resource_uid or "")))
+        return version
+
+    def follow_watch(self, version: str, timeout_s: int = WATCH_S) -> str:
+        """Apply each change the API server reports on this namespace's launched evaluations
+        from ``version``, until the watch ends (its timeout, :meth:`wake` or :meth:`stop`);
+        the resourceVersion to go on from. Raises KubeError 410 when ``version`` is too old."""
+        watch = self.kube.watch(
+            evaluation_path(self.namespace),
+            version,
+            label_selector=LAUNCH_LABEL,
+            timeout_s=timeout_s,
+        )
+        with self._watch_lock:
+            self._watch = watch
+        if self._stop.is_set() or self._wake.is_set():
+            watch.close()
+        try:
+            for event in watch.events():
+                version = event.resource_version or version
+                if event.type in ("ADDED", "MODIFIED", "DELETED"):
+                    self._observed(Observed.of(event.object), gone=event.type == "DELETED")
+        finally:
+            with self._watch_lock:
+                self._watch = None
+        return version
+
+    def _observed(self, observed: Observed, *, gone: bool) -> None:
+        with self._watch_lock:
+            cancelling = set(self._cancelling)
+        for row in self.queue.in_cluster():
+            mine = row.namespace == self.namespace and row.resource_uid == observed.uid
+            if mine and row.launch_id not in cancelling:
+                self._apply(row, decide(row, None if gone else observed))
 
     def _apply(self, row: LaunchRow, change: Change | None) -> bool:
         if change is None:
@@ -261,19 +317,34 @@ class ClusterLaunches:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self.wake()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
 
     def wake(self) -> None:
+        """List again now (after a submit, so no change made before its launch was recorded
+        is missed)."""
         self._wake.set()
+        with self._watch_lock:
+            if self._watch is not None:
+                self._watch.close()
 
     def _follow(self) -> None:
+        version = ""
+        listed_at = 0.0
         while not self._stop.is_set():
             try:
-                self.sync()
+                if not version or self._wake.is_set() or time.monotonic() - listed_at > RELIST_S:
+                    self._wake.clear()
+                    version, listed_at = self.sync(), time.monotonic()
+                version = self.follow_watch(version)
+            except KubeError as exc:
+                version = ""
+                if exc.status != WATCH_GONE:
+                    log.warning("following launches in the cluster: %s", exc)
+                    self._wake.wait(self.poll_s)
             except Exception as exc:  # the API server or the store is away: try again later
+                version = ""
                 log.warning("following launches in the cluster: %s", exc)
-            self._wake.wait(self.poll_s)
-            self._wake.clear()
+                self._wake.wait(self.poll_s)

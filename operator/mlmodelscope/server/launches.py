@@ -1,14 +1,16 @@
 """What the Launch form asks for, and the documents it becomes.
 
 A :class:`LaunchForm` names a Model of the server's catalog (``mlms serve --catalog``), the
-frameworks to run it in, a scenario, batch sizes and a dataset. :func:`build_documents` turns
-it into one ModelEvaluation per framework (``modelRef`` to the Model, as
-``examples/sweeps/digits-catalog.yaml`` does); with ``kind: sweep``, :func:`build_sweep` turns
-it into one EvaluationSweep (models x frameworks x devices x batch sizes) and its children, as
-:func:`mlmodelscope.spec.sweep.expand` makes them. Both are validated by the loader
-`mlms validate` uses (:func:`mlmodelscope.spec.resources.parse_resource`, modelRefs resolved
-against the catalog). Every problem comes back as a :class:`FieldProblem` located on the
-form's field (``["body", "batch_sizes", 0]``) and naming the spec path it came from.
+frameworks to run it in, a scenario, batch sizes, a dataset, a task (a Model's task is only
+a label, so a segmentation or image-to-image launch gives ``spec.task`` itself) and where it
+runs. :func:`build_documents` turns it into one ModelEvaluation per framework (``modelRef``
+to the Model, as ``examples/sweeps/digits-catalog.yaml`` does); with ``kind: sweep``,
+:func:`build_sweep` turns it into one EvaluationSweep (models x frameworks x devices x batch
+sizes) and its children, as :func:`mlmodelscope.spec.sweep.expand` makes them. Both are
+validated by the loader `mlms validate` uses (:func:`mlmodelscope.spec.resources.parse_resource`,
+modelRefs resolved against the catalog). Every problem comes back as a :class:`FieldProblem`
+located on the form's field (``["body", "batch_sizes", 0]``) and naming the spec path it came
+from.
 """
 
 from __future__ import annotations
@@ -73,10 +75,16 @@ class LaunchForm(BaseModel):
         description='spec.dataset, e.g. {"type": "digits", "split": "test"}; default: the '
         "Model's dataset where the agent knows it by name (digits).",
     )
+    task: dict[str, Any] | None = Field(
+        None,
+        description='spec.task by its spec names, e.g. {"type": "segmentation", "numClasses": '
+        '4} with a masks dataset, or {"type": "image-to-image"} with a pairs dataset; '
+        "default: classification. A sweep's template gets it.",
+    )
     hardware: dict[str, Any] | None = Field(
         None,
-        description="spec.hardware by its spec names (device, nodeSelector, tolerations, "
-        "resources, ...), e.g. to run on a node pool; a sweep's template gets it.",
+        description="spec.hardware by its spec names (device, gpus, nodeSelector, tolerations, "
+        "resources, ...), e.g. to run on a GPU or a node pool; a sweep's template gets it.",
     )
     scenario_settings: dict[str, Any] = Field(
         {},
@@ -131,6 +139,7 @@ def document_for(form: LaunchForm, framework: str, dataset: dict[str, Any]) -> d
         "modelRef": {"name": form.model},
         "framework": {"name": framework},
         "dataset": dataset,
+        **({"task": form.task} if form.task is not None else {}),
         "scenario": scenario,
     }
     if form.hardware is not None:
@@ -231,6 +240,7 @@ def sweep_document(form: LaunchForm, dataset: dict[str, Any]) -> dict[str, Any]:
             "matrix": matrix,
             "template": {
                 "dataset": dataset,
+                **({"task": form.task} if form.task is not None else {}),
                 "scenario": {"type": form.scenario, **form.scenario_settings},
                 **({"hardware": form.hardware} if form.hardware is not None else {}),
             },
@@ -348,12 +358,14 @@ def form_location(path: str, framework_index: int) -> tuple[str | int, ...]:
         return ("body", "dataset", *rest)
     if head == ["spec", "hardware"]:
         return ("body", "hardware", *rest)
+    if head == ["spec", "task"]:
+        return ("body", "task", *rest)
     if head and head[0] == "spec" and len(head) > 1 and head[1] in _FROM_THE_MODEL:
         return ("body", "model")
     return ("body", *parts) if parts else ("body",)
 
 
-_FROM_THE_MODEL: Final = {"modelRef", "model", "preprocessing", "postprocessing", "task"}
+_FROM_THE_MODEL: Final = {"modelRef", "model", "preprocessing", "postprocessing"}
 """Spec sections a launch takes from the catalog's Model: their problems are the model's."""
 
 

@@ -1,9 +1,11 @@
 """The dashboard's Launch pages as HTML strings, and the one script they load.
 
 - the Launch form (``/launch``): evaluations or one sweep, a catalog Model (a sweep: more
-  Models, devices), frameworks, scenario, batch sizes, dataset, where in the cluster it runs
-  (a node pool, or a node selector and tolerations; :func:`hardware_fieldset`), and the
-  write token; Preview shows the ModelEvaluation (or EvaluationSweep) YAML, Launch queues it;
+  Models, devices), frameworks, the device (evaluations: cpu, or gpu and how many;
+  :func:`device_fieldset`), scenario, batch sizes, dataset (masks and targets too), task,
+  where in the cluster it runs (a node pool, or a node selector and tolerations;
+  :func:`hardware_fieldset`), and the write token; Preview shows the ModelEvaluation (or
+  EvaluationSweep) YAML, Launch queues it;
 - the launches (``/launches``) and one launch (``/launches/{id}``): their state, kept current
   by polling ``GET /api/v1/launches/{id}`` without reloading, the run once recorded and a link
   to its trace; a launch in the cluster also shows its Kubernetes Events and the tail of its
@@ -30,12 +32,15 @@ from mlmodelscope.server.launches import DEVICES, FRAMEWORKS, SCENARIOS
 from mlmodelscope.server.node_pools import POOL_LABELS, NodePool, PoolListing
 from mlmodelscope.server.pages.render import esc, page, run_url, trace_link
 from mlmodelscope.server.sweep_launches import SweepRow
+from mlmodelscope.spec.evaluation import DatasetType, TaskType
 from mlmodelscope.spec.manifest import ModelManifest
 
 SCRIPT_PATH: Final = "/static/launch.js"
 PAGE_TAIL: Final = 200
 """Log lines a launch's page shows."""
-DATASET_TYPES: Final = ("digits", "synthetic", "imagefolder", "npz", "masks", "text", "coco")
+DATASET_TYPES: Final = tuple(t.value for t in DatasetType)
+TASK_TYPES: Final = tuple(t.value for t in TaskType if t is not TaskType.CLASSIFICATION)
+"""The task choices besides the default, classification (no ``spec.task``)."""
 
 
 def launch_url(launch_id: str) -> str:
@@ -108,6 +113,33 @@ LOCAL_HARDWARE: Final = (
 )
 
 
+POOL_CPUS: Final = (
+    "This pool has GPUs and the device is cpu: the evaluation runs on the pool's CPUs "
+    "(choose device gpu to use its GPUs)."
+)
+"""The note under a chosen pool with GPU capacity while no gpu device is chosen."""
+
+
+def device_fieldset(local: bool) -> str:
+    """The device of evaluations (a sweep's are its devices axis): cpu, or gpu and how many
+    GPUs, sent as ``hardware.device`` and ``hardware.gpus``; ``local``: this server runs them
+    (`mlms run` on its own machine), else the operator does in the cluster."""
+    where = (
+        "this server runs it with `mlms run`, which fails, saying so, when the framework "
+        "sees no GPU on this machine"
+        if local
+        else "the operator asks for that many nvidia.com/gpu and tolerates the nvidia.com/gpu taint"
+    )
+    options = "".join(f'<option value="{d}">{d}</option>' for d in DEVICES)
+    return f"""<fieldset class="evaluation-only" id="evaluation-device"><legend>Device</legend>
+<label>device<select name="device">{options}</select></label>{_errors_for("hardware.device")}
+<label id="gpu-count" hidden>GPUs<input name="gpus" inputmode="numeric" placeholder="1">
+</label>{_errors_for("hardware.gpus")}
+<span class="hint whole">spec.hardware.device and, for gpu, spec.hardware.gpus (empty: 1);
+cpu is the spec's default and is not written. For gpu, {esc(where)}.</span>
+</fieldset>"""
+
+
 def hardware_fieldset(listing: PoolListing | None) -> str:
     """Where a launch runs in the cluster: a node pool (``listing``'s; choosing one fills
     the node selector and tolerations the form sends as ``hardware``), or those two fields
@@ -128,7 +160,8 @@ def hardware_fieldset(listing: PoolListing | None) -> str:
         note = (
             f"{who} ({status}{listing.problem}), so no node pools are offered: give the node "
             "selector and tolerations yourself. The chart grants the server's ServiceAccount "
-            "nodes list (ClusterRole <release>-mlmodelscope-server-nodes)."
+            "nodes list (ClusterRole <release>-mlmodelscope-server-nodes) unless "
+            "server.launch.nodePools is false."
         )
         choice = ""
     elif not listing.pools:
@@ -149,14 +182,16 @@ def hardware_fieldset(listing: PoolListing | None) -> str:
             + unpooled
         )
         options = "".join(
-            f'<option value="{esc(p.label)}={esc(p.name)}" '
+            f'<option value="{esc(p.label)}={esc(p.name)}" data-gpus="{p.gpus}" '
             f'data-node-selector="{esc(selector_text(p))}" '
             f'data-tolerations="{esc(tolerations_text(p))}">{esc(_pool_summary(p))}</option>'
             for p in listing.pools
         )
         choice = (
             '<label>node pool<select name="pool"><option value="">any node (no selector)'
-            f"</option>{options}</select></label>" + _pools_table(listing.pools)
+            f"</option>{options}</select></label>"
+            f'<span class="hint whole" id="pool-cpus" hidden>{esc(POOL_CPUS)}</span>'
+            + _pools_table(listing.pools)
         )
     return f"""<fieldset id="hardware"><legend>Hardware (node pool)</legend>
 <p class="note whole" id="hardware-note">{esc(note)}</p>{choice}
@@ -201,6 +236,9 @@ def launch_form_page(
     datasets = '<option value="">the Model\'s (digits only)</option>' + "".join(
         f'<option value="{d}">{d}</option>' for d in DATASET_TYPES
     )
+    tasks = '<option value="">classification (no spec.task)</option>' + "".join(
+        f'<option value="{t}">{t}</option>' for t in TASK_TYPES
+    )
     splits = "".join(f'<option value="{s}">{s}</option>' for s in ("test", "train", "all"))
     kinds = "".join(
         f'<label class="check"><input type="radio" name="kind" value="{k}"'
@@ -234,6 +272,7 @@ def launch_form_page(
 <fieldset><legend>Frameworks</legend>{frameworks}{_errors_for("frameworks")}</fieldset>
 <fieldset class="sweep-only" id="sweep-devices" hidden><legend>Devices (sweep; none: cpu)</legend>
 {devices}{_errors_for("devices")}</fieldset>
+{device_fieldset(hardware is None)}
 <fieldset><legend>Scenario</legend>
 <label>scenario<select name="scenario">{scenarios}</select></label>{_errors_for("scenario")}
 <label>batch sizes<input name="batch_sizes" value="1" placeholder="1, 8, 32"></label>
@@ -246,9 +285,24 @@ def launch_form_page(
 <fieldset><legend>Dataset</legend>
 <label>type<select name="dataset_type">{datasets}</select></label>
 <label>split<select name="dataset_split">{splits}</select></label>
-<label>path<input name="dataset_path" placeholder="imagefolder, masks, text, coco"></label>
+<label>path<input name="dataset_path" placeholder="imagefolder, masks, pairs, text, coco">
+</label>{_errors_for("dataset.path")}
+<label>masks<input name="dataset_masks" placeholder="masks: the folder of PNG masks"></label>
+{_errors_for("dataset.masks")}
+<label>targets<input name="dataset_targets" placeholder="pairs: the folder of targets"></label>
+{_errors_for("dataset.targets")}
 <label>limit<input name="dataset_limit" inputmode="numeric" placeholder="all"></label>
 {_errors_for("dataset")}
+</fieldset>
+<fieldset><legend>Task</legend>
+<label>task<select name="task_type">{tasks}</select></label>
+<label>output<input name="task_output" placeholder="the first output"></label>
+<label>classes<input name="task_classes" inputmode="numeric" placeholder="segmentation">
+</label>
+<label>data range<input name="task_range" inputmode="decimal" placeholder="1.0"></label>
+{_errors_for("task")}
+<span class="hint whole">spec.task: segmentation (mIoU; numClasses required) goes with a masks
+dataset, image-to-image (PSNR, SSIM; data range of the outputs) with a pairs dataset</span>
 </fieldset>
 {hardware_fieldset(hardware)}
 <fieldset><legend>Write token</legend>
@@ -607,14 +661,15 @@ SCRIPT: Final = """\
 
   const ticked = (form, name) =>
     [...form.querySelectorAll("input[name=" + name + "]:checked")].map((box) => box.value);
+  const number = (text) => /^\\d+(\\.\\d+)?$/.test(text) ? Number(text) : text;
 
   // The hardware fields (a cluster's form only): "key=value, ..." and one toleration a line
   // as `kubectl taint` writes a taint ("key=value:Effect", "key:Effect" for any value).
   const TOLERATION = /^([^=:\\s]+)(?:=([^=:\\s]*))?(?::([^=:\\s]+))?$/;
 
   function hardware(form, problems) {
-    if (!form.elements.node_selector) return null;
     const found = {};
+    if (!form.elements.node_selector) return found;
     const selector = {};
     const bad = (field, msg) => problems.push({loc: ["body", "hardware", field], msg: msg});
     for (const pair of form.elements.node_selector.value.split(/[\\s,]+/).filter(Boolean)) {
@@ -638,7 +693,7 @@ SCRIPT: Final = """\
       tolerations.push(toleration);
     }
     if (tolerations.length) found.tolerations = tolerations;
-    return Object.keys(found).length ? found : null;
+    return found;
   }
 
   function formBody(form, problems) {
@@ -648,8 +703,7 @@ SCRIPT: Final = """\
       model: value("model"),
       frameworks: ticked(form, "frameworks"),
       scenario: value("scenario"),
-      batch_sizes: value("batch_sizes").split(/[\\s,]+/).filter(Boolean)
-        .map((size) => /^\\d+$/.test(size) ? Number(size) : size),
+      batch_sizes: value("batch_sizes").split(/[\\s,]+/).filter(Boolean).map(number),
       scenario_settings: {},
     };
     if (value("name")) body.name = value("name");
@@ -658,18 +712,29 @@ SCRIPT: Final = """\
       body.devices = ticked(form, "devices");
     }
     for (const name of ["minQueryCount", "warmup"]) {
-      if (value(name)) body.scenario_settings[name] = /^\\d+$/.test(value(name))
-        ? Number(value(name)) : value(name);
+      if (value(name)) body.scenario_settings[name] = number(value(name));
     }
     if (value("minDuration")) body.scenario_settings.minDuration = value("minDuration");
     if (value("dataset_type")) {
       body.dataset = {type: value("dataset_type"), split: value("dataset_split")};
-      if (value("dataset_path")) body.dataset.path = value("dataset_path");
-      if (value("dataset_limit")) body.dataset.limit = /^\\d+$/.test(value("dataset_limit"))
-        ? Number(value("dataset_limit")) : value("dataset_limit");
+      for (const name of ["path", "masks", "targets"]) {
+        if (value("dataset_" + name)) body.dataset[name] = value("dataset_" + name);
+      }
+      if (value("dataset_limit")) body.dataset.limit = number(value("dataset_limit"));
     }
-    const placed = hardware(form, problems);
-    if (placed) body.hardware = placed;
+    const task = {};
+    if (value("task_type")) task.type = value("task_type");
+    if (value("task_output")) task.output = value("task_output");
+    if (value("task_classes")) task.numClasses = number(value("task_classes"));
+    if (value("task_range")) task.dataRange = number(value("task_range"));
+    if (Object.keys(task).length) body.task = task;
+    const placed = {};
+    if (body.kind === "evaluation" && value("device") === "gpu") {
+      placed.device = "gpu";
+      if (value("gpus")) placed.gpus = number(value("gpus"));
+    }
+    Object.assign(placed, hardware(form, problems));
+    if (Object.keys(placed).length) body.hardware = placed;
     return body;
   }
 
@@ -735,11 +800,23 @@ SCRIPT: Final = """\
     const sweepOnly = () => {
       const sweep = ticked(form, "kind")[0] === "sweep";
       form.querySelectorAll(".sweep-only").forEach((fieldset) => { fieldset.hidden = !sweep; });
+      form.querySelectorAll(".evaluation-only").forEach((fieldset) => { fieldset.hidden = sweep; });
     };
     form.querySelectorAll("input[name=kind]").forEach((radio) =>
       radio.addEventListener("change", sweepOnly));
     sweepOnly();
     const pool = form.elements.pool;
+    // The GPU count with device gpu; a note while a pool with GPUs is chosen and no gpu device.
+    const showDevice = () => {
+      const device = form.elements.device.value;
+      document.getElementById("gpu-count").hidden = device !== "gpu";
+      const gpu = ticked(form, "kind")[0] === "sweep" ? ticked(form, "devices").includes("gpu")
+        : device === "gpu";
+      const note = document.getElementById("pool-cpus");
+      if (note) note.hidden = gpu || !(Number(pool.selectedOptions[0].dataset.gpus) > 0);
+    };
+    form.addEventListener("change", showDevice);
+    showDevice();
     if (pool) {
       pool.addEventListener("change", () => {
         const chosen = pool.selectedOptions[0];

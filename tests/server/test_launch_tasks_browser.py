@@ -1,0 +1,92 @@
+"""The Launch form's masks, targets and task in real headless Chromium, JavaScript on, over
+a catalog with the examples/tasks segmenter and denoiser: a missing path, and a masks path
+and a targets path the spec refuses, are shown under their fields, a masks dataset without
+a segmentation task under the task, and the preview carries each dataset and task. The
+pages' CSP is on; any CSP violation or script error fails the test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from browser import chromium, screenshot_dir, serve, watched_page
+from launch_fixtures import CATALOG, task_catalog
+from serve_fixtures import READ_TOKEN, WRITE_TOKEN
+
+from mlmodelscope.server.app import ServeSettings, create_app
+
+pytestmark = [pytest.mark.slow]
+
+TASKS = "pvc://mlmodelscope-tasks"
+
+
+def test_fill_masks_targets_and_a_task_and_preview_them(sqlite_url: str, tmp_path: Path) -> None:
+    executable = chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    settings = ServeSettings(
+        store_url=sqlite_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG), str(task_catalog(tmp_path))),
+    )
+    shots = screenshot_dir(tmp_path)
+    problems: list[str] = []
+    with serve(create_app(settings)) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        page = watched_page(browser, problems)
+        page.goto(f"{base}/launch?token={READ_TOKEN}")
+        page.fill('input[name="token"]', WRITE_TOKEN)
+        preview_button = page.get_by_role("button", name="Preview")
+        preview = page.locator("#preview-yaml")
+
+        page.select_option('select[name="model"]', "shapes-segmenter")
+        page.select_option('select[name="dataset_type"]', "masks")
+        page.fill('input[name="dataset_masks"]', f"{TASKS}/shapes/masks")
+        preview_button.click()  # the spec names one problem of the dataset at a time
+        path_errors = page.locator('[data-errors-for="dataset.path"]')
+        expect(path_errors).to_contain_text("spec.dataset.path: required when type is")
+        page.fill('input[name="dataset_path"]', f"{TASKS}/shapes/images")
+        page.fill('input[name="dataset_masks"]', f"{TASKS}/../masks")
+        preview_button.click()
+        masks_errors = page.locator('[data-errors-for="dataset.masks"]')
+        expect(masks_errors).to_contain_text("spec.dataset.masks: a pvc:// path must not contain")
+        expect(path_errors).to_be_empty()
+        page.fill('input[name="dataset_masks"]', f"{TASKS}/shapes/masks")
+        preview_button.click()
+        task_errors = page.locator('[data-errors-for="task"]')
+        expect(task_errors).to_contain_text("a masks dataset a segmentation task")
+        expect(masks_errors).to_be_empty()
+        page.select_option('select[name="task_type"]', "segmentation")
+        page.fill('input[name="task_output"]', "logits")
+        page.fill('input[name="task_classes"]', "4")
+        preview_button.click()
+        expect(preview).to_contain_text(f"masks: '{TASKS}/shapes/masks'")
+        expect(preview).to_contain_text("task: {type: segmentation, output: logits, numClasses: 4}")
+        expect(task_errors).to_be_empty()
+        page.screenshot(path=str(shots / "launch-masks.png"), full_page=True)
+
+        page.select_option('select[name="model"]', "shapes-denoiser")
+        page.select_option('select[name="dataset_type"]', "pairs")
+        page.fill('input[name="dataset_path"]', f"{TASKS}/pairs/noisy")
+        page.fill('input[name="dataset_masks"]', "")
+        page.fill('input[name="dataset_targets"]', "pvc://Clean/pairs")
+        page.select_option('select[name="task_type"]', "image-to-image")
+        page.fill('input[name="task_output"]', "restored")
+        page.fill('input[name="task_classes"]', "")
+        page.fill('input[name="task_range"]', "1.0")
+        preview_button.click()
+        expect(page.locator('[data-errors-for="dataset.targets"]')).to_contain_text(
+            "spec.dataset.targets: write pvc://<claim>/<path>"
+        )
+        page.fill('input[name="dataset_targets"]', f"{TASKS}/pairs/clean")
+        preview_button.click()
+        expect(preview).to_contain_text("modelRef: {name: shapes-denoiser}")
+        expect(preview).to_contain_text(f"targets: '{TASKS}/pairs/clean'")
+        expect(preview).to_contain_text(
+            "task: {type: image-to-image, output: restored, dataRange: 1}"
+        )
+        expect(page.locator('[data-errors-for="dataset.targets"]')).to_be_empty()
+        page.screenshot(path=str(shots / "launch-pairs.png"), full_page=True)
+        browser.close()
+    assert not problems, problems
