@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from system_chromium import chromium
 
-__all__ = ["chromium", "screenshot_dir", "serve", "watched_page"]
+__all__ = ["chromium", "opened_page", "screenshot_dir", "serve"]
 
 
 @contextmanager
@@ -72,3 +72,24 @@ def watched_page(browser: Any, problems: list[str]) -> Any:
 
     page.on("console", console)
     return page
+
+
+@contextmanager
+def opened_page(
+    app: FastAPI, problems: list[str], path: str | None = None
+) -> Iterator[tuple[str, Any]]:
+    """``app`` served (:func:`serve`) and a :func:`watched_page` in the system's headless
+    Chromium, at ``path`` when given; yields the base URL and the page, and closes the browser
+    after (skips the test when there is no Chromium)."""
+    executable = chromium()
+    from playwright.sync_api import sync_playwright
+
+    with serve(app) as base, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        try:
+            page = watched_page(browser, problems)
+            if path is not None:
+                page.goto(base + path)
+            yield base, page
+        finally:
+            browser.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser import chromium, screenshot_dir, serve, watched_page
+from browser import opened_page, screenshot_dir
 from launch_fixtures import CATALOG
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -21,8 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 def test_launch_from_the_page_and_watch_it_succeed(
     sqlite_url: str, pvc_root: Path, tmp_path: Path
 ) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     settings = ServeSettings(
         store_url=sqlite_url,
@@ -32,10 +31,10 @@ def test_launch_from_the_page_and_watch_it_succeed(
     )
     shots = screenshot_dir(tmp_path)
     problems: list[str] = []
-    with serve(create_app(settings)) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
-        page.goto(f"{base}/launch?token={READ_TOKEN}")
+    with opened_page(create_app(settings), problems, f"/launch?token={READ_TOKEN}") as (
+        base,
+        page,
+    ):
         page.select_option('select[name="model"]', "digits-cnn")
         page.fill('input[name="batch_sizes"]', "1, 8")
         page.fill('input[name="minQueryCount"]', "20")
@@ -71,15 +70,13 @@ def test_launch_from_the_page_and_watch_it_succeed(
         page.wait_for_url(f"{base}/runs/*")
         expect(page.locator("table.facts").first).to_contain_text("digits-cnn-onnxruntime")
         expect(page.locator("table.headline tbody tr")).to_have_count(2)
-        browser.close()
     assert problems == []
 
 
 def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
     sqlite_url: str, pvc_root: Path, tmp_path: Path
 ) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     settings = ServeSettings(
         store_url=sqlite_url,
@@ -89,10 +86,10 @@ def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
     )
     shots = screenshot_dir(tmp_path)
     problems: list[str] = []
-    with serve(create_app(settings)) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
-        page.goto(f"{base}/launch?token={READ_TOKEN}")
+    with opened_page(create_app(settings), problems, f"/launch?token={READ_TOKEN}") as (
+        base,
+        page,
+    ):
         expect(page.locator("#sweep-devices")).to_be_hidden()
         page.check('input[name="kind"][value="sweep"]')
         expect(page.locator("#sweep-devices")).to_be_visible()
@@ -131,5 +128,4 @@ def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
         )
         expect(page.locator("#cancel-form")).to_be_hidden()
         page.screenshot(path=str(shots / "launch-4-sweep-succeeded.png"), full_page=True)
-        browser.close()
     assert problems == []

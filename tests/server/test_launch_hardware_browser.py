@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
-from browser import chromium, screenshot_dir, serve, watched_page
+from browser import opened_page, screenshot_dir
 from launch_fixtures import CATALOG, NS, node
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -36,8 +36,7 @@ HARDWARE: Final[dict[str, Any]] = {
 
 
 def test_choose_a_node_pool_on_the_form_and_launch_onto_it(sqlite_url: str, tmp_path: Path) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     api = FakeApiServer()
     api.add_namespace(NS)
@@ -54,10 +53,12 @@ def test_choose_a_node_pool_on_the_form_and_launch_onto_it(sqlite_url: str, tmp_
     )
     shots = screenshot_dir(tmp_path)
     problems: list[str] = []
-    with serve(create_app(settings, kube=FakeKube(api))) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
-        page.goto(f"{base}/launch?token={READ_TOKEN}")
+    with opened_page(
+        create_app(settings, kube=FakeKube(api)), problems, f"/launch?token={READ_TOKEN}"
+    ) as (
+        base,
+        page,
+    ):
         expect(page.locator("#node-pools tbody tr")).to_have_count(2)
         page.select_option('select[name="model"]', "digits-cnn")
         page.fill('input[name="token"]', WRITE_TOKEN)
@@ -109,13 +110,11 @@ def test_choose_a_node_pool_on_the_form_and_launch_onto_it(sqlite_url: str, tmp_
         page.wait_for_url(f"{base}/launches/*")
         [created] = api.of("modelevaluations", NS)
         assert created["spec"]["hardware"] == {"device": "gpu", "gpus": 2, **HARDWARE}
-        browser.close()
     assert not problems, problems
 
 
 def test_choose_a_gpu_on_a_local_server(sqlite_url: str, tmp_path: Path) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     settings = ServeSettings(
         store_url=sqlite_url,
@@ -124,10 +123,10 @@ def test_choose_a_gpu_on_a_local_server(sqlite_url: str, tmp_path: Path) -> None
         catalog=(str(CATALOG),),
     )
     problems: list[str] = []
-    with serve(create_app(settings)) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
-        page.goto(f"{base}/launch?token={READ_TOKEN}")
+    with opened_page(create_app(settings), problems, f"/launch?token={READ_TOKEN}") as (
+        _,
+        page,
+    ):
         page.select_option('select[name="model"]', "digits-cnn")
         page.fill('input[name="token"]', WRITE_TOKEN)
         count = page.locator('input[name="gpus"]')
@@ -147,5 +146,4 @@ def test_choose_a_gpu_on_a_local_server(sqlite_url: str, tmp_path: Path) -> None
         expect(count).to_be_hidden()
         page.get_by_role("button", name="Preview").click()
         expect(preview).not_to_contain_text("hardware")
-        browser.close()
     assert not problems, problems

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser import chromium, screenshot_dir, serve, watched_page
+from browser import opened_page, screenshot_dir
 from launch_fixtures import CATALOG, task_catalog
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -21,8 +21,7 @@ TASKS = "pvc://mlmodelscope-tasks"
 
 
 def test_fill_masks_targets_and_a_task_and_preview_them(sqlite_url: str, tmp_path: Path) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     settings = ServeSettings(
         store_url=sqlite_url,
@@ -32,10 +31,10 @@ def test_fill_masks_targets_and_a_task_and_preview_them(sqlite_url: str, tmp_pat
     )
     shots = screenshot_dir(tmp_path)
     problems: list[str] = []
-    with serve(create_app(settings)) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
-        page.goto(f"{base}/launch?token={READ_TOKEN}")
+    with opened_page(create_app(settings), problems, f"/launch?token={READ_TOKEN}") as (
+        _,
+        page,
+    ):
         page.fill('input[name="token"]', WRITE_TOKEN)
         preview_button = page.get_by_role("button", name="Preview")
         preview = page.locator("#preview-yaml")
@@ -88,5 +87,4 @@ def test_fill_masks_targets_and_a_task_and_preview_them(sqlite_url: str, tmp_pat
         )
         expect(page.locator('[data-errors-for="dataset.targets"]')).to_be_empty()
         page.screenshot(path=str(shots / "launch-pairs.png"), full_page=True)
-        browser.close()
     assert not problems, problems

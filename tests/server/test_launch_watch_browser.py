@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import httpx
 import pytest
-from browser import chromium, screenshot_dir, serve, watched_page
+from browser import opened_page, screenshot_dir
 from launch_fixtures import CATALOG, DIGITS, NS, WRITE, set_phase
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
@@ -40,8 +40,7 @@ def _event(name: str, kind: str, obj: str, when: str, message: str) -> dict[str,
 def test_a_cluster_launch_page_shows_its_events_and_log_growing_in_place(
     sqlite_url: str, tmp_path: Any
 ) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     api = FakeApiServer()
     api.add_namespace(NS)
@@ -55,7 +54,7 @@ def test_a_cluster_launch_page_shows_its_events_and_log_growing_in_place(
     )
     shots = screenshot_dir(tmp_path)
     problems: list[str] = []
-    with serve(create_app(settings, kube=FakeKube(api))) as base, sync_playwright() as playwright:
+    with opened_page(create_app(settings, kube=FakeKube(api)), problems) as (base, page):
         answer = httpx.post(f"{base}/api/v1/launches", json=DIGITS, headers=WRITE, timeout=30)
         assert answer.status_code == 202, answer.text
         [item] = answer.json()["launches"]
@@ -70,8 +69,6 @@ def test_a_cluster_launch_page_shows_its_events_and_log_growing_in_place(
                                 "<img src=x onerror=alert(1)>"))  # fmt: skip
         api.logs[(NS, POD, "agent")] = "loading the model\n"
 
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
         page.goto(f"{base}/launches/{item['launch_id']}?token={READ_TOKEN}")
         events = page.locator("#launch-events tbody")
         expect(events).to_contain_text(f"Created pod: {POD}")
@@ -93,5 +90,4 @@ def test_a_cluster_launch_page_shows_its_events_and_log_growing_in_place(
         expect(page.locator("#cancel-form")).to_be_hidden()
         assert page.locator("#launch-events img").count() == 0
         page.screenshot(path=str(shots / "launch-watch.png"), full_page=True)
-        browser.close()
     assert not problems, problems

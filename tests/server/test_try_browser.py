@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser import chromium, screenshot_dir, serve, watched_page
+from browser import opened_page, screenshot_dir
 from launch_fixtures import CATALOG
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 from try_fixtures import FRAMEWORKS, digit_png
@@ -21,8 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
 def test_upload_a_digit_and_see_three_frameworks_agree(
     sqlite_url: str, pvc_root: Path, tmp_path: Path
 ) -> None:
-    executable = chromium()
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     image, label = digit_png(3)
     upload = tmp_path / "digit.png"
@@ -36,10 +35,10 @@ def test_upload_a_digit_and_see_three_frameworks_agree(
     )
     shots = screenshot_dir(tmp_path)
     problems: list[str] = []
-    with serve(create_app(settings)) as base, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, headless=True)
-        page = watched_page(browser, problems)
-        page.goto(f"{base}/try?token={READ_TOKEN}")
+    with opened_page(create_app(settings), problems, f"/try?token={READ_TOKEN}") as (
+        _,
+        page,
+    ):
         page.set_input_files('input[name="file"]', str(upload))
         page.select_option('select[name="model"]', "digits-cnn")
 
@@ -66,5 +65,4 @@ def test_upload_a_digit_and_see_three_frameworks_agree(
         assert tops == [tops[0]] * 3
         expect(page.locator("img.upload")).to_be_visible()
         page.screenshot(path=str(shots / "try-1-three-frameworks.png"), full_page=True)
-        browser.close()
     assert problems == []
