@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from powercap import domain
 
 from mlmodelscope.agent.backends.base import NullBackend
 from mlmodelscope.agent.cost import (
@@ -110,16 +111,6 @@ def test_gpu_index_and_the_nvml_device_behind_it() -> None:
 
 
 # ------------------------------------------------------------------------------ RAPL on a fake tree
-
-
-def domain(root: Path, name: str, label: str, energy_uj: int | None, top: int) -> Path:
-    folder = root / name
-    folder.mkdir(parents=True)
-    (folder / "name").write_text(f"{label}\n")
-    if energy_uj is not None:
-        (folder / "energy_uj").write_text(f"{energy_uj}\n")
-    (folder / "max_energy_range_uj").write_text(f"{top}\n")
-    return folder
 
 
 def test_rapl_reads_package_domains_and_handles_wraparound(tmp_path: Path) -> None:

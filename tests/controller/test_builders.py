@@ -318,6 +318,35 @@ def test_the_price_per_node_hour_reaches_the_agent_as_its_cost_section_reads_it(
     assert "MLMS_PRICE_PER_NODE_HOUR" not in {e["name"] for e in unpriced}
 
 
+def test_the_selected_pools_price_reaches_the_agent(make_evaluation: Make) -> None:
+    """The pool the spec's nodeSelector names has its own price; an evaluation that selects
+    another pool, or none, gets the operator's one price."""
+    from mlmodelscope.agent.cost import price_from_environment
+
+    settings = OperatorSettings.from_env(
+        {
+            "MLMS_OPERATOR_PRICE_PER_NODE_HOUR": "3.20",
+            "MLMS_OPERATOR_POOL_PRICES": "a100=4.10,cpu=0.40,big=1234567.25",
+        }
+    )
+
+    def price_for(selector: dict[str, str]) -> tuple[float, str]:
+        ev = make_evaluation(hardware={"nodeSelector": selector})
+        job = builders.build_job(ev, settings)
+        assert job["spec"]["template"]["spec"].get("nodeSelector", {}) == selector
+        price = price_from_environment(env_of(job))
+        assert price is not None
+        return price.per_node_hour, price.source
+
+    pool = "operator setting MLMS_OPERATOR_POOL_PRICES, pool mlmodelscope.io/pool="
+    assert price_for({"mlmodelscope.io/pool": "a100"}) == (4.1, pool + "a100")
+    assert price_for({"mlmodelscope.io/pool": "cpu", "zone": "b"}) == (0.4, pool + "cpu")
+    assert price_for({"mlmodelscope.io/pool": "big"}) == (1234567.25, pool + "big")  # every digit
+    fallback = (3.2, "operator setting MLMS_OPERATOR_PRICE_PER_NODE_HOUR")
+    assert price_for({"mlmodelscope.io/pool": "t4"}) == fallback
+    assert price_for({}) == fallback
+
+
 def test_job_is_deterministic(make_evaluation: Make) -> None:
     """A retried handler must build exactly the same Job (the 409 path relies on it)."""
     ev = make_evaluation()

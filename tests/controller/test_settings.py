@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlmodelscope import __version__
+from mlmodelscope.controller.pricing import DEFAULT_POOL_LABEL, PoolPrices
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.spec.evaluation import Device, FrameworkName
 
@@ -19,6 +20,8 @@ def test_defaults_need_no_environment() -> None:
     assert settings.results_access == "per-evaluation"
     assert settings.image_pull_policy == "IfNotPresent"
     assert settings.reconcile_workers == 16
+    assert settings.price_per_node_hour is None
+    assert settings.pool_prices == PoolPrices(DEFAULT_POOL_LABEL, ())
     image = settings.image_for(FrameworkName.ONNXRUNTIME, Device.CPU)
     assert image == f"ghcr.io/mlmodelscope/agent-onnxruntime:{__version__}-cpu"
     assert settings.image_for(FrameworkName.PYTORCH, Device.GPU).endswith("-gpu")
@@ -42,6 +45,8 @@ def test_every_variable_is_read() -> None:
         "MLMS_OPERATOR_RUN_AS_USER": "1000",
         "MLMS_OPERATOR_RECONCILE_WORKERS": "4",
         "MLMS_OPERATOR_PRICE_PER_NODE_HOUR": "3.20",
+        "MLMS_OPERATOR_POOL_LABEL": "cloud.google.com/gke-nodepool",
+        "MLMS_OPERATOR_POOL_PRICES": "a100=4.10,cpu=0.40",
     }
     s = OperatorSettings.from_env(env)
     assert s.image_for(FrameworkName.ONNXRUNTIME, Device.GPU) == "registry.local/ort:1-gpu"
@@ -58,6 +63,9 @@ def test_every_variable_is_read() -> None:
     assert s.run_as_user == 1000
     assert s.reconcile_workers == 4
     assert s.price_per_node_hour == 3.2
+    assert s.pool_prices == PoolPrices(
+        "cloud.google.com/gke-nodepool", (("a100", 4.1), ("cpu", 0.4))
+    )
     assert s.image_pull_policy == "Always"
 
 
@@ -71,6 +79,8 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
         "MLMS_OPERATOR_MAX_RUNING": "3",
         "MLMS_OPERATOR_RECONCILE_WORKERS": "0",
         "MLMS_OPERATOR_PRICE_PER_NODE_HOUR": "-1",
+        "MLMS_OPERATOR_POOL_LABEL": "Not A Label",
+        "MLMS_OPERATOR_POOL_PRICES": "a100:4",
     }
     with pytest.raises(SettingsError) as info:
         OperatorSettings.from_env(env)
@@ -83,7 +93,9 @@ def test_bad_values_are_all_reported_with_the_variable_name() -> None:
     assert "MLMS_OPERATOR_MAX_RUNING is not an operator setting; did you mean" in text
     assert "MLMS_OPERATOR_RECONCILE_WORKERS='0': expected a whole number >= 1" in text
     assert "MLMS_OPERATOR_PRICE_PER_NODE_HOUR='-1': expected a price" in text
-    assert len(info.value.problems) == 8
+    assert "MLMS_OPERATOR_POOL_LABEL='Not A Label': expected a node label key" in text
+    assert "MLMS_OPERATOR_POOL_PRICES='a100:4': expected comma-separated POOL=PRICE" in text
+    assert len(info.value.problems) == 10
 
 
 def test_fetch_settings_are_checked_like_the_agent_checks_them() -> None:

@@ -42,6 +42,7 @@ from rbac_table import (
 )
 
 from mlmodelscope.controller.policy import ALL, NONE, Allowance, Policy
+from mlmodelscope.controller.pricing import DEFAULT_POOL_LABEL, PoolPrices, choose_price
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
 from mlmodelscope.devcluster import versions
 from mlmodelscope.spec.evaluation import Device, FrameworkName
@@ -252,6 +253,9 @@ def test_schema_describes_every_default_value() -> None:
         "evaluationJobs.defaultMemoryLimit=4GB",
         "evaluationJobs.policy.allowSecretRefs=maybe",
         "evaluationJobs.policy.allowedImagePrefixes[0]=a b",
+        "evaluationJobs.poolPrices.a100=-1",
+        "evaluationJobs.poolPrices.a100=cheap",
+        "evaluationJobs.poolLabel=Not A Label",
     ],
 )
 def test_schema_rejects_bad_values(helm: Path, bad: str) -> None:
@@ -412,6 +416,44 @@ def test_configuration_maps_values_to_settings(helm: Path) -> None:
     assert priced.price_per_node_hour == 3.2
     assert _settings(render(helm, sets=["metrics.port=9464"])).metrics_port == 9464
     assert _settings(render(helm, sets=["metrics.enabled=false"])).metrics_port == 0
+
+
+def test_pool_prices_reach_the_operator_and_price_the_selected_pool(
+    helm: Path, tmp_path: Path
+) -> None:
+    """evaluationJobs.poolPrices (from a values file, and from --set, whose numbers Helm
+    keeps as text) and poolLabel become the settings whose price the selected pool's Job
+    gets; pricePerNodeHour stays the fallback."""
+    defaults = _settings(render(helm)).pool_prices
+    assert defaults == PoolPrices(DEFAULT_POOL_LABEL, ())
+    values = tmp_path / "prices-values.yaml"
+    prices = {"a100": 4.10, "cpu": 0.4, "free": 0, "big": 1234567.5}
+    values.write_text(
+        yaml.safe_dump({"evaluationJobs": {"pricePerNodeHour": 3.2, "poolPrices": prices}})
+    )
+    settings = _settings(render(helm, [values]))
+    assert dict(settings.pool_prices.prices) == prices
+    assert settings.pool_prices.label == DEFAULT_POOL_LABEL
+
+    def price(selector: dict[str, str], s: OperatorSettings = settings) -> float | None:
+        got = choose_price(selector, s.pool_prices, s.price_per_node_hour)
+        return None if got is None else got.per_node_hour
+
+    assert price({DEFAULT_POOL_LABEL: "a100"}) == 4.1
+    assert price({DEFAULT_POOL_LABEL: "free"}) == 0.0
+    assert price({DEFAULT_POOL_LABEL: "t4"}) == price({}) == 3.2
+    gke = _settings(
+        render(
+            helm,
+            sets=[
+                "evaluationJobs.poolLabel=cloud.google.com/gke-nodepool",
+                "evaluationJobs.poolPrices.a100=4.10",
+            ],
+        )
+    )
+    assert gke.pool_prices == PoolPrices("cloud.google.com/gke-nodepool", (("a100", 4.1),))
+    assert price({"cloud.google.com/gke-nodepool": "a100"}, gke) == 4.1
+    assert price({DEFAULT_POOL_LABEL: "a100"}, gke) is None  # no global price set
 
 
 def test_peering_is_on_with_more_than_one_replica(helm: Path) -> None:

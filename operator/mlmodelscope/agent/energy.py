@@ -1,5 +1,6 @@
 """Energy per inference: the hardware's own energy counter read right before and right after
-each timed window (never inside it; warm-up and the Server search are not metered).
+each timed window (never inside it; warm-up and the Server search are not metered). Under
+``driver: loadgen`` the window is LoadGen's whole test (:func:`metered` around it).
 
 Two counters are read, whichever the run has: NVML's board counter
 (``nvmlDeviceGetTotalEnergyConsumption``, millijoules) when the model runs on a GPU, and the
@@ -10,13 +11,14 @@ and other processes included. Without either a window's energy is recorded as no
 with the reason.
 
 The arithmetic (:func:`counter_joules`, :func:`window_energy`, :func:`choose_method`) is
-pure; :func:`open_meter` and the readers do the I/O.
+pure; :func:`open_meter`, :func:`metered` and the readers do the I/O.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +34,6 @@ MIN_WINDOW_S: Final[Mapping[str, float]] = {"nvml": 1.0, "rapl": 0.01}
 """The shortest window whose energy per inference is reported, per counter: NVML's advances
 in steps tens of milliseconds apart; RAPL's about every millisecond."""
 NOT_MEASURED: Final = "not measured: no NVML GPU and no readable RAPL powercap"
-LOADGEN_NOT_METERED: Final = "not measured: the loadgen driver's windows are not metered"
 
 Counters = tuple[int, ...]
 """One read of a meter: each domain's raw counter, in the meter's unit."""
@@ -204,6 +205,32 @@ class EnergyMeter:
             return not_measured(reason, seconds, samples)
         joules = counter_joules(before, after, self.max_ranges, self.unit_j)
         return window_energy(self.method, joules, seconds, samples, source=self.source)
+
+
+@dataclass(frozen=True)
+class MeterReads:
+    """A meter's counters right before and right after a span of work (None: not read), and
+    the span's seconds between the two reads."""
+
+    before: Counters | None
+    after: Counters | None
+    seconds: float
+
+
+def metered(
+    meter: EnergyMeter,
+    work: Callable[[], object],
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> MeterReads:
+    """Run ``work`` between two reads of ``meter`` (no reads when it has no counter); the
+    seconds are timed on ``clock`` (nanoseconds) inside the reads."""
+    reading = meter.method is not None
+    before = meter.sample() if reading else None
+    start = clock()
+    work()
+    seconds = (clock() - start) / 1e9
+    after = meter.sample() if reading else None
+    return MeterReads(before, after, seconds)
 
 
 @dataclass(frozen=True)

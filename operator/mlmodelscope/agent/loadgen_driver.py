@@ -23,6 +23,12 @@ needs it). How the agent's notions map onto LoadGen's:
   schedule (its "expected latency" / "expected QPS"): half the warm-up's fastest query, so a
   SUT that speeds up after the warm-up still gets enough queries.
 * The cyclic GC is paused during the warm-up and the test, as the built-in driver pauses it.
+* **Energy** is the meter's counters read right before ``StartTestWithLogSettings`` and right
+  after it returns, outside LoadGen's timed region, so the metered window is LoadGen's whole
+  test: its setup (settings, the query schedule), every query with LoadGen's own issue and
+  completion overhead and the SUT's work, the wait for the last completion and its result and
+  log writing. The agent's warm-up and the null-backend test are outside it. Joules per
+  inference = those joules / the samples LoadGen completed (the measurement's ``samples``).
 * ``harness_overhead`` is a LoadGen test of the same scenario (Server and Offline:
   SingleStream) driving a null backend through the same SUT wrapper: LoadGen's own cost per
   query plus the agent's callback, the floor under every latency it reports.
@@ -50,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from mlmodelscope.agent.backends.base import NullBackend
+from mlmodelscope.agent.energy import EnergyMeter, MeterReads, metered
 from mlmodelscope.agent.scenarios import (
     BackendSUT,
     Batch,
@@ -166,6 +173,8 @@ class LoadGenRun:
     sut_calls: int
     span: _Span
     settings: Any
+    reads: MeterReads
+    """The energy meter around the whole test (``StartTestWithLogSettings``)."""
 
 
 def _target_qps(scenario: Scenario) -> float:
@@ -226,6 +235,7 @@ def run_test(
     time_limit_s: float | None = None,
     thread_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     clock: Callable[[], int] = time.perf_counter_ns,
+    meter: EnergyMeter | None = None,
 ) -> LoadGenRun:
     """One LoadGen PerformanceOnly test of ``sut`` over ``batches`` (one LoadGen sample each).
 
@@ -234,7 +244,8 @@ def run_test(
     (Offline: each sample as its batch is done). Server hands queries to one worker thread,
     FIFO, as the built-in driver's single worker serves them; LoadGen's latency then counts
     from the scheduled arrival, queueing included. ``thread_context`` is entered on that worker
-    (a backend's per-thread ``measuring`` state).
+    (a backend's per-thread ``measuring`` state). ``meter`` is read right before LoadGen
+    starts the test and right after it returns (see the module's docstring).
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     kind = scenario.type
@@ -291,8 +302,12 @@ def run_test(
     try:
         # A named, absent audit file: an audit.config left in the working directory (MLPerf's
         # compliance tests) must not change the test silently.
-        lg.StartTestWithLogSettings(
-            sut_handle, qsl_handle, settings, log, str(log_dir / "audit.config")
+        reads = metered(
+            meter or EnergyMeter(None),
+            lambda: lg.StartTestWithLogSettings(
+                sut_handle, qsl_handle, settings, log, str(log_dir / "audit.config")
+            ),
+            clock,
         )
     finally:
         if kind == ScenarioType.SERVER:
@@ -304,7 +319,7 @@ def run_test(
     if trace.exists() and trace.stat().st_size == 0:
         trace.unlink()
     detail = DetailLog.read(log_dir / DETAIL_FILE)
-    return LoadGenRun(detail, log_dir, calls[0], span, settings)
+    return LoadGenRun(detail, log_dir, calls[0], span, settings, reads)
 
 
 # ------------------------------------------------------------------------------- measurements
@@ -457,10 +472,12 @@ def run_loadgen(
     time_limit_s: float | None = None,
     include_raw: bool = False,
     thread_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+    meter: EnergyMeter | None = None,
 ) -> dict[str, Any]:
     """Measure ``sut`` under ``scenario`` with MLPerf LoadGen; the measurement in the result
     document's shape (``driver: loadgen``, a ``loadgen`` block, LoadGen's log folder given
-    relative to ``relative_to`` when that is an ancestor of it)."""
+    relative to ``relative_to`` when that is an ancestor of it, and with a ``meter`` the
+    test's ``energy``)."""
     lg = import_loadgen()
     kind = scenario.type
     if (
@@ -491,6 +508,7 @@ def run_loadgen(
             expected_ns=expected,
             time_limit_s=time_limit_s,
             thread_context=thread_context,
+            meter=meter,
         )
     detail = run.detail
     results = detail.prefixed("result_")
@@ -597,6 +615,10 @@ def run_loadgen(
             "summary_text": summary,
         },
     }
+    if meter is not None:
+        reads = run.reads
+        energy = meter.window(reads.before, reads.after, reads.seconds, samples)
+        entry["energy"] = energy.to_dict()
     if include_raw:
         entry["raw"] = {
             "latencies_ns": [],

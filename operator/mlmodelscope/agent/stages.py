@@ -488,12 +488,11 @@ def _fresh_measurement(run: Run, bench: Bench, plan: BatchPlan) -> Measurement:
 
 def _loadgen_measurement(run: Run, bench: Bench, plan: BatchPlan) -> dict[str, Any]:
     """``plan`` measured by MLPerf LoadGen, its logs kept beside the result document."""
-    from mlmodelscope.agent.energy import LOADGEN_NOT_METERED, not_measured
     from mlmodelscope.agent.loadgen_driver import run_loadgen
 
     log_dir, base = loadgen_logs(bench.output, plan.batch_size)
     with bench.backend.measuring():
-        entry = run_loadgen(
+        return run_loadgen(
             run.spec.scenario,
             bench.sut,
             plan.ring,
@@ -502,9 +501,8 @@ def _loadgen_measurement(run: Run, bench: Bench, plan: BatchPlan) -> dict[str, A
             time_limit_s=plan.time_left_s,
             include_raw=bench.include_raw,
             thread_context=bench.backend.measuring,
+            meter=bench.meter,
         )
-    entry["energy"] = not_measured(LOADGEN_NOT_METERED).to_dict()
-    return entry
 
 
 def loadgen_logs(output: Path | None, batch_size: int) -> tuple[Path, Path | None]:

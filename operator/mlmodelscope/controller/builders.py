@@ -29,7 +29,8 @@ from mlmodelscope.contract.wire import (
     TERMINATION_LOG,
 )
 from mlmodelscope.controller import names, tracing
-from mlmodelscope.controller.settings import PER_EVALUATION, PREFIX, OperatorSettings
+from mlmodelscope.controller.pricing import choose_price
+from mlmodelscope.controller.settings import PER_EVALUATION, OperatorSettings
 from mlmodelscope.spec import ModelEvaluation, parse_duration
 from mlmodelscope.spec.document import KIND
 from mlmodelscope.spec.evaluation import Device, ResourceList, Resources
@@ -255,10 +256,11 @@ def _env(
         env.append({"name": "TRACEPARENT", "value": traceparent})
     if settings.pushgateway_url:
         env.append({"name": "MLMS_PUSHGATEWAY_URL", "value": settings.pushgateway_url})
-    if settings.price_per_node_hour is not None:
-        env.append({"name": PRICE_ENV, "value": f"{settings.price_per_node_hour:g}"})
-        source = f"operator setting {PREFIX}PRICE_PER_NODE_HOUR"
-        env.append({"name": PRICE_SOURCE_ENV, "value": source})
+    hardware = evaluation.spec.hardware
+    price = choose_price(hardware.node_selector, settings.pool_prices, settings.price_per_node_hour)
+    if price is not None:
+        env.append({"name": PRICE_ENV, "value": repr(price.per_node_hour)})
+        env.append({"name": PRICE_SOURCE_ENV, "value": price.source})
     env.extend({"name": k, "value": v} for k, v in settings.fetch.to_env().items())
     return env
 

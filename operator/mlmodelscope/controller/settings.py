@@ -31,7 +31,13 @@ from mlmodelscope.controller.policy import (
     parse_allowance,
     parse_prefixes,
 )
+from mlmodelscope.controller.pricing import (
+    DEFAULT_POOL_LABEL,
+    PoolPrices,
+    parse_pool_prices,
+)
 from mlmodelscope.spec.evaluation import Device, FrameworkName
+from mlmodelscope.spec.labels import is_label_key
 from mlmodelscope.spec.quantity import quantity_value
 
 PREFIX: Final = "MLMS_OPERATOR_"
@@ -140,7 +146,10 @@ class OperatorSettings:
     second become Jobs."""
     price_per_node_hour: float | None = None
     """What a node costs per hour (USD), passed to every evaluation pod so its result says the
-    cost per 1,000 inferences; None: not measured."""
+    cost per 1,000 inferences; None: not measured. A pool's own price wins (``pool_prices``)."""
+    pool_prices: PoolPrices = field(default_factory=PoolPrices)
+    """What a node of each pool costs per hour, for evaluations whose nodeSelector selects
+    that pool (:mod:`.pricing`)."""
     resync_seconds: float = 30.0
     """How often evaluations whose run has not ended are reconciled against their Jobs (Job
     events that were lost, Jobs deleted while the operator was away, pods that never start)."""
@@ -209,6 +218,7 @@ class OperatorSettings:
             resync_seconds=reader.seconds("RESYNC_SECONDS", 30.0),
             reconcile_workers=reader.count("RECONCILE_WORKERS", 16, minimum=1),
             price_per_node_hour=reader.price("PRICE_PER_NODE_HOUR"),
+            pool_prices=reader.pool_prices(),
             default_memory_limit=reader.memory("DEFAULT_MEMORY_LIMIT", DEFAULT_MEMORY_LIMIT),
             fetch=reader.fetch_policy(),
             policy=reader.policy(),
@@ -243,6 +253,8 @@ KNOWN_VARIABLES: Final = (
     "RESYNC_SECONDS",
     "RECONCILE_WORKERS",
     "PRICE_PER_NODE_HOUR",
+    "POOL_LABEL",
+    "POOL_PRICES",
     "DEFAULT_MEMORY_LIMIT",
     "FETCH_ALLOW",
     "FETCH_DENY",
@@ -380,6 +392,20 @@ class _Reader:
             return value
 
         return self._parse(name, None, parse, "a price per node-hour in USD >= 0")
+
+    def pool_prices(self) -> PoolPrices:
+        """``POOL_LABEL`` (a label key) and ``POOL_PRICES`` (``POOL=PRICE,...``)."""
+
+        def label(raw: str) -> str:
+            if not is_label_key(raw):
+                raise ValueError
+            return raw
+
+        key = self._parse("POOL_LABEL", DEFAULT_POOL_LABEL, label, "a node label key")
+        accepts = "comma-separated POOL=PRICE (a label value, USD per node-hour >= 0)"
+        none: tuple[tuple[str, float], ...] = ()
+        prices = self._parse("POOL_PRICES", none, parse_pool_prices, accepts)
+        return PoolPrices(key, prices)
 
     def memory(self, name: str, default: str | None) -> str | None:
         """A memory quantity of at least :data:`MIN_MEMORY_LIMIT`; ``none`` or ``0`` = None."""
