@@ -18,7 +18,14 @@ from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.handlers import handle_sweep
 from mlmodelscope.controller.runs import InvalidSpecError
 from mlmodelscope.controller.settings import OperatorSettings
-from mlmodelscope.spec.sweep import LABEL_SWEEP, SweepChild, expand, parse_sweep
+from mlmodelscope.spec.sweep import (
+    LABEL_CELL,
+    LABEL_REPEAT,
+    LABEL_SWEEP,
+    SweepChild,
+    expand,
+    parse_sweep,
+)
 
 NOW = "2026-11-22T08:00:00Z"
 UID = "5e7e1c4a-aaaa-bbbb-cccc-444455556666"
@@ -517,3 +524,132 @@ def test_parse_body_ignores_server_fields() -> None:
     body["status"] = {"phase": "Running"}
     assert handle_sweep.parse_body(body).metadata.name == "grid"
     assert parse_sweep({**sweep_body(), "metadata": {"name": "grid"}}).spec.parallelism == 2
+
+
+# ------------------------------------------------------------------------------- repeats
+
+
+CELLS = ["grid-cnn-onnxruntime-b1", "grid-cnn-onnxruntime-b8"]
+REPEATED = [f"{cell}-r{repeat}" for repeat in (1, 2, 3) for cell in CELLS]
+"""Repeat by repeat: every cell's first repeat, then every cell's second, ..."""
+P50 = {1: 0.21, 2: 0.19, 3: 0.26}
+THROUGHPUT = {1: 480.0, 2: 520.0, 3: 390.0}
+
+
+def repeated_body(**spec: Any) -> dict[str, Any]:
+    """grid with one framework (two cells: batch sizes 1 and 8), three repeats each."""
+    body = sweep_body(repeats=3, **spec)
+    body["spec"]["matrix"]["frameworks"] = ["onnxruntime"]
+    return body
+
+
+def repeat_status(repeat: int) -> dict[str, Any]:
+    """A succeeded repeat's status: its own p50 and throughput."""
+    status = copy.deepcopy(SUCCEEDED_STATUS)
+    status["summary"].update(p50Ms=P50[repeat], throughput=THROUGHPUT[repeat])
+    return status
+
+
+def scipy_median_interval(values: list[float]) -> tuple[float, float]:
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    found = bootstrap(
+        (np.asarray(values),), np.median, method="percentile", rng=np.random.default_rng(0)
+    )
+    return float(found.confidence_interval.low), float(found.confidence_interval.high)
+
+
+def test_without_repeats_the_status_has_no_cells() -> None:
+    body = sweep_body()
+    done = [child(body, n, "Succeeded", **SUCCEEDED_STATUS) for n in NAMES]
+    shown = sweeps.to_json(decide(body, done).status)
+    assert "cells" not in shown and "interval" not in shown
+    assert all("cell" not in r and "repeat" not in r for r in shown["children"])
+
+
+def test_a_failed_repeat_keeps_the_sweep_from_succeeding_and_its_cell_says_so() -> None:
+    body = repeated_body(parallelism=6)
+    done = [
+        child(body, name, "Succeeded", **repeat_status(int(name[-1])))
+        for name in REPEATED
+        if name != f"{CELLS[0]}-r2"
+    ]
+    failed = child(body, f"{CELLS[0]}-r2", "Failed", message="OOMKilled")
+    st = decide(body, [*done, failed]).status
+    assert st.phase == "Failed" and (st.succeeded, st.failed, st.total) == (5, 1, 6)
+    assert st.cells is not None
+    first, second = st.cells
+    assert (first.repeats, first.succeeded, first.failed) == (3, 2, 1)
+    assert first.message == "2 of 3 repeats succeeded, 1 failed"
+    assert first.p50_ms is not None and first.p50_ms.repeats == 2
+    assert first.p50_ms.median == pytest.approx((P50[1] + P50[3]) / 2)
+    assert (second.succeeded, second.message) == (3, "3 of 3 repeats succeeded")
+
+    running = decide(body, [*done, child(body, f"{CELLS[0]}-r2", "Running")]).status
+    assert running.phase == "Running" and running.cells is not None
+    assert running.cells[0].message == "2 of 3 repeats succeeded, 1 not finished"
+
+
+def test_reconcile_creates_every_repeat_and_aggregates_them_in_the_status() -> None:
+    cluster = Cluster(repeated_body(parallelism=6))
+    events: list[tuple[str, str]] = []
+    ctx = context(cluster, events)
+    handle_sweep.reconcile(ctx, "team-a", "grid")
+    assert cluster.creates == REPEATED
+    assert events[0] == (
+        "ChildCreated",
+        f"created ModelEvaluation {REPEATED[0]} (model cnn, framework onnxruntime, device cpu, "
+        "scenario SingleStream, batchSize 1, repeat 1)",
+    )
+    for name in REPEATED:
+        meta = cluster.child(name)["metadata"]
+        labels = meta["labels"]
+        assert labels[LABEL_SWEEP] == "grid"
+        assert (labels[LABEL_CELL], labels[LABEL_REPEAT]) == (name[:-3], name[-1])
+        owner = sweeps.owner_of(cluster.child(name))
+        assert owner is not None and owner[1] == "grid"
+    st = cluster.status()
+    assert [(r["cell"], r["repeat"]) for r in st["children"]] == [
+        (name[:-3], int(name[-1])) for name in REPEATED
+    ]
+    assert [c["name"] for c in st["cells"]] == CELLS
+    assert st["cells"][0] == {
+        "name": CELLS[0],
+        "model": "cnn",
+        "framework": "onnxruntime",
+        "device": "cpu",
+        "scenario": "SingleStream",
+        "batchSize": 1,
+        "repeats": 3,
+        "succeeded": 0,
+        "failed": 0,
+        "message": "0 of 3 repeats succeeded, 3 not finished",
+    }
+
+    for name in REPEATED:
+        cluster.set_child_phase(name, "Succeeded", **repeat_status(int(name[-1])))
+        handle_sweep.child_changed(cluster.child(name), ctx)
+    st = cluster.status()
+    assert st["phase"] == "Succeeded" and st["progress"] == "6/6 Succeeded"
+    assert st["interval"] == {
+        "statistic": "median",
+        "method": "percentile",
+        "confidenceLevel": 0.95,
+        "resamples": 9999,
+        "seed": 0,
+    }
+    low, high = scipy_median_interval(list(P50.values()))
+    for cell in st["cells"]:
+        assert (cell["succeeded"], cell["message"]) == (3, "3 of 3 repeats succeeded")
+        assert cell["p50Ms"] == {
+            "median": 0.21,
+            "low": pytest.approx(low),
+            "high": pytest.approx(high),
+            "repeats": 3,
+        }
+        assert cell["throughput"]["median"] == 480.0
+        assert (cell["metric"], cell["metricValue"]) == ("top1", 0.977778)
+    patches = cluster.kube.requests[PATCHES]
+    handle_sweep.reconcile(ctx, "team-a", "grid")  # the same interval again: no write
+    assert cluster.kube.requests[PATCHES] == patches

@@ -28,10 +28,12 @@ from mlmodelscope.spec import (
 from mlmodelscope.spec.resources import check_files
 from mlmodelscope.spec.sweep import (
     LABEL_BATCH_SIZE,
+    LABEL_CELL,
     LABEL_DEVICE,
     LABEL_FRAMEWORK,
     LABEL_GPU_PRODUCT,
     LABEL_MODEL,
+    LABEL_REPEAT,
     LABEL_SCENARIO,
     MAX_CHILD_NAME,
     SweepTemplate,
@@ -364,6 +366,65 @@ def test_the_cap_is_inclusive() -> None:
     assert len(expand(parse_sweep(document))) == MAX_CHILDREN
 
 
+def test_repeats_times_the_matrix_is_capped_inclusively() -> None:
+    document = with_spec(sweep(batchSizes=list(range(1, 11))), repeats=20)
+    assert len(expand(parse_sweep(document))) == MAX_CHILDREN
+    over = with_spec(sweep(batchSizes=list(range(1, 12))), repeats=20)
+    [problem] = problems(over)
+    assert problem.startswith("spec.repeats:") and "split" in problem
+    models = [{"name": f"m{i}", "model": MODEL} for i in range(21)]
+    [problem] = problems(with_spec(sweep(models=models, batchSizes=list(range(1, 11))), repeats=2))
+    assert problem.startswith("spec.matrix: the matrix has more")  # the matrix's message alone
+
+
+# ------------------------------------------------------------------------------- repeats
+
+
+def test_repeats_give_each_cell_its_own_children_named_and_labelled() -> None:
+    document = with_spec(sweep(frameworks=["onnxruntime", "pytorch"]), repeats=3)
+    children = expand(parse_sweep(document))
+    cells = ["s-digits-onnxruntime", "s-digits-pytorch"]
+    assert [c.name for c in children] == [f"{c}-r{r}" for r in (1, 2, 3) for c in cells]
+    for child in children:
+        labels = child.document["metadata"]["labels"]
+        assert (labels[LABEL_CELL], labels[LABEL_REPEAT]) == (child.cell, str(child.repeat))
+        assert child.name == f"{child.cell}-r{child.repeat}"
+        assert DNS_LABEL.match(child.name)
+    first, again = children[0], children[2]  # the same cell, repeats 1 and 2
+    assert first.cell == again.cell and first.axes == again.axes
+    assert first.document["spec"] == again.document["spec"]
+
+
+def test_repeats_and_in_process_repetitions_combine() -> None:
+    document = with_spec(
+        sweep(),
+        repeats=2,
+        template={"dataset": {"type": "digits"}, "scenario": {"repetitions": 5}},
+    )
+    children = expand(parse_sweep(document))
+    assert [parse_evaluation(c.document).spec.scenario.repetitions for c in children] == [5, 5]
+
+
+def test_one_repeat_is_a_sweep_without_repeats() -> None:
+    plain = expand(parse_sweep(full_matrix()))
+    once = expand(parse_sweep(with_spec(full_matrix(), repeats=1)))
+    assert [(c.name, c.document) for c in once] == [(c.name, c.document) for c in plain]
+    assert all(c.cell == c.name and c.repeat is None for c in once)
+    assert all(LABEL_CELL not in c.document["metadata"]["labels"] for c in once)
+
+
+def test_long_repeat_names_stay_unique_and_short() -> None:
+    document = with_spec(
+        sweep(hardware=[{"device": "gpu", "gpuProduct": "NVIDIA-A100-SXM4-80GB-MIG-7g.80gb"}]),
+        repeats=12,
+    )
+    document["metadata"]["name"] = "a-rather-long-sweep-name-for-repeats"
+    children = expand(parse_sweep(document))
+    assert len({c.name for c in children}) == 12
+    assert all(len(c.name) <= MAX_CHILD_NAME and DNS_LABEL.match(c.name) for c in children)
+    assert len({c.cell for c in children}) == 1
+
+
 def test_wrong_kind_is_named() -> None:
     assert problems({**SWEEP, "kind": "ModelEvaluation"})[0].startswith("kind: expected")
 
@@ -457,6 +518,18 @@ def test_sweep_examples() -> None:
         "pvc://mlmodelscope-examples/digits.onnx"
     }
     assert len({str(c.document["spec"]["preprocessing"]) for c in pitfalls}) == len(pitfalls) == 4
+
+
+def test_the_repeats_example_runs_each_cell_in_three_children() -> None:
+    """examples/sweeps/repeats.yaml: the names and the order its comment gives."""
+    example = yaml.safe_load((ROOT / "examples/sweeps/repeats.yaml").read_text())
+    children = expand(parse_sweep(example))
+    assert [c.name for c in children] == [
+        f"repeats-digits-{f}-r{r}" for r in (1, 2, 3) for f in ("onnxruntime", "pytorch")
+    ]
+    assert [c.document["metadata"]["labels"][LABEL_CELL] for c in children[1::2]] == [
+        "repeats-digits-pytorch"
+    ] * 3
 
 
 def test_validate_reports_each_document_of_a_mixed_file(tmp_path: Path) -> None:

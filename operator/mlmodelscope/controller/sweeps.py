@@ -19,7 +19,10 @@ Failed, saying so), and a child of an earlier sweep of the same name is not coun
 
 ``status.children`` has a row per matrix entry (phase unset until the child exists), with
 the child's own ``.status`` numbers: the summary's p50, throughput and top-1, the p99 of its
-first result row, the run id and message.
+first result row, the run id and message. With ``spec.repeats`` > 1 each matrix combination
+(cell) has that many children, and ``status.cells`` a row per cell over its repeats
+(:mod:`.sweep_repeats`). The phase rules count children, so a sweep with a failed repeat is
+never Succeeded.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pydantic import ValidationError
 
 from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.contract.kube import namespaced
+from mlmodelscope.controller import sweep_repeats
 from mlmodelscope.controller.status import (
     MESSAGE_LIMIT,
     Cond,
@@ -193,6 +197,8 @@ def child_row(child: SweepChild, existing: Mapping[str, Any] | None) -> SweepChi
         gpu_product=axes.get("gpuProduct"),
         scenario=axes.get("scenario"),
         batch_size=int(batch) if batch else None,
+        cell=child.cell if child.repeat is not None else None,
+        repeat=child.repeat,
     )
     if existing is None:
         return row
@@ -366,6 +372,7 @@ def _status(
     conditions = merge_conditions(
         list(current.get("conditions") or []), conds, generation, timestamp, drop=END_CONDITIONS
     )
+    cells = sweep_repeats.cells(rows.values(), spec.repeats) if spec.repeats > 1 else None
     return SweepStatus.model_validate(
         {
             "observedGeneration": generation,
@@ -377,6 +384,8 @@ def _status(
             "active": active,
             "progress": progress(len(succeeded), total),
             "children": [r.model_dump(by_alias=True, exclude_none=True) for r in rows.values()],
+            "cells": cells,
+            "interval": sweep_repeats.HOW if cells is not None else None,
             "conditions": conditions,
             "message": _clip(message),
         }
@@ -461,6 +470,8 @@ def change(current: Mapping[str, Any], new: SweepStatus) -> StatusChange:
 
 def created_event(child: SweepChild) -> Event:
     axes = ", ".join(f"{k} {v}" for k, v in child.axes.items())
+    if child.repeat is not None:
+        axes += f", repeat {child.repeat}"
     return Event("Normal", Reason.CHILD_CREATED, f"created ModelEvaluation {child.name} ({axes})")
 
 

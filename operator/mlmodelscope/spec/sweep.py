@@ -1,5 +1,6 @@
 """The EvaluationSweep: a matrix of ModelEvaluations (models x frameworks x hardware x
-scenarios x batch sizes) that the operator creates, runs ``parallelism`` at a time, and sums up.
+scenarios x batch sizes, each combination ``repeats`` times) that the operator creates, runs
+``parallelism`` at a time, and sums up.
 
 This module is the whole spec side of a sweep: the models (whose docstrings become the CRD's
 descriptions), the admission rules (CEL for the API server, the same predicates here), and
@@ -75,6 +76,11 @@ LABEL_GPU_PRODUCT: Final = "mlmodelscope.io/gpu-product"
 LABEL_SCENARIO: Final = "mlmodelscope.io/scenario"
 LABEL_BATCH_SIZE: Final = "mlmodelscope.io/batch-size"
 """Only when the sweep has a ``batchSizes`` axis (otherwise a child measures several)."""
+LABEL_CELL: Final = "mlmodelscope.io/sweep-cell"
+"""Only with ``spec.repeats`` > 1: the child's cell (its matrix combination), named as the
+child would be without repeats; the cell's repeats share it."""
+LABEL_REPEAT: Final = "mlmodelscope.io/sweep-repeat"
+"""Only with ``spec.repeats`` > 1: which repeat of its cell the child is, 1 to repeats."""
 
 MAX_CHILDREN: Final = 200
 """The most ModelEvaluations one sweep may create; larger matrices are refused at admission."""
@@ -89,6 +95,11 @@ CAP_MESSAGE = (
     f"the matrix has more than {MAX_CHILDREN} combinations (models x frameworks x hardware x "
     f"scenarios x batchSizes); a sweep creates at most {MAX_CHILDREN} ModelEvaluations: split "
     "it into several sweeps, e.g. one per model or per framework"
+)
+REPEATS_CAP_MESSAGE = (
+    f"the matrix's combinations times repeats make more than {MAX_CHILDREN} ModelEvaluations, "
+    f"and a sweep creates at most {MAX_CHILDREN}: lower repeats, or split the sweep into "
+    "several, e.g. one per model or per framework"
 )
 
 
@@ -198,6 +209,16 @@ def _combinations(matrix: SweepMatrix) -> int:
     )
 
 
+def _combinations_cel(matrix: str) -> str:
+    """CEL for the number of combinations of the matrix at ``matrix`` (the axes multiplied)."""
+    return (
+        f"size({matrix}.models) * size({matrix}.frameworks)"
+        f" * (has({matrix}.hardware) ? size({matrix}.hardware) : 1)"
+        f" * (has({matrix}.scenarios) ? size({matrix}.scenarios) : 1)"
+        f" * (has({matrix}.batchSizes) ? size({matrix}.batchSizes) : 1)"
+    )
+
+
 def _unique_cel(field: str, key: str = "") -> str:
     member = f"x.{key}" if key else "x"
     other = f"y.{key}" if key else "y"
@@ -272,10 +293,7 @@ class SweepMatrix(SpecModel):
             check=lambda m: m.batch_sizes is None or len(set(m.batch_sizes)) == len(m.batch_sizes),
         ),
         Rule(
-            cel="size(self.models) * size(self.frameworks)"
-            " * (has(self.hardware) ? size(self.hardware) : 1)"
-            " * (has(self.scenarios) ? size(self.scenarios) : 1)"
-            f" * (has(self.batchSizes) ? size(self.batchSizes) : 1) <= {MAX_CHILDREN}",
+            cel=f"{_combinations_cel('self')} <= {MAX_CHILDREN}",
             message=CAP_MESSAGE,
             field="",
             check=lambda m: _combinations(m) <= MAX_CHILDREN,
@@ -371,7 +389,25 @@ class SweepSpec(SpecModel):
     suspend: StrictBool = False
     """true: create no further children (running ones finish); false again resumes the sweep."""
 
+    repeats: Annotated[StrictInt, Field(ge=1, le=MAX_CHILDREN)] = 1
+    """Children per matrix combination (cell), each its own ModelEvaluation and pod, named
+    <cell>-r1 to <cell>-rN, so the spread between pods (start-up state included) is measured;
+    status.cells then holds each cell's median over its repeats with a bootstrap interval.
+    1: one child per cell, named as without this field. Combinations x repeats: at most 200."""
+
     rules: ClassVar[tuple[Rule, ...]] = (
+        Rule(
+            cel=f"{_combinations_cel('self.matrix')} > {MAX_CHILDREN} || "
+            f"{_combinations_cel('self.matrix')} * (has(self.repeats) ? self.repeats : 1) "
+            f"<= {MAX_CHILDREN}",
+            message=REPEATS_CAP_MESSAGE,
+            field="repeats",
+            check=lambda m: (
+                _combinations(m.matrix) > MAX_CHILDREN
+                or _combinations(m.matrix) * m.repeats <= MAX_CHILDREN
+            ),
+            reason="FieldValueForbidden",
+        ),
         Rule(
             cel="has(self.template.dataset) || self.matrix.models.all(m, has(m.dataset))",
             message="required unless every spec.matrix.models entry sets its own dataset",
@@ -422,8 +458,83 @@ class SweepChildStatus(SpecModel):
     """Its value from the accuracy pass (psnr in dB, the others 0..1)."""
     run_id: str | None = None
     """UUID of the child's run."""
+    cell: str | None = None
+    """The cell (status.cells[].name) this child is a repeat of; only with spec.repeats > 1."""
+    repeat: int | None = None
+    """Which repeat of its cell, 1 to spec.repeats; only with spec.repeats > 1."""
     message: Annotated[str, Field(max_length=4096)] = ""
     """Why the child failed, or what it waits for."""
+
+
+class CellEstimate(SpecModel):
+    """One figure of a cell over its repeats that succeeded: their median and a bootstrap
+    confidence interval of that median (status.interval says how it is drawn)."""
+
+    median: float
+    """The median over the repeats."""
+    low: float | None = None
+    """Lower end of the interval; absent with fewer than 2 repeats (one value has no
+    interval, and none is made up) or when the operator has no scipy (the cell's message
+    says which)."""
+    high: float | None = None
+    """Upper end of the interval; absent when low is."""
+    repeats: int
+    """How many repeats the figure is over: those that succeeded and report it."""
+
+
+class RepeatInterval(SpecModel):
+    """How the cells' intervals are drawn with scipy.stats.bootstrap, so a reader can
+    recompute them from the children's rows."""
+
+    statistic: Literal["median"] = "median"
+    """What the interval is of: the median of the repeats' figures."""
+    method: Literal["percentile"] = "percentile"
+    """percentile: with a handful of repeats BCa estimates its bias and acceleration from the
+    same few values (where the middle values tie, its jackknife is flat and BCa undefined), and
+    the percentile interval never leaves the range the repeats span."""
+    confidence_level: float = 0.95
+    """The interval's confidence level."""
+    resamples: int = 9999
+    """Bootstrap resamples."""
+    seed: int = 0
+    """The resampling's fixed seed: the same repeats give the same interval at every
+    reconcile."""
+
+
+class SweepCellStatus(SpecModel):
+    """One matrix combination of a sweep with spec.repeats > 1, over its repeats."""
+
+    name: str
+    """The cell's name: the name its one child would have without repeats (its children's
+    mlmodelscope.io/sweep-cell label)."""
+    model: str | None = None
+    """The spec.matrix.models entry."""
+    framework: str | None = None
+    """Framework name."""
+    device: str | None = None
+    """cpu or gpu."""
+    gpu_product: str | None = None
+    """GPU product the cell is pinned to, if any."""
+    scenario: str | None = None
+    """Scenario type."""
+    batch_size: int | None = None
+    """Batch size of the figures."""
+    repeats: int
+    """Repeats asked for (spec.repeats)."""
+    succeeded: int = 0
+    """Repeats that succeeded: the figures are over these."""
+    failed: int = 0
+    """Repeats that failed."""
+    p50_ms: CellEstimate | None = None
+    """Median latency (ms) over the repeats."""
+    throughput: CellEstimate | None = None
+    """Samples per second over the repeats."""
+    metric: str | None = None
+    """The name of the children's primary metric (top1, map, miou, ...)."""
+    metric_value: float | None = None
+    """Its median over the repeats."""
+    message: Annotated[str, Field(max_length=4096)] = ""
+    """How many of the repeats succeeded, and why there is no interval when there is none."""
 
 
 class SweepStatus(SpecModel):
@@ -450,7 +561,13 @@ class SweepStatus(SpecModel):
     progress: Annotated[str, Field(max_length=64)] = ""
     """Succeeded out of total, e.g. '7/12 Succeeded'."""
     children: Annotated[list[SweepChildStatus], Field(max_length=MAX_CHILDREN)] = []
-    """Per child: phase and headline numbers, in matrix order."""
+    """Per child: phase and headline numbers, in matrix order (with spec.repeats > 1, repeat
+    by repeat: every cell's first repeat, then every cell's second, ...)."""
+    cells: Annotated[list[SweepCellStatus] | None, Field(max_length=MAX_CHILDREN)] = None
+    """Only with spec.repeats > 1: per matrix combination, in matrix order, its figures over
+    its repeats."""
+    interval: RepeatInterval | None = None
+    """How the cells' intervals are drawn; present with cells."""
     conditions: Annotated[list[Condition], Field(max_length=16)] = []
     """Standard conditions (metav1.Condition)."""
     message: Annotated[str, Field(max_length=32768)] = ""
@@ -523,11 +640,15 @@ def parse_sweep(
 class SweepChild:
     """One child of a sweep: its name, its axis values (keys as in SweepChildStatus: model,
     framework, device, gpuProduct, scenario, batchSize; gpuProduct and batchSize only when the
-    child has one), and the complete ModelEvaluation document (no namespace, no owner)."""
+    child has one), the complete ModelEvaluation document (no namespace, no owner), its cell
+    (its name without the repeat's suffix; ``name`` itself without repeats) and which repeat
+    of that cell it is (None without repeats)."""
 
     name: str
     axes: dict[str, str]
     document: dict[str, Any]
+    cell: str
+    repeat: int | None = None
 
 
 @dataclass(frozen=True)
@@ -653,9 +774,11 @@ def _child(
     pick: _Pick,
     model: dict[str, Any] | None,
     template: dict[str, Any],
+    repeat: int | None = None,
 ) -> SweepChild:
-    """The child ModelEvaluation of one combination of axis entries; ``model`` is None for
-    a modelRef entry, whose child names the Model itself."""
+    """The child ModelEvaluation of one combination of axis entries (of one of its repeats,
+    when ``repeat`` is set); ``model`` is None for a modelRef entry, whose child names the
+    Model itself."""
     matrix, defaults = sweep.spec.matrix, sweep.spec.template
     entry, framework = matrix.models[pick.model], matrix.frameworks[pick.framework]
     target = None if pick.hardware is None else (matrix.hardware or [])[pick.hardware]
@@ -704,7 +827,8 @@ def _child(
         parts.append(_segment(scenario.value))
     if batch is not None:
         parts.append(f"b{batch}")
-    name = _child_name(sweep.metadata.name, parts)
+    cell = _child_name(sweep.metadata.name, parts)
+    name = cell if repeat is None else _child_name(sweep.metadata.name, [*parts, f"r{repeat}"])
     axes = {
         "model": entry.name,
         "framework": framework.value,
@@ -722,13 +846,21 @@ def _child(
         axes["gpuProduct"] = labels[LABEL_GPU_PRODUCT] = product
     if batch is not None:
         axes["batchSize"] = labels[LABEL_BATCH_SIZE] = str(batch)
+    if repeat is not None:
+        labels[LABEL_CELL], labels[LABEL_REPEAT] = cell, str(repeat)
     document = {
         "apiVersion": API_VERSION_FULL,
         "kind": KIND,
         "metadata": {"name": name, "labels": labels},
         "spec": spec,
     }
-    return SweepChild(name, axes, document)
+    return SweepChild(name, axes, document, cell, repeat)
+
+
+def _repeats(sweep: EvaluationSweep) -> list[int | None]:
+    """The repeat indices of each cell: [None] without repeats (names as before the field)."""
+    count = sweep.spec.repeats
+    return [None] if count == 1 else list(range(1, count + 1))
 
 
 def _indices(axis: list[Any] | None) -> list[int | None]:
@@ -753,7 +885,8 @@ def _expand(
 ) -> tuple[list[SweepChild], list[Problem]]:
     matrix = sweep.spec.matrix
     template = _dump(sweep.spec.template)
-    children: list[SweepChild] = []
+    repeats = _repeats(sweep)
+    cells: list[list[SweepChild]] = []
     problems: dict[tuple[str, str], Problem] = {}
 
     def add(problem: Problem) -> None:
@@ -785,10 +918,14 @@ def _expand(
                 _indices(matrix.hardware), _indices(matrix.scenarios), _indices(matrix.batch_sizes)
             ):
                 pick = _Pick(mi, fi, hi, si, bi)
-                child = _child(sweep, pick, model, template)
-                for problem in _child_problems(child.document, child.name, pick, entry, models):
+                cell = [_child(sweep, pick, model, template, r) for r in repeats]
+                first = cell[0]  # the repeats differ in name and labels only
+                for problem in _child_problems(first.document, first.name, pick, entry, models):
                     add(problem)
-                children.append(child)
+                cells.append(cell)
+    # Repeat by repeat: a cell's repeats spread over the sweep's run, so a drift in time
+    # widens that cell's interval instead of biasing one cell against another.
+    children = [cell[i] for i in range(len(repeats)) for cell in cells]
     repeated = collections.Counter(c.name for c in children)
     for name, count in repeated.items():
         if count > 1:  # only GPU products that differ in punctuation alone get here
@@ -810,8 +947,9 @@ def sweep_problems(sweep: EvaluationSweep, models: ModelLookup | None = None) ->
 
 def expand(sweep: EvaluationSweep, models: ModelLookup | None = None) -> list[SweepChild]:
     """The sweep's children, in matrix order (models x frameworks x hardware x scenarios x
-    batchSizes), each a complete ModelEvaluation document; raises SpecValidationError naming
-    the axis entry at fault when a combination is invalid.
+    batchSizes; with repeats, every cell's first repeat, then every cell's second, ...), each
+    a complete ModelEvaluation document; raises SpecValidationError naming the axis entry at
+    fault when a combination is invalid.
 
     A modelRef entry's children name the Model (each resolves it when it starts). With
     ``models``, those references are resolved here too, so an unknown Model, a basedOn
