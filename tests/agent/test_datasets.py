@@ -178,3 +178,26 @@ def test_npz_errors_name_the_field(tmp_path: Path) -> None:
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(SpecError, match="not a readable"):
         load_dataset(dataset(type="npz", uri="junk.npz"), seed=0, base_dir=tmp_path)
+
+
+# -------------------------------------------------------------------------------------- text
+
+
+def test_a_limited_text_dataset_keeps_the_label_numbers_and_stops_reading(tmp_path: Path) -> None:
+    """The agent passes ``limit`` to the reader: the first rows keep the numbers the whole
+    file gives their class names, and with integer labels a broken line past the limit is
+    never read."""
+    rows = [("rain", "weather"), ("goal", "sport"), ("paint", "art"), ("sun", "weather")]
+    path = tmp_path / "topics.jsonl"
+    path.write_text("".join(f'{{"text": "{t}", "label": "{y}"}}\n' for t, y in rows))
+    fields = {"type": "text", "path": str(path), "tokenizer": "tokenizer.json"}
+    whole = load_dataset(dataset(**fields), seed=0)
+    part = load_dataset(dataset(**fields, limit=2), seed=0)
+    assert whole.class_names == part.class_names == ["art", "sport", "weather"]
+    assert whole.y is not None and part.y is not None
+    assert part.y.tolist() == whole.y.tolist()[:2] == [2, 1] and part.x == ["rain", "goal"]
+    path.write_text('{"text": "a", "label": 3}\n{"text": "b", "label": 1}\n{oops\n')
+    assert load_dataset(dataset(**fields, limit=2), seed=0).x == ["a", "b"]
+    with pytest.raises(SpecError, match="line 3 is not JSON") as err:
+        load_dataset(dataset(**fields), seed=0)
+    assert err.value.field == "spec.dataset.path"

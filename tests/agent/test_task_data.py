@@ -230,6 +230,77 @@ def test_text_rows_keep_file_order_and_string_labels_become_sorted_indices(
         load_text(tmp_path / "reviews.txt")
 
 
+TOPICS = ["sport", "weather", "sport", "art", "weather", "music"]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
+def test_a_limit_keeps_every_class_names_number(tmp_path: Path, suffix: str) -> None:
+    """Class names are numbered over the whole file (art, music, sport, weather), so the
+    first rows of a limited read carry the numbers they have in the unlimited one, though
+    they hold only two of the names."""
+    rows = [{"text": f"t{i}", "label": label} for i, label in enumerate(TOPICS)]
+    path = tmp_path / f"topics{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif suffix == ".csv":
+        path.write_text("text,label\n" + "".join(f"{r['text']},{r['label']}\n" for r in rows))
+    else:
+        write_parquet(path, {key: [r[key] for r in rows] for key in ("text", "label")}, 2)
+    whole = load_text(path)
+    assert whole.class_names == ("art", "music", "sport", "weather")
+    assert whole.labels == (2, 3, 2, 0, 3, 1)
+    for limit in (1, 2, 3, 6, 10):
+        part = load_text(path, limit=limit)
+        assert part.class_names == whole.class_names, limit
+        assert part.labels == whole.labels[:limit] and part.texts == whole.texts[:limit]
+
+
+def test_reading_stops_at_the_limit_for_integer_labels_only(tmp_path: Path) -> None:
+    """Integer labels need no numbering: a limited read stops, and a malformed line past the
+    limit is never reached. Class names need every row's label, so the same line past the
+    limit is reached and named; a row past the limit without a text is no error then."""
+    jsonl = tmp_path / "reviews.jsonl"
+    jsonl.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n{broken\n')
+    assert load_text(jsonl, limit=2).labels == (1, 0)
+    with pytest.raises(DatasetError, match=r"reviews\.jsonl: line 3 is not JSON"):
+        load_text(jsonl)
+    jsonl.write_text('{"text": "a", "label": "pos"}\n{"label": "neg"}\n{broken\n')
+    with pytest.raises(DatasetError, match=r"reviews\.jsonl: line 3 is not JSON"):
+        load_text(jsonl, limit=1)
+    jsonl.write_text('{"text": "a", "label": "pos"}\n{"label": "neg"}\n{"text": "c"}\n')
+    with pytest.raises(DatasetError, match=r"reviews\.jsonl: row 3 has no label field"):
+        load_text(jsonl, limit=1)
+    jsonl.write_text('{"text": "a", "label": "pos"}\n{"label": "neg"}\n')
+    data = load_text(jsonl, limit=1)
+    assert data.labels == (1,) and data.class_names == ("neg", "pos")
+    parquet = write_parquet(
+        tmp_path / "reviews.parquet", {"text": ["a", None, "c"], "label": ["pos", "neg", None]}
+    )
+    with pytest.raises(DatasetError, match=r"reviews\.parquet: row 3: 'label' is null"):
+        load_text(parquet, limit=1)
+
+
+def test_integer_labels_and_class_names_in_one_file_are_refused_naming_both_rows(
+    tmp_path: Path,
+) -> None:
+    """A mix would number differently with and without a limit, so it is an error; a limit
+    that stops before the first class name reads the integers alone."""
+    jsonl = tmp_path / "mixed.jsonl"
+    jsonl.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n'
+                     '{"text": "c", "label": "neg"}\n')  # fmt: skip
+    with pytest.raises(DatasetError) as caught:
+        load_text(jsonl)
+    assert str(caught.value) == (
+        f"{jsonl}: row 3's label 'neg' is a class name, but row 1's 1 is an integer; "
+        "labels are all integers or all class names"
+    )
+    assert load_text(jsonl, limit=2).labels == (1, 0)
+    csv_file = tmp_path / "mixed.csv"
+    csv_file.write_text("text,label\na,neg\nb,pos\nc,3\n")
+    with pytest.raises(DatasetError, match=r"row 3's label '3' is an integer, but row 1's"):
+        load_text(csv_file, limit=1)
+
+
 REVIEWS = [
     {"text": "good", "label": "pos", "stars": 5},
     {"text": "bad", "label": "neg", "stars": 1},

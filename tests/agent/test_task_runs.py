@@ -626,3 +626,146 @@ def test_an_image_to_image_task_and_a_pairs_dataset_come_in_pairs(
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(Exception, match="an image-to-image task needs a pairs dataset"):
         load_evaluations(path)
+
+
+def luma_quality(outputs: np.ndarray, targets: np.ndarray, crop: int) -> tuple[float, float]:
+    """Mean PSNR and SSIM of the BT.601 luma of RGB [N, H, W, 3] images in [0, 1], ``crop``
+    pixels cut off every side, by scikit-image called directly (BasicSR's ``test_y_channel``
+    and ``crop_border``)."""
+    from skimage.color import rgb2ycbcr
+
+    def luma(images: np.ndarray) -> np.ndarray:
+        y = np.stack([rgb2ycbcr(image)[..., 0] / 255.0 for image in images])
+        return y[:, crop:-crop, crop:-crop, None] if crop else y[..., None]
+
+    return skimage_quality(luma(outputs), luma(targets))
+
+
+def test_y_channel_after_a_border_crop_equals_scikit_image_in_bgr_too(
+    models: Path, tmp_path: Path
+) -> None:
+    """channels: y and cropBorder: 3 score the denoiser's outputs as scikit-image scores
+    their luma directly; with a channelOrder BGR step the output and target are BGR, and
+    the pass turns them to RGB before the luma (else R and B would swap weights). The result
+    records the options, and the document passes the published result schema."""
+    import jsonschema
+
+    from mlmodelscope.contract.schema import result_schema
+
+    noisy, clean = read_pairs(models)
+    session = ort.InferenceSession(str(models / "denoiser.onnx"))
+    for order in ("RGB", "BGR"):
+        doc = example("image-to-image", models)
+        doc["metadata"]["name"] = f"luma-{order.lower()}"
+        doc["spec"]["task"].update(channels="y", cropBorder=3)
+        x = noisy.astype(np.float32)
+        if order == "BGR":
+            doc["spec"]["preprocessing"].insert(1, {"channelOrder": {"order": "BGR"}})
+            x = x[..., ::-1]
+        out = session.run(None, {"input": np.ascontiguousarray(x.transpose(0, 3, 1, 2))})[0]
+        rgb = out.transpose(0, 2, 3, 1)[..., ::-1] if order == "BGR" else out.transpose(0, 2, 3, 1)
+        want_psnr, want_ssim = luma_quality(np.clip(rgb, 0, 1).astype(np.float64), clean, 3)
+        document = run(doc, tmp_path)
+        metrics = document["task"]["metrics"]
+        assert metrics["psnr"] == pytest.approx(want_psnr, abs=1e-6), order
+        assert metrics["ssim"] == pytest.approx(want_ssim, abs=1e-6), order
+        assert (metrics["crop_border"], metrics["channels"], metrics["images"]) == (3, "y", 64)
+        jsonschema.Draft202012Validator(result_schema()).validate(document)
+
+
+def write_upscaler(path: Path, channels: int) -> None:
+    """An ONNX model that doubles an image's size ([N, C, 24, 24] to [N, C, 48, 48]) by
+    ONNX Runtime's bilinear Resize: a super-resolution model in miniature."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1.0, 1.0, 2.0, 2.0])
+    graph = helper.make_graph(
+        [helper.make_node("Resize", ["input", "", "scales"], ["upscaled"], mode="linear")],
+        "upscaler",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", channels, 24, 24])],
+        [helper.make_tensor_value_info("upscaled", TensorProto.FLOAT, ["n", channels, 48, 48])],
+        [scales],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def super_resolution(models: Path, tmp_path: Path, channels: int = 3) -> dict[str, Any]:
+    """The image-to-image example as 2x super-resolution: the clean 48x48 targets, their
+    24x24 bicubic reductions as inputs, the upscaler as the model."""
+    inputs = tmp_path / "small"
+    inputs.mkdir(exist_ok=True)
+    for target in sorted((models / "pairs" / "clean").iterdir()):
+        Image.open(target).resize((24, 24), Image.Resampling.BICUBIC).save(inputs / target.name)
+    write_upscaler(tmp_path / "upscaler.onnx", channels)
+    doc = example("image-to-image", models)
+    doc["metadata"]["name"] = "super-resolution"
+    spec = doc["spec"]
+    spec["model"].update(
+        name="upscaler",
+        uri=str(tmp_path / "upscaler.onnx"),
+        inputs=[{"name": "input", "shape": [-1, channels, 24, 24]}],
+        outputs=[{"name": "upscaled", "shape": [-1, channels, 48, 48], "layout": "NCHW"}],
+    )
+    spec["dataset"]["path"] = str(inputs)
+    spec["task"] = {"type": "image-to-image", "output": "upscaled", "channels": "y",
+                    "cropBorder": "scale"}  # fmt: skip
+    return doc
+
+
+def test_super_resolution_crops_the_sets_scale_factor_and_scores_the_luma(
+    models: Path, tmp_path: Path
+) -> None:
+    """cropBorder: scale on a 2x pairs dataset cuts 2 pixels off every side: the run equals
+    scikit-image on the upscaler's own outputs, luma and crop as BasicSR scores them."""
+    doc = super_resolution(models, tmp_path)
+    names = sorted(p.name for p in (models / "pairs" / "clean").iterdir())
+    small = np.stack([np.asarray(Image.open(tmp_path / "small" / n)) for n in names]) / 255.0
+    _, clean = read_pairs(models)
+    session = ort.InferenceSession(str(tmp_path / "upscaler.onnx"))
+    x = small.astype(np.float32).transpose(0, 3, 1, 2)
+    outputs = np.clip(session.run(None, {"input": x})[0].transpose(0, 2, 3, 1), 0.0, 1.0)
+    want_psnr, want_ssim = luma_quality(outputs.astype(np.float64), clean, 2)
+    metrics = run(doc, tmp_path)["task"]["metrics"]
+    assert metrics["psnr"] == pytest.approx(want_psnr, abs=1e-6)
+    assert metrics["ssim"] == pytest.approx(want_ssim, abs=1e-6)
+    assert (metrics["crop_border"], metrics["channels"]) == (2, "y")
+    assert 20 < metrics["psnr"] < 40  # bilinear upscaling: close, not exact
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        (
+            lambda doc, tmp: doc["spec"]["task"].update(cropBorder=19),
+            "spec.task.cropBorder",
+            "cutting 19 pixels off every border of",
+        ),
+        (
+            lambda doc, tmp: [
+                Image.open(p).resize((36, 36)).save(p) for p in (tmp / "small").iterdir()
+            ],
+            "spec.task.cropBorder",
+            "its targets are 4/3x their inputs, not a whole number",
+        ),
+    ],
+    ids=["a crop leaving less than the SSIM window", "scale of a set that is not whole"],
+)
+def test_scoring_options_that_do_not_fit_fail_naming_the_option(
+    models: Path, tmp_path: Path, change: Any, field: str, words: str
+) -> None:
+    doc = super_resolution(models, tmp_path)
+    change(doc, tmp_path)
+    error = failure(doc, tmp_path)
+    assert error["field"] == field and words in error["message"], error
+
+
+def test_the_luma_of_a_grey_output_is_refused_naming_channels(models: Path, tmp_path: Path) -> None:
+    doc = super_resolution(models, tmp_path, channels=1)
+    doc["spec"]["preprocessing"][0] = {"decode": {"mode": "L"}}
+    error = failure(doc, tmp_path)
+    assert error["field"] == "spec.task.channels", error
+    assert "y scores the luma of RGB images" in error["message"]
+    assert "is grey (one channel): score it with channels: rgb" in error["message"]

@@ -296,3 +296,49 @@ def test_an_image_equal_to_its_reference_is_counted_not_averaged_as_infinite_psn
     assert RestorationMetrics.of([image_quality(noisy, noisy, data_range=255)]).psnr is None
     with pytest.raises(ValueError, match="no image was scored"):
         RestorationMetrics.of([])
+
+
+@pytest.mark.parametrize("data_range", [1.0, 255.0])
+def test_y_channel_psnr_and_ssim_after_a_border_crop_equal_scikit_image(data_range: float) -> None:
+    """Super-resolution's scoring (BasicSR's ``test_y_channel`` and ``crop_border``): the
+    luma of MATLAB's rgb2ycbcr, in 16..235 of 255, with ``crop`` pixels cut off every side,
+    computed directly with scikit-image; the metrics record the options."""
+    from skimage.color import rgb2ycbcr
+    from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+    from mlmodelscope.agent.tasks.restoration import Scoring
+
+    rng = np.random.default_rng(21)
+    references = rng.random((3, 40, 36, 3)) * data_range  # NHWC
+    outputs = np.clip(references + rng.normal(0, 0.05 * data_range, references.shape), 0, None)
+    outputs = np.minimum(outputs, data_range)
+    crop = 4
+    ours = restoration_metrics(
+        outputs, references, data_range=data_range, layout="NHWC", scoring=Scoring(crop, "y")
+    )
+
+    def luma(image: np.ndarray) -> np.ndarray:
+        y = rgb2ycbcr(image / data_range)[crop:-crop, crop:-crop, 0]  # 16..235
+        return np.asarray(y / 255.0 * data_range)
+
+    pairs = [(luma(o), luma(r)) for o, r in zip(outputs, references, strict=True)]
+    psnr = np.mean([peak_signal_noise_ratio(r, o, data_range=data_range) for o, r in pairs])
+    ssim = np.mean(
+        [
+            structural_similarity(
+                r, o, data_range=data_range, gaussian_weights=True, sigma=1.5,
+                use_sample_covariance=False,
+            )
+            for o, r in pairs
+        ]
+    )  # fmt: skip
+    assert ours.psnr == pytest.approx(psnr, abs=1e-9)
+    assert ours.ssim == pytest.approx(ssim, abs=1e-9)
+    assert (ours.crop_border, ours.channels, ours.images) == (crop, "y", 3)
+    assert ours.as_dict()["crop_border"] == crop and ours.as_dict()["channels"] == "y"
+    rgb = restoration_metrics(outputs, references, data_range=data_range, layout="NHWC")
+    assert rgb.psnr != pytest.approx(ours.psnr) and (rgb.crop_border, rgb.channels) == (0, "rgb")
+    # The luma is BT.601's, as MATLAB's rgb2ycbcr weighs R, G and B in [0, 1].
+    r, g, b = (references[0, ..., i] / data_range for i in range(3))
+    bt601 = (16 + 65.481 * r + 128.553 * g + 24.966 * b) / 255.0 * data_range
+    assert np.allclose(luma(references[0]), bt601[crop:-crop, crop:-crop], atol=1e-12)

@@ -1,8 +1,9 @@
 """Helpers of the launch tests: the example catalog with its digits CNN where `mlms run` looks
 for ``pvc://mlmodelscope-examples/...`` ($MLMS_PVC_ROOT), a catalog of the examples/tasks
-segmenter and denoiser (:func:`task_catalog`), an app with launch workers over a SQLite
-store, and waiting on a launch's state; the same app launching into the shared fake API
-server (:func:`cluster_client`), and Nodes of node pools to seed it with (:func:`node`)."""
+segmenter, denoiser, detector and text classifier (:func:`task_catalog`), an app with launch
+workers over a SQLite store, and waiting on a launch's state; the same app launching into the
+shared fake API server (:func:`cluster_client`), and Nodes of node pools to seed it with
+(:func:`node`)."""
 
 from __future__ import annotations
 
@@ -49,15 +50,32 @@ NS: Final = "team-a"
 """Where the cluster tests launch (`mlms serve --launch-namespace team-a`)."""
 
 
+TASK_MODELS: Final = {
+    "segmentation": "shapes",
+    "image-to-image": "shapes",
+    "detection": "shapes",
+    "text-classification": "topics",
+}
+"""The examples/tasks evaluations :func:`task_catalog` makes Models of, and their dataset
+labels."""
+
+
 def task_catalog(folder: Path, build: Path = TASKS / "build") -> Path:
-    """``folder/tasks.yaml``: a Model per examples/tasks evaluation of a segmentation and an
-    image-to-image model (``shapes-segmenter``, ``shapes-denoiser``), with its model (the file
-    in ``build``, as `python -m mlmodelscope.agent.tasks` makes it) and preprocessing, and its
-    task as the Model's label: examples/catalog has no Model of either task."""
+    """``folder/tasks.yaml``: a Model per examples/tasks evaluation of a segmentation, an
+    image-to-image, a detection and a text-classification model (``shapes-segmenter``,
+    ``shapes-denoiser``, ``shapes-detector``, ``topic-classifier``), with its model (the ONNX
+    file in ``build``, as `python -m mlmodelscope.agent.tasks` makes it, and its TorchScript
+    and SavedModel exports) and preprocessing, and its task as the Model's label:
+    examples/catalog has no Model of these tasks but bert-base."""
     documents = []
-    for task in ("segmentation", "image-to-image"):
+    for task, dataset in TASK_MODELS.items():
         spec = yaml.safe_load((TASKS / f"{task}.yaml").read_text())["spec"]
         model = {**spec["model"], "uri": str(build / Path(spec["model"]["uri"]).name)}
+        stem = Path(model["uri"]).stem
+        exports = [
+            {"format": "torchscript", "uri": str(build / f"{stem}.torchscript.pt")},
+            {"format": "savedmodel", "uri": str(build / f"{stem}.savedmodel")},
+        ]
         documents.append(
             {
                 "apiVersion": "mlmodelscope.io/v1alpha1",
@@ -65,9 +83,10 @@ def task_catalog(folder: Path, build: Path = TASKS / "build") -> Path:
                 "metadata": {"name": model["name"]},
                 "spec": {
                     "task": task,
-                    "dataset": "shapes",
+                    "dataset": dataset,
                     "model": model,
-                    "preprocessing": spec["preprocessing"],
+                    "exports": exports,
+                    **({"preprocessing": spec["preprocessing"]} if "preprocessing" in spec else {}),
                 },
             }
         )

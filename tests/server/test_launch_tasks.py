@@ -1,9 +1,10 @@
-"""Launching a segmentation or an image-to-image Model (issue 27): the form's dataset takes a
-masks dataset's ``masks`` and a pairs dataset's ``targets``, its ``task`` the evaluation's
-``spec.task`` (a Model's task is only a label); the preview carries both and is what
-`mlms validate` accepts, a wrong field is 422 on that field of the form (an evaluation's and
-a sweep's), the page offers the fields, and both launches run on this server's workers to
-their task's metric."""
+"""Launching a segmentation, image-to-image, detection or text-classification Model (issues 27,
+32): the form's dataset takes a masks dataset's ``masks``, a pairs dataset's ``targets``, a coco
+dataset's ``annotations`` and a text dataset's ``tokenizer``, its ``task`` the evaluation's
+``spec.task`` (a Model's task is only a label); the preview and the created launch carry both
+and the preview is what `mlms validate` accepts, a wrong field is 422 on that field of the
+form (an evaluation's and a sweep's), the page offers the fields, and each launch runs on this
+server's workers to its task's metric."""
 
 from __future__ import annotations
 
@@ -44,6 +45,40 @@ IMAGE_TO_IMAGE: Final[dict[str, Any]] = {
     "task": {"type": "image-to-image", "output": "restored", "dataRange": 1.0},
 }
 """The launch of examples/tasks/image-to-image.yaml's model."""
+DETECTION: Final[dict[str, Any]] = {
+    "model": "shapes-detector",
+    "frameworks": ["onnxruntime"],
+    "batch_sizes": [1, 8],
+    "scenario_settings": QUICK,
+    "dataset": {
+        "type": "coco",
+        "path": "pvc://mlmodelscope-tasks/shapes/images",
+        "annotations": "pvc://mlmodelscope-tasks/shapes/instances.json",
+    },
+    "task": {
+        "type": "detection",
+        "detection": {"boxFormat": "cxcywh", "normalized": True, "nmsIou": 0.5},
+    },
+}
+"""The launch of examples/tasks/detection.yaml's model."""
+TEXT: Final[dict[str, Any]] = {
+    "model": "topic-classifier",
+    "frameworks": ["onnxruntime"],
+    "batch_sizes": [1, 8],
+    "scenario_settings": QUICK,
+    "dataset": {
+        "type": "text",
+        "path": "pvc://mlmodelscope-tasks/text/eval.jsonl",
+        "tokenizer": "pvc://mlmodelscope-tasks/text/tokenizer.json",
+        "maxLength": 32,
+    },
+    "task": {"type": "text-classification", "output": "logits", "numClasses": 4},
+}
+"""The launch of examples/tasks/text-classification.yaml's model."""
+FORMS: Final = [SEGMENTATION, IMAGE_TO_IMAGE, DETECTION, TEXT]
+FORM_IDS: Final = ["masks", "pairs", "coco", "text"]
+FILES: Final = ("path", "masks", "targets", "annotations", "tokenizer")
+"""The dataset fields that name files or folders."""
 
 
 @pytest.fixture
@@ -55,7 +90,7 @@ def _catalog(tasks: Path) -> tuple[str, str]:
     return (str(CATALOG), str(tasks))
 
 
-@pytest.mark.parametrize("form", [SEGMENTATION, IMAGE_TO_IMAGE], ids=["masks", "pairs"])
+@pytest.mark.parametrize("form", FORMS, ids=FORM_IDS)
 def test_the_preview_carries_the_dataset_and_task_and_validates(
     sqlite_url: str, tasks: Path, tmp_path: Path, form: dict[str, Any]
 ) -> None:
@@ -102,13 +137,25 @@ def _without(section: dict[str, Any], key: str) -> dict[str, Any]:
          ["body", "dataset", "targets"], "write pvc://<claim>/<path>"),
         ({**IMAGE_TO_IMAGE, "task": {**IMAGE_TO_IMAGE["task"], "dataRange": 0}},
          ["body", "task", "dataRange"], "greater than 0"),
+        ({**DETECTION, "dataset": {**DETECTION["dataset"],
+                                   "annotations": "pvc://mlmodelscope-tasks/../x.json"}},
+         ["body", "dataset", "annotations"], "must not contain '..'"),
+        ({**DETECTION, "task": {"type": "detection", "detection": {"nmsIou": 0}}},
+         ["body", "task", "detection", "nmsIou"], "greater than 0"),
+        (_without(DETECTION, "task"), ["body", "task"], "a coco dataset one of them"),
+        ({**TEXT, "dataset": _without(TEXT["dataset"], "tokenizer")},
+         ["body", "dataset", "tokenizer"], "required when type is text"),
+        ({**TEXT, "dataset": {**TEXT["dataset"], "tokenizer": "pvc://Topics/tokenizer.json"}},
+         ["body", "dataset", "tokenizer"], "write pvc://<claim>/<path>"),
+        ({**TEXT, "dataset": {**TEXT["dataset"], "maxLength": 0}},
+         ["body", "dataset", "maxLength"], "greater than 0"),
     ],
 )  # fmt: skip
 def test_a_wrong_dataset_or_task_field_is_refused_on_that_field(
     sqlite_url: str, tasks: Path, kind: str, form: dict[str, Any], loc: list[Any], says: str
 ) -> None:
     """The spec's own checks, located on the form's field (a sweep's template too): the page
-    shows each under the masks, targets or task fields."""
+    shows each under the masks, targets, annotations, tokenizer, max length or task fields."""
     with launch_client(sqlite_url, workers=0, catalog=_catalog(tasks)) as client:
         answer = client.post(
             "/api/v1/launches?dry_run=true", json={**form, "kind": kind}, headers=WRITE
@@ -126,30 +173,64 @@ def test_the_form_offers_masks_targets_and_a_task(sqlite_url: str, tasks: Path) 
     assert "shapes-denoiser (image-to-image, shapes)</option>" in text
     for dataset in ("masks", "pairs", "coco", "text"):
         assert f'<option value="{dataset}">{dataset}</option>' in text
-    for field in ("dataset_masks", "dataset_targets", "task_output", "task_classes", "task_range"):
+    for field in (
+        "dataset_masks", "dataset_targets", "dataset_annotations", "dataset_tokenizer",
+        "dataset_max_length", "task_output", "task_classes", "task_range", "task_box_format",
+        "task_normalized", "task_score_threshold", "task_nms_iou",
+    ):  # fmt: skip
         assert f'name="{field}"' in text
     assert '<option value="">classification (no spec.task)</option>' in text
-    for task in ("segmentation", "image-to-image", "detection"):
+    for task in (
+        "segmentation", "image-to-image", "detection", "text-detection", "text-classification"
+    ):  # fmt: skip
         assert f'<option value="{task}">{task}</option>' in text
-    for errors in ("dataset.masks", "dataset.targets", "task"):
+    for box_format in ("xywh", "cxcywh"):
+        assert f'<option value="{box_format}">{box_format}</option>' in text
+    for errors in (
+        "dataset.masks", "dataset.targets", "dataset.annotations", "dataset.tokenizer",
+        "dataset.maxLength", "task.detection", "task",
+    ):  # fmt: skip
         assert f'data-errors-for="{errors}"' in text
+
+
+@pytest.mark.parametrize("form", [DETECTION, TEXT], ids=["coco", "text"])
+def test_a_created_launch_carries_the_annotations_or_the_tokenizer(
+    sqlite_url: str, tasks: Path, form: dict[str, Any]
+) -> None:
+    """Queued (no worker takes it): the launch's ModelEvaluation has the dataset and task."""
+    with launch_client(sqlite_url, workers=0, catalog=_catalog(tasks)) as client:
+        answer = client.post("/api/v1/launches", json=form, headers=WRITE)
+        assert answer.status_code == 202, answer.text
+        [launch] = answer.json()["launches"]
+        stored = client.get(launch["location"]).json()
+    assert stored["state"] == "queued"
+    [document] = yaml.safe_load_all(stored["spec"])
+    assert document["spec"]["dataset"] == form["dataset"]
+    assert document["spec"]["task"] == form["task"]
 
 
 @pytest.mark.slow
 @pytest.mark.frameworks
 @pytest.mark.parametrize(
-    ("form", "metric"), [(SEGMENTATION, "miou"), (IMAGE_TO_IMAGE, "psnr")], ids=["masks", "pairs"]
+    ("form", "metric", "floor"),
+    [
+        (SEGMENTATION, "miou", 0.35),
+        (IMAGE_TO_IMAGE, "psnr", 25.0),  # the noisy inputs: 20 dB
+        (DETECTION, "map", 0.25),
+        (TEXT, "accuracy", 0.9),
+    ],
+    ids=FORM_IDS,
 )
 def test_a_task_launch_runs_to_its_metric(
-    sqlite_url: str, tmp_path: Path, form: dict[str, Any], metric: str
+    sqlite_url: str, tmp_path: Path, form: dict[str, Any], metric: str, floor: float
 ) -> None:
+    """The floors are those the agent's own runs of examples/tasks reach
+    (tests/agent/test_task_runs.py): a model that learned nothing stays below them."""
     from mlmodelscope.agent.tasks.reference import ensure_task_models
 
     build = ensure_task_models()
     dataset = {
-        key: str(build / value.removeprefix("pvc://mlmodelscope-tasks/"))
-        if key in ("path", "masks", "targets")
-        else value
+        key: str(build / value.removeprefix("pvc://mlmodelscope-tasks/")) if key in FILES else value
         for key, value in form["dataset"].items()
     }
     catalog = (str(CATALOG), str(task_catalog(tmp_path, build)))
@@ -164,4 +245,4 @@ def test_a_task_launch_runs_to_its_metric(
     assert document["task"]["type"] == form["task"]["type"]
     assert document["evaluation"]["model_manifest"]["name"] == form["model"]
     assert document["results"][0]["metric"] == metric
-    assert document["task"]["metrics"][metric] > 0
+    assert document["task"]["metrics"][metric] > floor

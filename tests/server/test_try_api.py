@@ -123,7 +123,8 @@ def test_a_try_needs_the_write_token(sqlite_url: str) -> None:
         (
             {"model": "bert-base-sst2", "frameworks": ["onnxruntime"]},
             ["body", "model"],
-            "takes arrays, not images",
+            "task is 'text-classification': a try answers classification, detection and "
+            "segmentation Models",
         ),
         ({"frameworks": ["caffe"]}, ["body", "frameworks", 0], "onnxruntime"),
         ({"frameworks": ["pytorch", "pytorch"]}, ["body", "frameworks", 1], "given twice"),
@@ -166,7 +167,7 @@ def test_the_page_shows_the_form_with_the_catalogs_models(sqlite_url: str) -> No
         assert "script-src 'self'" in page.headers["content-security-policy"]
         text = page.text
         assert 'enctype="multipart/form-data"' in text and 'action="/try"' in text
-        assert '<option value="digits-cnn">digits-cnn</option>' in text
+        assert '<option value="digits-cnn">digits-cnn (image-classification)</option>' in text
         for framework in FRAMEWORKS:
             assert f'value="{framework}" checked' in text
         assert "<script" not in text

@@ -1,7 +1,8 @@
 """The Try page in real headless Chromium: upload a digit of scikit-learn's digits as a PNG
 through the plain form, and see ONNX Runtime, PyTorch and TensorFlow give the same top 3,
-led by the digit's label. The pages' CSP is on; any CSP violation or script error fails the
-test."""
+led by the digit's label; upload a rendered shapes image to the examples/tasks detector and
+see each framework's box drawn over it. The pages' CSP is on; any CSP violation or script
+error fails the test."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from browser import opened_page, screenshot_dir
-from launch_fixtures import CATALOG
+from launch_fixtures import CATALOG, task_catalog
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 from try_fixtures import FRAMEWORKS, digit_png
 
@@ -65,4 +66,56 @@ def test_upload_a_digit_and_see_three_frameworks_agree(
         assert tops == [tops[0]] * 3
         expect(page.locator("img.upload")).to_be_visible()
         page.screenshot(path=str(shots / "try-1-three-frameworks.png"), full_page=True)
+    assert problems == []
+
+
+def test_try_a_detector_and_see_its_boxes_drawn_over_the_image(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """The examples/tasks detector on one of its rendered shapes images: with the box
+    reading its evaluation uses, each framework draws the one disc it finds over the image,
+    with its label, and lists it."""
+    from playwright.sync_api import expect
+
+    from mlmodelscope.agent.tasks.reference import ensure_task_models
+
+    build = ensure_task_models()
+    upload = build / "shapes" / "images" / "00000.png"
+    settings = ServeSettings(
+        store_url=sqlite_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG), str(task_catalog(tmp_path, build))),
+        launch_workers=0,
+    )
+    shots = screenshot_dir(tmp_path)
+    problems: list[str] = []
+    with opened_page(create_app(settings), problems, f"/try?token={READ_TOKEN}") as (
+        _,
+        page,
+    ):
+        page.set_input_files('input[name="file"]', str(upload))
+        page.select_option('select[name="model"]', "shapes-detector")
+        page.select_option('select[name="box_format"]', "cxcywh")
+        page.check('input[name="normalized"]')
+        page.fill('input[name="nms_iou"]', "0.5")
+        page.fill('input[name="token"]', WRITE_TOKEN)
+        page.get_by_role("button", name="Try").click()
+        expect(page.locator("#verdict")).to_contain_text(
+            "The 3 frameworks that ran agree on the boxes' classes: 2.", timeout=120_000
+        )
+        for framework in FRAMEWORKS:
+            section = page.locator(f'section[data-framework="{framework}"]')
+            overlay = section.locator(".overlay")
+            expect(overlay.locator("img")).to_be_visible()
+            box = overlay.locator("svg g.box rect")
+            expect(box).to_have_count(1)
+            expect(overlay.locator("svg g.box text")).to_contain_text("2 0.")
+            drawn, picture = box.bounding_box(), overlay.locator("img").bounding_box()
+            assert drawn is not None and picture is not None
+            scale = picture["width"] / 48  # the box in the image's pixels, as shown
+            assert 4 <= (drawn["x"] - picture["x"]) / scale <= 10
+            assert 17 <= drawn["width"] / scale <= 26
+            expect(section.locator("table.boxes tr.box")).to_have_count(1)
+        page.screenshot(path=str(shots / "try-2-detector-boxes.png"), full_page=True)
     assert problems == []

@@ -117,6 +117,20 @@ BAD_SPECS = [
         "spec.dataset.path",
         "required when type is imagefolder",
     ),
+    bad(
+        "coco needs annotations",
+        "spec.dataset",
+        {"type": "coco", "path": "pvc://data/images"},
+        "spec.dataset.annotations",
+        "required when type is coco",
+    ),
+    bad(
+        "coco needs path",
+        "spec.dataset",
+        {"type": "coco", "annotations": "pvc://data/instances.json"},
+        "spec.dataset.path",
+        "masks, pairs or coco (the folder of images)",
+    ),
     bad("bad duration", "spec.timeout", "ten minutes", "spec.timeout", "not a duration"),
     # Values the API server would refuse in the Job (issue 15, defect 1): refused in the spec.
     bad(
@@ -243,6 +257,17 @@ BAD_SPECS = [
         "spec.tracing.sampling",
         "less than or equal to 1",
     ),
+    *(
+        bad(
+            f"crop border {value!r}",
+            "spec.task",
+            {"cropBorder": value},
+            "spec.task.cropBorder",
+            "must be a number of pixels from 0 to 16777216, or 'scale'",
+        )
+        for value in (-1, "half", "4", 2.5)
+    ),
+    bad("channels enum", "spec.task", {"channels": "Y"}, "spec.task.channels", "'rgb' or 'y'"),
 ]
 
 
@@ -355,6 +380,16 @@ HOSTILE: list[Any] = [
         with_spec(sweep(), parallelism=0),
         "spec.parallelism: Input should be greater than or equal to 1",
         id="parallelism 0",
+    ),
+    pytest.param(
+        with_spec(sweep(), repeats=0),
+        "spec.repeats: Input should be greater than or equal to 1",
+        id="repeats 0",
+    ),
+    pytest.param(
+        with_spec(sweep(batchSizes=list(range(1, 12))), repeats=20),
+        "spec.repeats: the matrix's combinations times repeats make more than 200",
+        id="repeats over the cap",
     ),
     pytest.param(
         with_spec(sweep(), failurePolicy="Retry"),

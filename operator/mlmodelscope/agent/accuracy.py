@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,6 @@ from mlmodelscope.contract.result import (
     SamplePredictions,
     TaskResult,
 )
-from mlmodelscope.spec import SpecError
 from mlmodelscope.spec.evaluation import ChannelOrder, EvaluationSpec, TaskType
 
 if TYPE_CHECKING:
@@ -128,11 +128,11 @@ def task_accuracy(
     """The accuracy pass of a task other than classification: the ``accuracy`` section (how
     the pass ran, top-1 where the task has one) and the ``task`` section (its metrics)."""
     from mlmodelscope.agent.tasks.passes import (
+        detection_outputs,
         detection_pass,
         image_size,
         image_to_image_pass,
         output_index,
-        output_named,
         primary,
         segmentation_pass,
         text_classification_pass,
@@ -144,22 +144,11 @@ def task_accuracy(
     index = output_index(task, spec.model.outputs)
     if task.type == TaskType.DETECTION:
         assert samples.coco is not None  # coco datasets have it; the spec pairs the two
-        if any(step.center_crop is not None for step in spec.preprocessing):
-            raise SpecError(
-                "spec.preprocessing",
-                "detection maps boxes back to the image through a resize only; a centerCrop "
-                "cuts the image and would shift them: remove it",
-            )
-        options, outputs = task.detection, spec.model.outputs
-        field = "spec.task.detection"
-        named = tuple(
-            output_named(getattr(options, key), outputs, f"{field}.{key}")
-            for key in ("boxes", "scores", "classes")
-        )
+        named = detection_outputs(spec)
         index = named[0]
         done = detection_pass(
-            backend.predict, feeds, samples.coco, task, named,  # type: ignore[arg-type]
-            image_size(feeds[0]), batch_size, progress,
+            backend.predict, feeds, samples.coco, task, named, image_size(feeds[0]), batch_size,
+            progress,
         )  # fmt: skip
     elif task.type == TaskType.TEXT_DETECTION:
         assert samples.coco is not None
@@ -178,6 +167,7 @@ def task_accuracy(
             backend.predict, feeds, samples.targets, task, index,
             spec.model.outputs[index].layout if spec.model.outputs else None,
             bool(orders) and orders[-1] == ChannelOrder.BGR, batch_size, progress,
+            samples.scale or Fraction(1),
         )  # fmt: skip
     else:
         assert samples.y is not None

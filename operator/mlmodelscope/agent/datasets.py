@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
@@ -49,6 +50,8 @@ class Samples:
     """coco datasets: the images' boxes and the ground truth COCO AP is computed against."""
     targets: tuple[Path, ...] | None = None
     """pairs datasets: each sample's target image, what PSNR and SSIM score against."""
+    scale: Fraction | None = None
+    """pairs datasets: target size over input size, one factor for the whole set."""
     skipped: int = 0
     """Samples left out because their mask or target was missing (``dataset.skipMissing``)."""
 
@@ -78,6 +81,7 @@ def _limited(samples: Samples, limit: int | None) -> Samples:
         masks=None if samples.masks is None else samples.masks[:limit],
         coco=samples.coco,
         targets=None if samples.targets is None else samples.targets[:limit],
+        scale=samples.scale,
         skipped=samples.skipped,
     )
 
@@ -230,6 +234,7 @@ def _pairs(ds: Dataset, base_dir: Path | None) -> Samples:
         name=f"pairs:{ds.path}",
         x=[s.image for s in found.samples],
         targets=tuple(s.target for s in found.samples),
+        scale=found.scale,
         skipped=found.skipped,
     )
 
@@ -261,7 +266,9 @@ def _text(ds: Dataset, base_dir: Path | None) -> Samples:
 
     path = _folder(ds.path, "spec.dataset.path", base_dir)
     try:
-        found = load_text(path, text_field=ds.text_field, label_field=ds.label_field)
+        found = load_text(
+            path, text_field=ds.text_field, label_field=ds.label_field, limit=ds.limit
+        )
     except DatasetError as exc:
         raise SpecError("spec.dataset.path", str(exc)) from None
     return Samples(

@@ -8,23 +8,38 @@ one sample is timed (``time.perf_counter_ns``), as a measured query is.
 
 An upload becomes the raw sample the evaluation's dataset yields: the encoded bytes when the
 preprocessing starts with ``decode``, the digits dataset's 8x8 grey array
-(:func:`~mlmodelscope.agent.digits.digits_image`) for a digits Model. Classification only.
+(:func:`~mlmodelscope.agent.digits.digits_image`) for a digits Model. The outputs answer by
+the spec's task (:mod:`.trial_answers`): the top classes, the boxes or the class map.
 """
 
 from __future__ import annotations
 
+import io
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
 from mlmodelscope.agent.backends import Backend, BackendInfo, create_backend
 from mlmodelscope.agent.datasets import RawSample
-from mlmodelscope.agent.processing import Postprocessor, Preprocessor, topk
+from mlmodelscope.agent.processing import Postprocessor, Preprocessor
+from mlmodelscope.agent.tasks.passes import detection_outputs, image_size
+from mlmodelscope.agent.trial_answers import (
+    ClassMap,
+    ClassScore,
+    FoundBox,
+    class_map_of,
+    found_boxes,
+    top_classes,
+)
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import DatasetType, EvaluationSpec, TaskType
+
+TRIAL_TASKS: Final = (TaskType.CLASSIFICATION, TaskType.DETECTION, TaskType.SEGMENTATION)
+"""The tasks an uploaded image can be tried on: those that read one image and answer it."""
 
 
 class UploadKind(StrEnum):
@@ -36,18 +51,27 @@ class UploadKind(StrEnum):
     """A sample of the digits dataset, (8, 8, 1) float32 0..16."""
 
 
+def trial_task(spec: EvaluationSpec) -> TaskType:
+    """``spec``'s task, when an image can be tried on it (:data:`TRIAL_TASKS`); a
+    :class:`SpecError` otherwise, or for detection outputs the spec cannot read."""
+    task = spec.task.type
+    if task not in TRIAL_TASKS:
+        tried = ", ".join(t.value for t in TRIAL_TASKS)
+        raise SpecError(
+            "spec.task.type", f"an image can be tried on {tried}; this Model's task is {task}"
+        )
+    if task == TaskType.DETECTION:
+        detection_outputs(spec)
+    return task
+
+
 def upload_kind(spec: EvaluationSpec) -> UploadKind:
     """How an image reaches ``spec``'s model; :class:`SpecError` for a spec that takes none
-    (a task other than classification, or samples that are neither images nor digits)."""
-    if spec.task.type != TaskType.CLASSIFICATION:
-        raise SpecError(
-            "spec.task.type",
-            f"trying an image shows classification only; this Model's task is "
-            f"{spec.task.type.value}",
-        )
+    (a task :func:`trial_task` refuses, or samples that are neither images nor digits)."""
+    trial_task(spec)
     if spec.preprocessing and spec.preprocessing[0].decode is not None:
         return UploadKind.ENCODED
-    if spec.dataset.type == DatasetType.DIGITS:
+    if spec.dataset.type == DatasetType.DIGITS and spec.task.type == TaskType.CLASSIFICATION:
         return UploadKind.DIGITS
     raise SpecError(
         "spec.preprocessing",
@@ -65,24 +89,30 @@ def raw_sample(kind: UploadKind, image: bytes) -> RawSample:
     return image
 
 
-@dataclass(frozen=True)
-class ClassScore:
-    """One of the best classes: its index, its name (the index when none is known), its
-    score (a probability when the postprocessing has a softmax, else the raw output)."""
+def picture_size(kind: UploadKind, image: bytes) -> tuple[int, int]:
+    """The upload's (height, width): the file's pixels (Pillow reads the header only), or
+    the digits sample's 8x8."""
+    if kind == UploadKind.DIGITS:
+        return 8, 8
+    from PIL import Image
 
-    index: int
-    label: str
-    score: float | None
-    """None when the model outputs class indices, not scores."""
+    with Image.open(io.BytesIO(image)) as picture:
+        return picture.height, picture.width
 
 
 @dataclass(frozen=True)
 class TrialResult:
-    """What one image through the model gave, and how long each stage took."""
+    """What one image through the model gave, by its task, and how long each stage took."""
 
+    task: TaskType
     top: tuple[ClassScore, ...]
+    """classification: the best classes, best first; empty for the other tasks."""
     probabilities: bool
     """Whether the scores are softmax probabilities."""
+    boxes: tuple[FoundBox, ...]
+    """detection: the boxes above the score threshold, best first."""
+    class_map: ClassMap | None
+    """segmentation: the class of each pixel."""
     latency_ns: int
     """``backend.predict`` of the one sample: the inference alone."""
     preprocess_ns: int
@@ -118,7 +148,7 @@ class TrialModel:
         from mlmodelscope.agent.digits import DIGITS_SHAPE
         from mlmodelscope.agent.sources import fetch_model
 
-        kind = upload_kind(spec)
+        kind = upload_kind(spec)  # checks the task too
         pre = Preprocessor(spec.preprocessing, layout=spec.dataset.layout)
         raw_shape = DIGITS_SHAPE if kind == UploadKind.DIGITS else None
         pre.check_model_input(spec.model.inputs[0], raw_shape, "float32" if raw_shape else None)
@@ -134,9 +164,10 @@ class TrialModel:
         return cls(spec, kind, backend, time.perf_counter_ns() - start)
 
     def run(self, image: bytes, k: int) -> TrialResult:
-        """Classify ``image``: its ``k`` best classes, best first (ties to the lower index).
-        A freshly loaded model first runs the sample once untimed (``warmup_ns``), so the
-        timed inference is not the framework's first."""
+        """Answer ``image`` by the spec's task: its ``k`` best classes, best first (ties to
+        the lower index), its boxes or its class map. A freshly loaded model first runs the
+        sample once untimed (``warmup_ns``), so the timed inference is not the framework's
+        first."""
         start = time.perf_counter_ns()
         sample = self.pre(raw_sample(self.kind, image))
         batch = [sample[np.newaxis]]
@@ -152,24 +183,26 @@ class TrialModel:
             outputs = self.backend.predict(batch)
             latency_ns = time.perf_counter_ns() - start
         start = time.perf_counter_ns()
-        predictions = self.post(outputs)
-        if predictions.scores is None:  # the model outputs class indices
-            best = predictions.topk_indices[0, :k]
-            scores: list[float | None] = [None] * len(best)
+        task = self.spec.task.type
+        names = self.post.class_names
+        top: tuple[ClassScore, ...] = ()
+        boxes: tuple[FoundBox, ...] = ()
+        classes = None
+        if task == TaskType.DETECTION:
+            size = picture_size(self.kind, image)
+            boxes = tuple(found_boxes(self.spec, outputs, names, image_size(batch[0]), size))
+        elif task == TaskType.SEGMENTATION:
+            classes = class_map_of(self.spec, outputs, names, picture_size(self.kind, image))
         else:
-            row = predictions.scores[:1]
-            best = topk(row, k)[0]
-            scores = row[0, best].astype(np.float64).tolist()
-        names = predictions.names(best)
+            top = tuple(top_classes(self.post, outputs, k))
         postprocess_ns = time.perf_counter_ns() - start
-        top = tuple(
-            ClassScore(int(index), name, score)
-            for index, name, score in zip(best.tolist(), names, scores, strict=True)
-        )
         return TrialResult(
+            task=task,
             top=top,
-            probabilities=predictions.scores is not None
+            probabilities=any(c.score is not None for c in top)
             and any(step.softmax is not None for step in self.spec.postprocessing),
+            boxes=boxes,
+            class_map=classes,
             latency_ns=latency_ns,
             preprocess_ns=preprocess_ns,
             postprocess_ns=postprocess_ns,

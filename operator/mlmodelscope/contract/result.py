@@ -286,7 +286,8 @@ class TaskResult(ContractModel):
     primary: str
     """The metric a leaderboard sorts by (map, miou, accuracy, psnr): a key of ``metrics``."""
     metrics: dict[str, Any]
-    """Every metric of the task, computed by the library its field trusts (docs/tasks.md)."""
+    """Every metric of the task, computed by the library its field trusts (docs/tasks.md),
+    beside the options they were computed under (image-to-image: crop_border, channels)."""
     skipped: Annotated[int, Field(ge=0)] = 0
     """Samples left out of the metrics (a missing mask with ``dataset.skipMissing``)."""
     postprocessing_per_sample_s: Annotated[float, Field(ge=0)] | None = None

@@ -5,7 +5,8 @@ An upload is held in memory only, never written by this module and never kept: i
 (:func:`check_image`: size, then Pillow reads the header and verifies the file, with the pixel
 count bounded before any pixel is decoded), then run through each framework's model by
 :class:`mlmodelscope.agent.trial.TrialModel`, the spec being the one a launch of that Model
-would run (:func:`~mlmodelscope.server.launches.build_documents`). Tries run one at a time on
+would run (:func:`~mlmodelscope.server.launches.build_documents`) with the task its label
+names (:mod:`.try_tasks`); the answers are :mod:`.try_answers`. Tries run one at a time on
 one thread of their own, so one's latency never includes another's inference and a framework's
 per-thread state, warmed up once, stays warm; a refused request is a :class:`TryError` naming
 the form field at fault.
@@ -24,8 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from pydantic import BaseModel
-
 from mlmodelscope.contract.redact import redact_text
 from mlmodelscope.server.launches import (
     DATASETS_BY_NAME,
@@ -33,8 +32,19 @@ from mlmodelscope.server.launches import (
     LaunchForm,
     build_documents,
 )
+from mlmodelscope.server.try_answers import (
+    Box,
+    ClassMapAnswer,
+    FrameworkTry,
+    ImageInfo,
+    TopClass,
+    TryAnswer,
+    agree,
+)
+from mlmodelscope.server.try_tasks import TaskRefusedError, TryOptions, try_task
 from mlmodelscope.spec.base import SpecError
-from mlmodelscope.spec.evaluation import EvaluationSpec
+from mlmodelscope.spec.evaluation import EvaluationSpec, TaskType
+from mlmodelscope.spec.manifest import UnresolvedModelError, resolve_model
 from mlmodelscope.spec.resources import FileModels
 
 if TYPE_CHECKING:
@@ -54,9 +64,6 @@ MEDIA_TYPES: Final = {
 MAX_K: Final = 10
 FORM_OVERHEAD: Final = 64 * 1024
 """Bytes a request body may hold beyond the image: the other fields and the part headers."""
-PLACEHOLDER_DATASET: Final = {"type": "imagefolder", "path": "upload"}
-"""The dataset a try's spec names for a Model no dataset is known for: never read, the upload
-takes its place."""
 
 
 class TryError(Exception):
@@ -185,66 +192,6 @@ class RateLimiter:
             del self._buckets[client]
 
 
-# ----------------------------------------------------------------------------- the answer
-
-
-class TopClass(BaseModel):
-    """One of the best classes, best first."""
-
-    index: int
-    label: str
-    """The class's name from the Model's labels, else its index."""
-    score: float | None
-    """A probability when ``probabilities``, else the model's raw output; None when the
-    model outputs class indices."""
-
-
-class FrameworkTry(BaseModel):
-    """The image through the Model in one framework, or why that failed."""
-
-    framework: str
-    evaluation: str
-    """The evaluation a launch of this Model in this framework would be."""
-    ok: bool
-    top: list[TopClass]
-    probabilities: bool
-    latency_ms: float | None
-    """``predict`` of this one image (batch 1), monotonic clock; loading excluded."""
-    preprocess_ms: float | None
-    postprocess_ms: float | None
-    load_ms: float | None
-    """Fetching and loading the model (framework import included) when this try loaded it;
-    None when it was already loaded."""
-    warmup_ms: float | None
-    """The untimed first inference of a model this try loaded."""
-    framework_version: str | None
-    device: str | None
-    error: str | None
-    error_field: str | None
-    """The spec field the error is about, when it is one."""
-
-
-class ImageInfo(BaseModel):
-    format: str
-    width: int
-    height: int
-    bytes: int
-
-
-class TryAnswer(BaseModel):
-    """Each framework's top classes for the uploaded image, side by side."""
-
-    model: str
-    k: int
-    image: ImageInfo
-    results: list[FrameworkTry]
-    """In the order the frameworks were given."""
-    agree: bool
-    """Whether every framework that ran put the same classes in the same order."""
-    kept: bool = False
-    """Whether the server kept the upload: never."""
-
-
 def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
@@ -267,25 +214,55 @@ class TrySpec:
         return hashlib.sha256(text.encode()).hexdigest()
 
 
-def try_specs(catalog: FileModels, model: str, frameworks: Sequence[str]) -> list[TrySpec]:
-    """The evaluation of ``model`` in each framework, as a launch builds it; a
-    :class:`TryError` (422) naming the field for an unknown Model, a framework given twice
-    or one the Model has no file for, or a Model that takes no image."""
+OPTION_FIELDS: Final = {
+    "output": "output",
+    "numClasses": "classes",
+    "boxFormat": "box_format",
+    "normalized": "normalized",
+    "scoreThreshold": "score_threshold",
+    "nmsIou": "nms_iou",
+}
+"""``spec.task`` fields a try fills -> the form field (:class:`TryOptions`) they come from."""
+
+
+def _form_field(loc: Sequence[str | int]) -> str:
+    """The try form's field a launch form problem at ``loc`` (after "body") is about."""
+    if loc[:1] == ("task",):
+        return OPTION_FIELDS.get(str(loc[-1]), "model")
+    return ".".join(str(part) for part in loc)
+
+
+def try_specs(
+    catalog: FileModels,
+    model: str,
+    frameworks: Sequence[str],
+    options: TryOptions | None = None,
+) -> list[TrySpec]:
+    """The evaluation of ``model`` in each framework, as a launch builds it, with the task
+    the Model's label names and ``options``; a :class:`TryError` (422) naming the field for
+    an unknown Model, a framework given twice or one the Model has no file for, a task a try
+    does not answer, or a Model that takes no image."""
     from mlmodelscope.agent.trial import upload_kind
 
+    task, dataset = None, None
     manifest = catalog.models.get(model)
-    known = manifest is not None and (manifest.spec.dataset or "") in DATASETS_BY_NAME
-    dataset = None if known else dict(PLACEHOLDER_DATASET)
-    form = LaunchForm(model=model, frameworks=list(frameworks), dataset=dataset)
+    if manifest is not None:
+        try:
+            chosen = try_task(resolve_model(model, catalog.lookup()), options or TryOptions())
+        except UnresolvedModelError as exc:
+            raise TryError(422, [("model", str(exc.problem))]) from None
+        except TaskRefusedError as exc:
+            raise TryError(422, [(exc.field, exc.message)]) from None
+        task = chosen.task
+        known = (manifest.spec.dataset or "") in DATASETS_BY_NAME
+        if chosen.type != TaskType.CLASSIFICATION or not known:
+            dataset = chosen.dataset
+    form = LaunchForm(model=model, frameworks=list(frameworks), dataset=dataset, task=task)
     try:
         built = build_documents(form, catalog)
     except InvalidLaunchError as exc:
         raise TryError(
-            422,
-            [
-                (".".join(str(p) for p in problem.loc[1:]), problem.message)
-                for problem in exc.problems
-            ],
+            422, [(_form_field(problem.loc[1:]), problem.message) for problem in exc.problems]
         ) from None
     specs = [TrySpec(b.framework, b.name, b.evaluation.spec) for b in built]
     try:
@@ -334,22 +311,23 @@ class Trials:
         frameworks: Sequence[str],
         k: int,
         data: bytes,
+        options: TryOptions | None = None,
     ) -> TryAnswer:
         """Admit the try, check the image and the form, then run the image through the Model
         in each framework."""
         self.admit(client)
         facts = check_image(data, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
-        specs = try_specs(catalog, model, frameworks)
+        specs = try_specs(catalog, model, frameworks, options)
         results = self._runner.submit(self._run_all, specs, data, k).result()
-        ran = [tuple(c.index for c in r.top) for r in results if r.ok]
         return TryAnswer(
             model=model,
+            task=specs[0].spec.task.type.value,
             k=k,
             image=ImageInfo(
                 format=facts.format, width=facts.width, height=facts.height, bytes=facts.bytes
             ),
             results=results,
-            agree=bool(ran) and len(set(ran)) == 1,
+            agree=agree(results),
         )
 
     def _run_all(self, specs: Sequence[TrySpec], data: bytes, k: int) -> list[FrameworkTry]:
@@ -386,6 +364,10 @@ class Trials:
             ok=True,
             top=[TopClass(index=c.index, label=c.label, score=c.score) for c in result.top],
             probabilities=result.probabilities,
+            boxes=[
+                Box(index=b.index, label=b.label, score=b.score, box=b.box) for b in result.boxes
+            ],
+            class_map=None if result.class_map is None else ClassMapAnswer.of(result.class_map),
             latency_ms=_ms(result.latency_ns),
             preprocess_ms=_ms(result.preprocess_ns),
             postprocess_ms=_ms(result.postprocess_ns),

@@ -1,15 +1,18 @@
 """Try an image on a catalog Model: ``POST /api/v1/try`` and the dashboard's Try page (``/try``).
 
 Both take one image and a Model of the server's catalog with the frameworks to run it in, and
-answer each framework's top-k classes, the latency of that one inference and how long loading
-took (:mod:`.trials`). Both need the server's write token: the API in the ``Authorization``
-header, the page in a form field typed on the page (the dashboard's cookie only reads, so no
-other site can make a browser try). The page's POST is also refused when the browser says it
-comes from another site (``Sec-Fetch-Site``) or its ``Origin`` is not this server.
+answer, by the Model's task label, each framework's top-k classes, boxes (detection) or class
+map (segmentation), the latency of that one inference and how long loading took
+(:mod:`.trials`, :mod:`.try_tasks`). Both need the server's write token: the API in the
+``Authorization`` header, the page in a form field typed on the page (the dashboard's cookie
+only reads, so no other site can make a browser try). The page's POST is also refused when
+the browser says it comes from another site (``Sec-Fetch-Site``) or its ``Origin`` is not this
+server.
 
 A body larger than the image bound plus :data:`~.trials.FORM_OVERHEAD` is refused (413) from
 its ``Content-Length``, before any of it is read; the form is validated field by field, and a
-refused upload names the field (``file``, ``model``, ``frameworks``, ``k``, ``token``).
+refused upload names the field (``file``, ``model``, ``frameworks``, ``k``, ``token``, or
+one of :class:`~.try_tasks.TryOptions`).
 """
 
 from __future__ import annotations
@@ -32,14 +35,9 @@ from mlmodelscope.server.dashboard import READ, HtmlErrors, html
 from mlmodelscope.server.launches import FRAMEWORKS
 from mlmodelscope.server.pages import try_page
 from mlmodelscope.server.state import settings_of, trials_of
-from mlmodelscope.server.trials import (
-    MAX_K,
-    MEDIA_TYPES,
-    Framework,
-    TryAnswer,
-    TryError,
-    check_length,
-)
+from mlmodelscope.server.trials import MAX_K, MEDIA_TYPES, Framework, TryError, check_length
+from mlmodelscope.server.try_answers import TryAnswer
+from mlmodelscope.server.try_tasks import TryOptions
 from mlmodelscope.spec.resources import FileModels
 
 MAX_FIELDS: Final = 16
@@ -84,7 +82,8 @@ def _problem(description: str) -> dict[str, Any]:
 
 @router.post(
     "/try",
-    summary="Classify one image with a catalog Model in each framework given (write token)",
+    summary="Try one image on a catalog Model in each framework given: its classes, boxes "
+    "or class map (write token)",
     dependencies=[Depends(auth.require_write)],
     responses={
         400: _problem("The body is no multipart form that can be read."),
@@ -106,16 +105,23 @@ def try_image(
         list[Framework],
         Form(min_length=1, max_length=len(FRAMEWORKS), description="Frameworks to run it in."),
     ],
-    k: Annotated[int, Form(ge=1, le=MAX_K, description="How many best classes to answer.")] = 3,
+    options: Annotated[TryOptions, Form()],
+    k: Annotated[
+        int, Form(ge=1, le=MAX_K, description="classification: how many best classes.")
+    ] = 3,
 ) -> TryAnswer:
-    """The image is held in memory for this request only and never kept. 422 names the form
-    field at fault (``["body", "model"]``); a framework that fails answers its ``error``
-    while the others answer their classes."""
+    """The image is held in memory for this request only and never kept. The answer is by
+    the Model's task label: the top k classes, the boxes (detection) or the class map
+    (segmentation); a Model of another task is refused (422 on ``model``). 422 names the
+    form field at fault (``["body", "model"]``); a framework that fails answers its
+    ``error`` while the others answer."""
     settings = settings_of(request)
     data = _read_upload(file, settings.try_max_bytes)
     catalog = FileModels.read(settings.catalog)
     try:
-        return trials_of(request).attempt(catalog, _client(request), model, frameworks, k, data)
+        return trials_of(request).attempt(
+            catalog, _client(request), model, frameworks, k, data, options
+        )
     except TryError as exc:
         if exc.status == 422:
             detail: Any = [
@@ -138,8 +144,10 @@ def _location(field: str) -> list[str | int]:
 pages = APIRouter(include_in_schema=False, route_class=HtmlErrors)
 
 
-def _models(request: Request) -> list[str]:
-    return sorted(FileModels.read(settings_of(request).catalog).models)
+def _models(request: Request) -> dict[str, str | None]:
+    """The catalog's Models by name, with their task labels."""
+    found = FileModels.read(settings_of(request).catalog).models
+    return {name: found[name].spec.task for name in sorted(found)}
 
 
 @pages.get("/try", dependencies=READ)
@@ -187,7 +195,7 @@ async def try_post(request: Request) -> Response:
     except MultiPartException as exc:
         return again(400, {"": [f"the form could not be read: {exc.message}"]})
     try:
-        values, errors = try_page.read_form(form, models)
+        values, errors = try_page.read_form(form, list(models))
         if errors:
             return again(422, errors)
         upload = form.get("file")
@@ -208,6 +216,7 @@ async def try_post(request: Request) -> Response:
                 values.frameworks,
                 values.k,
                 data,
+                values.options,
             )
         except TryError as exc:
             return again(exc.status, try_page.by_field(exc.problems), exc.headers)

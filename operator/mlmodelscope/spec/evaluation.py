@@ -9,7 +9,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import AfterValidator, Field, StrictBool, StrictFloat, StrictInt, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    field_validator,
+)
 
 from mlmodelscope.spec.base import (
     Duration,
@@ -655,10 +663,11 @@ class Dataset(SpecModel):
             reason="FieldValueRequired",
         ),
         Rule(
-            cel="!(self.type in ['imagefolder', 'masks', 'pairs', 'text']) || has(self.path)",
+            cel="!(self.type in ['imagefolder', 'masks', 'pairs', 'text', 'coco']) "
+            "|| has(self.path)",
             message="required when type is imagefolder (a folder with one sub-folder per "
-            "class), masks or pairs (the folder of images) or text (the .jsonl, .csv or "
-            ".parquet file)",
+            "class), masks, pairs or coco (the folder of images) or text (the .jsonl, .csv "
+            "or .parquet file)",
             field="path",
             check=lambda m: (
                 m.type
@@ -667,6 +676,7 @@ class Dataset(SpecModel):
                     DatasetType.MASKS,
                     DatasetType.PAIRS,
                     DatasetType.TEXT,
+                    DatasetType.COCO,
                 )
                 or m.path is not None
             ),
@@ -677,6 +687,14 @@ class Dataset(SpecModel):
             message="required when type is npz: the location of the .npz file",
             field="uri",
             check=lambda m: m.type != DatasetType.NPZ or m.uri is not None,
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="self.type != 'coco' || has(self.annotations)",
+            message="required when type is coco: the COCO instances JSON (images, "
+            "annotations, categories)",
+            field="annotations",
+            check=lambda m: m.type != DatasetType.COCO or m.annotations is not None,
             reason="FieldValueRequired",
         ),
         Rule(
@@ -759,6 +777,29 @@ class TextDetection(SpecModel):
     """A detected box matches a true one at this IoU or more (one to one, best first)."""
 
 
+CROP_BORDER_FIX: Final = (
+    f"must be a number of pixels from 0 to {MAX_DIMENSION}, or 'scale' (the pairs dataset's "
+    "scale factor)"
+)
+
+
+def _crop_border(value: Any) -> Any:
+    """A whole number of pixels in range, or 'scale'; anything else (a float, a bool, a
+    numeric string) is refused with one message rather than one per union member."""
+    if value == "scale" or (type(value) is int and 0 <= value <= MAX_DIMENSION):
+        return value
+    raise ValueError(CROP_BORDER_FIX)
+
+
+CropBorder = Annotated[
+    int | Literal["scale"],
+    BeforeValidator(_crop_border),
+    Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
+]
+"""Pixels cut from every border, or 'scale'; an int-or-string in the CRD, so a CEL rule
+holds it to the same values there."""
+
+
 class Task(SpecModel):
     """What the model does, so the accuracy pass computes that task's metrics."""
 
@@ -787,6 +828,16 @@ class Task(SpecModel):
     """image-to-image: the range of the output's values, 0..dataRange (1.0 for floats, 255
     for 8-bit values); 8-bit targets are scaled to it and outputs clipped to it."""
 
+    crop_border: CropBorder = 0
+    """image-to-image: pixels cut from every border of each output and its target before
+    PSNR and SSIM, as super-resolution papers cut the scale factor; or 'scale', the pairs
+    dataset's scale factor (target size over input size; a whole number)."""
+
+    channels: Literal["rgb", "y"] = "rgb"
+    """image-to-image: what PSNR and SSIM compare: rgb, every channel as it is (a grey image
+    its one); y, the luma of ITU-R BT.601 YCbCr (scikit-image's rgb2ycbcr, as MATLAB's
+    rgb2ycbcr), as super-resolution papers report; y needs outputs of three channels."""
+
     detection: Detection = Detection()
     """detection: which outputs hold the boxes, scores and classes, and how to read them."""
 
@@ -800,6 +851,14 @@ class Task(SpecModel):
             field="numClasses",
             check=lambda m: m.type != TaskType.SEGMENTATION or m.num_classes is not None,
             reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="!has(self.cropBorder) || (type(self.cropBorder) == int ? "
+            f"self.cropBorder >= 0 && self.cropBorder <= {MAX_DIMENSION} : "
+            "self.cropBorder == 'scale')",
+            message=CROP_BORDER_FIX,
+            field="cropBorder",
+            check=lambda m: m.crop_border == "scale" or 0 <= m.crop_border <= MAX_DIMENSION,
         ),
     )
 

@@ -3,18 +3,21 @@ and PNG-mask folders (VOC style), input and target image folders (image to image
 CSV or Parquet text with a label column.
 
 Each reader returns its samples in a deterministic order (COCO image id; sorted file names;
-file order for text), cut to ``limit`` after ordering, and refuses what is broken with a
-:class:`DatasetError` naming the file. Where the caller allows skipping (``skip_missing``), a
-missing image is left out and counted in ``skipped``, never dropped silently.
+file order for text), cut to ``limit`` after ordering (a text file's class names are still
+numbered over the whole file), and refuses what is broken with a :class:`DatasetError`
+naming the file. Where the caller allows skipping (``skip_missing``), a missing image is
+left out and counted in ``skipped``, never dropped silently.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import itertools
 import json
 import re
 import reprlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -302,58 +305,108 @@ class TextDataset:
 def load_text(
     path: Path, *, text_field: str = "text", label_field: str = "label", limit: int | None = None
 ) -> TextDataset:
-    """Rows of a ``.jsonl``, ``.csv`` or ``.parquet`` file in file order: the text and an
-    integer label, or string labels mapped to indices in sorted order. A Parquet file is read
-    through pyarrow (the ``parquet`` extra), only its two columns and only up to ``limit``
-    rows; its texts must be strings and its labels integers or strings, never null."""
+    """The first ``limit`` rows (all without one) of a ``.jsonl``, ``.csv`` or ``.parquet``
+    file in file order: the text and its label. Labels are integers (or strings of digits),
+    each its own index, or class names numbered in sorted order over the whole file, never a
+    mix; so a limit never changes a label's number. Reading stops at the limit when the rows
+    kept have integer labels; class names need every row's label, so the rest of the file is
+    read for its labels alone (a Parquet file's label column alone). A Parquet file is read
+    through pyarrow (the ``parquet`` extra), only its two columns; its texts must be strings
+    and its labels integers or strings, never null."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         columns = _parquet_columns(path, text_field, label_field, limit)
         texts, raw = _checked_parquet_rows(path, *columns, text_field, label_field)
-        labels, names = _label_indices(raw)
+        labels, names = _label_indices(
+            path, raw, lambda: _parquet_labels(path, label_field, skip=len(raw))
+        )
         return TextDataset(texts, labels, names)
-    rows: list[dict[str, Any]] = []
+    if suffix not in (".jsonl", ".csv"):
+        raise DatasetError(f"{path}: expected a .jsonl, .csv or .parquet file")
+    with contextlib.closing(_text_rows(path, suffix)) as rows:
+        kept: list[tuple[str, object]] = []
+        for number, row in rows:
+            missing = [
+                f for f in (text_field, label_field) if not isinstance(row, dict) or f not in row
+            ]
+            if missing:
+                raise DatasetError(f"{path}: row {number} has no {' or '.join(missing)} field")
+            kept.append((str(row[text_field]), row[label_field]))
+            if limit is not None and len(kept) >= limit:
+                break
+        if not kept:
+            raise DatasetError(f"{path}: no rows")
+        labels, names = _label_indices(
+            path,
+            [label for _, label in kept],
+            lambda: ((n, _label_of(path, n, row, label_field)) for n, row in rows),
+        )
+    return TextDataset(tuple(text for text, _ in kept), labels, names)
+
+
+def _text_rows(path: Path, suffix: str) -> Generator[tuple[int, Any], None, None]:
+    """The rows of a JSONL or CSV file with their numbers, read as they are asked for."""
     try:
         with path.open(newline="") as handle:
-            if suffix == ".jsonl":
-                for number, line in enumerate(handle, start=1):
-                    if line.strip():
-                        try:
-                            rows.append(json.loads(line))
-                        except json.JSONDecodeError as exc:
-                            raise DatasetError(
-                                f"{path}: line {number} is not JSON ({exc.msg})"
-                            ) from None
-            elif suffix == ".csv":
-                rows = list(csv.DictReader(handle))
-            else:
-                raise DatasetError(f"{path}: expected a .jsonl, .csv or .parquet file")
+            if suffix == ".csv":
+                yield from enumerate(csv.DictReader(handle), start=1)
+                return
+            number = 0
+            for line_number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetError(
+                        f"{path}: line {line_number} is not JSON ({exc.msg})"
+                    ) from None
+                number += 1
+                yield number, row
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot be read ({exc})") from None
-    rows = rows[:limit] if limit is not None else rows
-    if not rows:
-        raise DatasetError(f"{path}: no rows")
-    for number, row in enumerate(rows, start=1):
-        missing = [
-            f for f in (text_field, label_field) if not isinstance(row, dict) or f not in row
-        ]
-        if missing:
-            raise DatasetError(f"{path}: row {number} has no {' or '.join(missing)} field")
-    labels, names = _label_indices([row[label_field] for row in rows])
-    return TextDataset(tuple(str(row[text_field]) for row in rows), labels, names)
 
 
-def _label_indices(raw: Sequence[object]) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Integer labels (or strings of digits) as they are; otherwise every label is a class
-    name, numbered in sorted order, and the names are returned beside the indices."""
-    integers = [_integer(v) for v in raw]
-    if all(i is not None for i in integers):
+def _label_of(path: Path, number: int, row: Any, label_field: str) -> object:
+    if not isinstance(row, dict) or label_field not in row:
+        raise DatasetError(f"{path}: row {number} has no {label_field} field")
+    return row[label_field]
+
+
+def _label_indices(
+    path: Path, kept: Sequence[object], rest: Callable[[], Iterable[tuple[int, object]]]
+) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The indices of the ``kept`` rows' labels (rows 1, 2, ...): integers (or strings of
+    digits) as they are; class names numbered in sorted order over these and the ``rest``
+    of the file's labels (numbered rows, read only for class names), returned beside the
+    indices. Integers and class names in one file are an error naming both rows."""
+    integers = [_integer(v) for v in kept]
+    first = (1, kept[0])
+    if integers[0] is not None:
+        for number, (value, integer) in enumerate(zip(kept, integers, strict=True), start=1):
+            if integer is None:
+                raise _mixed(path, first, (number, value))
         return tuple(i for i in integers if i is not None), ()
-    names = tuple(sorted({str(v) for v in raw}))
+    found: set[str] = set()
+    for number, value in itertools.chain(enumerate(kept, start=1), rest()):
+        if _integer(value) is not None:
+            raise _mixed(path, first, (number, value))
+        found.add(str(value))
+    names = tuple(sorted(found))
     index = {name: i for i, name in enumerate(names)}
-    return tuple(index[str(v)] for v in raw), names
+    return tuple(index[str(v)] for v in kept), names
+
+
+def _mixed(path: Path, first: tuple[int, object], other: tuple[int, object]) -> DatasetError:
+    kinds = ("an integer", "a class name")
+    a, b = (kinds[_integer(v) is None] for _, v in (first, other))
+    return DatasetError(
+        f"{path}: row {other[0]}'s label {reprlib.repr(other[1])} is {b}, but row "
+        f"{first[0]}'s {reprlib.repr(first[1])} is {a}; labels are all integers or all "
+        "class names"
+    )
 
 
 def _integer(value: object) -> int | None:
@@ -421,11 +474,37 @@ def _checked_parquet_rows(
                 f"{path}: row {number}: {text_field!r} is {type(text).__name__} "
                 f"{reprlib.repr(text)}, not a string"
             )
-        if isinstance(label, bool) or not isinstance(label, int | str):
-            raise DatasetError(
-                f"{path}: row {number}: {label_field!r} is {type(label).__name__} "
-                f"{reprlib.repr(label)}, not an integer or a class name (a string)"
-            )
         good_texts.append(text)
-        good_labels.append(label)
+        good_labels.append(_checked_label(path, number, label, label_field))
     return tuple(good_texts), tuple(good_labels)
+
+
+def _checked_label(path: Path, number: int, label: object, label_field: str) -> int | str:
+    """A Parquet label as its column promises: an integer or a string, never null."""
+    if label is None:
+        raise DatasetError(f"{path}: row {number}: {label_field!r} is null")
+    if isinstance(label, bool) or not isinstance(label, int | str):
+        raise DatasetError(
+            f"{path}: row {number}: {label_field!r} is {type(label).__name__} "
+            f"{reprlib.repr(label)}, not an integer or a class name (a string)"
+        )
+    return label
+
+
+def _parquet_labels(path: Path, label_field: str, *, skip: int) -> Iterator[tuple[int, object]]:
+    """The labels of a Parquet file's rows after the first ``skip``, numbered, read from the
+    label column alone."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    number = 0
+    try:
+        with pq.ParquetFile(path) as parquet:
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH, columns=[label_field]):
+                for label in batch.column(label_field).to_pylist():
+                    number += 1
+                    if number > skip:
+                        yield number, _checked_label(path, number, label, label_field)
+    except (pa.ArrowException, OSError) as exc:
+        reason = " ".join(str(exc).split())
+        raise DatasetError(f"{path}: not a readable Parquet file ({reason})") from None

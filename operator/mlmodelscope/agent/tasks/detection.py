@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Final, Literal
 import numpy as np
 
 from mlmodelscope.agent.tasks.record import TaskMetrics
+from mlmodelscope.spec.base import SpecError
+from mlmodelscope.spec.evaluation import Detection
 
 BoxFormat = Literal["xyxy", "xywh", "cxcywh"]
 BOX_FORMATS: Final = ("xyxy", "xywh", "cxcywh")
@@ -101,6 +103,48 @@ def class_wise_nms(
     if max_detections is not None:
         keep = keep[:max_detections]
     return detections.take(keep)
+
+
+def check_detection_outputs(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray) -> None:
+    """Refuse outputs that are not a batch's boxes [batch, n, 4], scores and classes
+    [batch, n], naming ``spec.task.detection``."""
+    if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.shape != boxes.shape[:2]:
+        raise SpecError(
+            "spec.task.detection",
+            f"detection reads boxes [batch, n, 4] and scores and classes [batch, n]; the "
+            f"outputs are {list(boxes.shape)}, {list(scores.shape)} and "
+            f"{list(classes.shape)}",
+        )
+
+
+def image_detections(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    classes: np.ndarray,
+    options: Detection,
+    input_size: tuple[int, int],
+    image_size: tuple[int, int],
+) -> Detections:
+    """One image's boxes [n, 4], scores and classes [n] as ``spec.task.detection`` reads
+    them: in its box format, from the model input's pixels (``input_size``, height and width)
+    or fractions of it to the image's pixel xyxy (``image_size``), below ``scoreThreshold``
+    dropped, suppressed per class when ``nmsIou`` is set, at most ``maxDetections``, best
+    first."""
+    height, width = image_size
+    if options.normalized:
+        xyxy = to_xyxy(boxes, options.box_format, normalized=True, height=height, width=width)
+    else:
+        in_height, in_width = input_size
+        scale = np.array([width / in_width, height / in_height] * 2)
+        xyxy = to_xyxy(boxes, options.box_format, normalized=False,
+                       height=in_height, width=in_width) * scale  # fmt: skip
+    labels = np.rint(classes).astype(np.int64)
+    return class_wise_nms(
+        Detections(xyxy, np.asarray(scores, dtype=np.float64), labels),
+        iou_threshold=1.0 if options.nms_iou is None else options.nms_iou,
+        score_threshold=options.score_threshold,
+        max_detections=options.max_detections,
+    )
 
 
 # ----------------------------------------------------------------------------- COCO metrics

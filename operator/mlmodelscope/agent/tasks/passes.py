@@ -8,6 +8,7 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,28 @@ import numpy as np
 from mlmodelscope.agent.tasks.data import CocoDataset, DatasetError
 from mlmodelscope.agent.tasks.detection import (
     Detections,
-    class_wise_nms,
+    check_detection_outputs,
     coco_map,
     coco_results,
-    to_xyxy,
+    image_detections,
 )
 from mlmodelscope.agent.tasks.record import TaskMetrics
-from mlmodelscope.agent.tasks.restoration import ImageQuality, RestorationMetrics, image_quality
-from mlmodelscope.agent.tasks.segmentation import confusion_matrix, segmentation_metrics
+from mlmodelscope.agent.tasks.restoration import (
+    SSIM_WINDOW,
+    ImageQuality,
+    RestorationMetrics,
+    Scoring,
+    image_quality,
+)
+from mlmodelscope.agent.tasks.segmentation import (
+    class_map,
+    confusion_matrix,
+    resize_classes,
+    segmentation_metrics,
+)
 from mlmodelscope.agent.tasks.text import classification_metrics
 from mlmodelscope.spec.base import SpecError
-from mlmodelscope.spec.evaluation import Layout, Task, TensorSpec
+from mlmodelscope.spec.evaluation import EvaluationSpec, Layout, Task, TensorSpec
 
 Predict = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 Progress = Callable[[int, int], None]
@@ -60,6 +72,24 @@ def output_named(name: str, outputs: Sequence[TensorSpec], field: str) -> int:
             "declare the model's outputs by name there",
         )
     return names.index(name)
+
+
+def detection_outputs(spec: EvaluationSpec) -> tuple[int, int, int]:
+    """Where the boxes, scores and classes outputs ``spec.task.detection`` names are among
+    ``spec.model.outputs``; a :class:`SpecError` for a name that is none of them, or for a
+    centerCrop in the preprocessing (boxes map back to the image through a resize only)."""
+    if any(step.center_crop is not None for step in spec.preprocessing):
+        raise SpecError(
+            "spec.preprocessing",
+            "detection maps boxes back to the image through a resize only; a centerCrop "
+            "cuts the image and would shift them: remove it",
+        )
+    options, outputs = spec.task.detection, spec.model.outputs
+    boxes, scores, classes = (
+        output_named(getattr(options, key), outputs, f"spec.task.detection.{key}")
+        for key in ("boxes", "scores", "classes")
+    )
+    return boxes, scores, classes
 
 
 def output_index(task: Task, outputs: Sequence[TensorSpec]) -> int:
@@ -156,22 +186,6 @@ def text_classification_pass(
     )
 
 
-def _class_map(out: np.ndarray, num_classes: int) -> np.ndarray:
-    """Class ids [N, H, W] from scores [N, classes, H, W] or [N, H, W, classes], or ids."""
-    if out.ndim == 3 and np.issubdtype(out.dtype, np.integer):
-        return out
-    if out.ndim == 4 and out.shape[1] == num_classes:
-        return np.asarray(out.argmax(axis=1))
-    if out.ndim == 4 and out.shape[3] == num_classes:
-        return np.asarray(out.argmax(axis=3))
-    raise SpecError(
-        "spec.task.output",
-        f"segmentation reads scores [batch, {num_classes}, H, W] (or channels last) or class "
-        f"ids [batch, H, W]; the output is {list(out.shape)} {out.dtype.name} "
-        "(task.numClasses must match the scores' class axis)",
-    )
-
-
 def read_mask(path: Path) -> np.ndarray:
     """A mask's class index per pixel (mode L, or a palette's indices)."""
     from PIL import Image
@@ -181,18 +195,6 @@ def read_mask(path: Path) -> np.ndarray:
             return np.asarray(mask)
     except OSError as exc:
         raise DatasetError(f"{path}: cannot be read as a mask ({exc})") from None
-
-
-def _to_size(classes: np.ndarray, height: int, width: int) -> np.ndarray:
-    """A class map resized to a mask's size by nearest neighbour (class ids do not blend)."""
-    if classes.shape == (height, width):
-        return classes
-    from PIL import Image
-
-    resized = Image.fromarray(classes.astype(np.int32), mode="I").resize(
-        (width, height), Image.Resampling.NEAREST
-    )
-    return np.asarray(resized)
 
 
 def segmentation_pass(
@@ -212,10 +214,10 @@ def segmentation_pass(
 
     def consume(part: slice, chosen: list[np.ndarray]) -> None:
         nonlocal confusion
-        for offset, classes in enumerate(_class_map(chosen[0], num_classes)):
+        for offset, classes in enumerate(class_map(chosen[0], num_classes)):
             path = masks[part.start + offset]
             mask = read_mask(path)
-            predicted = _to_size(classes, *mask.shape[:2])
+            predicted = resize_classes(classes, *mask.shape[:2])
             try:
                 confusion += confusion_matrix(predicted, mask, num_classes, task.ignore_index)
             except ValueError as exc:
@@ -264,6 +266,40 @@ def read_target(path: Path, channels: int, data_range: float, bgr: bool) -> np.n
     return pixels.astype(np.float64) * (data_range / 255.0)
 
 
+def scoring_of(task: Task, scale: Fraction) -> Scoring:
+    """``task.cropBorder`` and ``task.channels`` as a :class:`Scoring`: 'scale' becomes the
+    pairs dataset's scale factor, which must then be a whole number."""
+    crop = task.crop_border
+    if crop == "scale":
+        if scale.denominator != 1:
+            raise SpecError(
+                "spec.task.cropBorder",
+                f"'scale' cuts the set's scale factor, but its targets are {scale}x their "
+                "inputs, not a whole number: give the pixels to cut",
+            )
+        crop = int(scale)
+    return Scoring(crop, task.channels)
+
+
+def _check_scoring(scoring: Scoring, image: np.ndarray, path: Path) -> None:
+    """Refuse options an output image [H, W, C] cannot be scored under, naming the option."""
+    height, width, channels = image.shape
+    if scoring.channels == "y" and channels != 3:
+        raise SpecError(
+            "spec.task.channels",
+            f"y scores the luma of RGB images, but the model's output for {path} is grey "
+            "(one channel): score it with channels: rgb",
+        )
+    border = scoring.crop_border
+    left = (max(width - 2 * border, 0), max(height - 2 * border, 0))
+    if border and min(left) < SSIM_WINDOW:
+        raise SpecError(
+            "spec.task.cropBorder",
+            f"cutting {border} pixels off every border of {path} ({width}x{height}) leaves "
+            f"{left[0]}x{left[1]}; SSIM needs at least {SSIM_WINDOW}x{SSIM_WINDOW}",
+        )
+
+
 def image_to_image_pass(
     predict: Predict,
     feeds: Sequence[np.ndarray],
@@ -274,11 +310,15 @@ def image_to_image_pass(
     bgr: bool,
     batch_size: int,
     progress: Progress,
+    scale: Fraction = Fraction(1),
 ) -> TaskPass:
     """Mean PSNR (dB) and SSIM (scikit-image) of each output image, clipped to 0..dataRange,
     against its target at the target's own size: an output of another size is an error
-    naming the target. The metric's own time is kept apart from reading the targets."""
+    naming the target. ``task.cropBorder`` and ``task.channels`` say which part is scored
+    (BGR images are turned to RGB for the luma). The metric's own time is kept apart from
+    reading the targets."""
     data_range = task.data_range
+    scoring = scoring_of(task, scale)
     qualities: list[ImageQuality] = []
     scoring_ns = 0
 
@@ -293,13 +333,16 @@ def image_to_image_pass(
                     f"{path}: {target.shape[1]}x{target.shape[0]} pixels, but the model's "
                     f"output for it is {image.shape[1]}x{image.shape[0]}",
                 )
+            _check_scoring(scoring, image, path)
             began = time.perf_counter_ns()
             clipped = np.clip(image.astype(np.float64), 0.0, data_range)
-            qualities.append(image_quality(clipped, target, data_range=data_range))
+            if bgr and scoring.channels == "y":
+                clipped, target = clipped[..., ::-1], target[..., ::-1]
+            qualities.append(image_quality(clipped, target, data_range=data_range, scoring=scoring))
             scoring_ns += time.perf_counter_ns() - began
 
     run = run_pass(predict, feeds, [index], batch_size, consume, progress)
-    done = _finished(lambda: RestorationMetrics.of(qualities), run, batch_size)
+    done = _finished(lambda: RestorationMetrics.of(qualities, scoring), run, batch_size)
     scoring_s = scoring_ns / 1e9
     return dataclasses.replace(
         done,
@@ -336,38 +379,20 @@ def detection_pass(
     box format, mapped from the model input's pixels (or fractions of it) to the image's,
     thresholded, suppressed per class when ``nmsIou`` is set, at most ``maxDetections``."""
     options = task.detection
-    height, width = input_size
     category_of = dict(enumerate(options.category_ids)) if options.category_ids else None
     found: list[Detections] = []
 
     def consume(part: slice, chosen: list[np.ndarray]) -> None:
         boxes, scores, classes = chosen
-        if boxes.ndim != 3 or boxes.shape[2] != 4 or scores.shape != boxes.shape[:2]:
-            raise SpecError(
-                "spec.task.detection",
-                f"detection reads boxes [batch, n, 4] and scores and classes [batch, n]; the "
-                f"outputs are {list(boxes.shape)}, {list(scores.shape)} and "
-                f"{list(classes.shape)}",
-            )
+        check_detection_outputs(boxes, scores, classes)
         for offset in range(len(boxes)):
             image = coco.images[part.start + offset]
-            if options.normalized:
-                xyxy = to_xyxy(boxes[offset], options.box_format, normalized=True,
-                               height=image.height, width=image.width)  # fmt: skip
-            else:
-                scale = np.array([image.width / width, image.height / height] * 2)
-                xyxy = to_xyxy(boxes[offset], options.box_format, normalized=False,
-                               height=height, width=width) * scale  # fmt: skip
-            labels = np.rint(classes[offset]).astype(np.int64)
-            detections = Detections(xyxy, scores[offset].astype(np.float64), labels)
             found.append(
-                class_wise_nms(
-                    detections,
-                    iou_threshold=1.0 if options.nms_iou is None else options.nms_iou,
-                    score_threshold=options.score_threshold,
-                    max_detections=options.max_detections,
+                image_detections(
+                    boxes[offset], scores[offset], classes[offset], options, input_size,
+                    (image.height, image.width),
                 )
-            )
+            )  # fmt: skip
 
     run = run_pass(predict, feeds, indices, batch_size, consume, progress)
     unknown = sorted(

@@ -1,6 +1,7 @@
-"""Semantic segmentation: one confusion matrix over every pixel of the dataset, and from it
-the dataset-level IoU per class, mIoU and pixel accuracy (the PASCAL VOC and Cityscapes way,
-as torchmetrics' MulticlassJaccardIndex and MulticlassAccuracy compute them)."""
+"""Semantic segmentation: a model's output as a class map (per-pixel argmax), one confusion
+matrix over every pixel of the dataset, and from it the dataset-level IoU per class, mIoU and
+pixel accuracy (the PASCAL VOC and Cityscapes way, as torchmetrics' MulticlassJaccardIndex and
+MulticlassAccuracy compute them)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,36 @@ from typing import ClassVar
 import numpy as np
 
 from mlmodelscope.agent.tasks.record import TaskMetrics
+from mlmodelscope.spec.base import SpecError
+
+
+def class_map(out: np.ndarray, num_classes: int) -> np.ndarray:
+    """Class ids [N, H, W] from scores [N, classes, H, W] or [N, H, W, classes] (per-pixel
+    argmax), or the ids themselves; a :class:`SpecError` on ``spec.task.output`` otherwise."""
+    if out.ndim == 3 and np.issubdtype(out.dtype, np.integer):
+        return out
+    if out.ndim == 4 and out.shape[1] == num_classes:
+        return np.asarray(out.argmax(axis=1))
+    if out.ndim == 4 and out.shape[3] == num_classes:
+        return np.asarray(out.argmax(axis=3))
+    raise SpecError(
+        "spec.task.output",
+        f"segmentation reads scores [batch, {num_classes}, H, W] (or channels last) or class "
+        f"ids [batch, H, W]; the output is {list(out.shape)} {out.dtype.name} "
+        "(task.numClasses must match the scores' class axis)",
+    )
+
+
+def resize_classes(classes: np.ndarray, height: int, width: int) -> np.ndarray:
+    """A class map [H, W] at another size by nearest neighbour (class ids do not blend)."""
+    if classes.shape == (height, width):
+        return classes
+    from PIL import Image
+
+    resized = Image.fromarray(classes.astype(np.int32), mode="I").resize(
+        (width, height), Image.Resampling.NEAREST
+    )
+    return np.asarray(resized)
 
 
 def confusion_matrix(

@@ -2,7 +2,8 @@
 
 - the Launch form (``/launch``): evaluations or one sweep, a catalog Model (a sweep: more
   Models, devices), frameworks, the device (evaluations: cpu, or gpu and how many;
-  :func:`device_fieldset`), scenario, batch sizes, dataset (masks and targets too), task,
+  :func:`device_fieldset`), scenario, batch sizes, dataset (masks, targets, COCO annotations
+  and a text tokenizer too), task (a detector's box format, threshold and NMS too),
   where in the cluster it runs (a node pool, or a node selector and tolerations;
   :func:`hardware_fieldset`), and the write token; Preview shows the ModelEvaluation (or
   EvaluationSweep) YAML, Launch queues it;
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Final
+from typing import Final, get_args
 from urllib.parse import quote
 
 from mlmodelscope.server.launch_queue import FINAL, LaunchRow
@@ -32,7 +33,7 @@ from mlmodelscope.server.launches import DEVICES, FRAMEWORKS, SCENARIOS
 from mlmodelscope.server.node_pools import POOL_LABELS, NodePool, PoolListing
 from mlmodelscope.server.pages.render import esc, page, run_url, trace_link
 from mlmodelscope.server.sweep_launches import SweepRow
-from mlmodelscope.spec.evaluation import DatasetType, TaskType
+from mlmodelscope.spec.evaluation import DatasetType, Detection, TaskType
 from mlmodelscope.spec.manifest import ModelManifest
 
 SCRIPT_PATH: Final = "/static/launch.js"
@@ -41,6 +42,8 @@ PAGE_TAIL: Final = 200
 DATASET_TYPES: Final = tuple(t.value for t in DatasetType)
 TASK_TYPES: Final = tuple(t.value for t in TaskType if t is not TaskType.CLASSIFICATION)
 """The task choices besides the default, classification (no ``spec.task``)."""
+BOX_FORMATS: Final[tuple[str, ...]] = get_args(Detection.model_fields["box_format"].annotation)
+"""``spec.task.detection.boxFormat``'s choices."""
 
 
 def launch_url(launch_id: str) -> str:
@@ -240,6 +243,9 @@ def launch_form_page(
         f'<option value="{t}">{t}</option>' for t in TASK_TYPES
     )
     splits = "".join(f'<option value="{s}">{s}</option>' for s in ("test", "train", "all"))
+    box_formats = '<option value="">xyxy (the default)</option>' + "".join(
+        f'<option value="{b}">{b}</option>' for b in BOX_FORMATS if b != "xyxy"
+    )
     kinds = "".join(
         f'<label class="check"><input type="radio" name="kind" value="{k}"'
         f"{' checked' if k == 'evaluation' else ''}>{label}</label>"
@@ -291,6 +297,12 @@ def launch_form_page(
 {_errors_for("dataset.masks")}
 <label>targets<input name="dataset_targets" placeholder="pairs: the folder of targets"></label>
 {_errors_for("dataset.targets")}
+<label>annotations<input name="dataset_annotations" placeholder="coco: the instances JSON">
+</label>{_errors_for("dataset.annotations")}
+<label>tokenizer<input name="dataset_tokenizer" placeholder="text: the tokenizer.json"></label>
+{_errors_for("dataset.tokenizer")}
+<label>max length<input name="dataset_max_length" inputmode="numeric" placeholder="text: 128">
+</label>{_errors_for("dataset.maxLength")}
 <label>limit<input name="dataset_limit" inputmode="numeric" placeholder="all"></label>
 {_errors_for("dataset")}
 </fieldset>
@@ -300,9 +312,19 @@ def launch_form_page(
 <label>classes<input name="task_classes" inputmode="numeric" placeholder="segmentation">
 </label>
 <label>data range<input name="task_range" inputmode="decimal" placeholder="1.0"></label>
+<label>box format<select name="task_box_format">{box_formats}</select></label>
+<label class="check"><input type="checkbox" name="task_normalized" value="true">boxes
+normalized (fractions of the input)</label>
+<label>score threshold<input name="task_score_threshold" inputmode="decimal"
+placeholder="0.05"></label>
+<label>NMS IoU<input name="task_nms_iou" inputmode="decimal" placeholder="none"></label>
+{_errors_for("task.detection")}
 {_errors_for("task")}
 <span class="hint whole">spec.task: segmentation (mIoU; numClasses required) goes with a masks
-dataset, image-to-image (PSNR, SSIM; data range of the outputs) with a pairs dataset</span>
+dataset, image-to-image (PSNR, SSIM; data range of the outputs) with a pairs dataset,
+detection (COCO mAP; box format, normalized, score threshold and NMS IoU are
+spec.task.detection's) and text-detection with a coco dataset (annotations), and
+text-classification (accuracy, macro-F1) with a text dataset (tokenizer)</span>
 </fieldset>
 {hardware_fieldset(hardware)}
 <fieldset><legend>Write token</legend>
@@ -717,9 +739,10 @@ SCRIPT: Final = """\
     if (value("minDuration")) body.scenario_settings.minDuration = value("minDuration");
     if (value("dataset_type")) {
       body.dataset = {type: value("dataset_type"), split: value("dataset_split")};
-      for (const name of ["path", "masks", "targets"]) {
+      for (const name of ["path", "masks", "targets", "annotations", "tokenizer"]) {
         if (value("dataset_" + name)) body.dataset[name] = value("dataset_" + name);
       }
+      if (value("dataset_max_length")) body.dataset.maxLength = number(value("dataset_max_length"));
       if (value("dataset_limit")) body.dataset.limit = number(value("dataset_limit"));
     }
     const task = {};
@@ -727,6 +750,14 @@ SCRIPT: Final = """\
     if (value("task_output")) task.output = value("task_output");
     if (value("task_classes")) task.numClasses = number(value("task_classes"));
     if (value("task_range")) task.dataRange = number(value("task_range"));
+    const detection = {};
+    if (value("task_box_format")) detection.boxFormat = value("task_box_format");
+    if (form.elements.task_normalized.checked) detection.normalized = true;
+    if (value("task_score_threshold")) {
+      detection.scoreThreshold = number(value("task_score_threshold"));
+    }
+    if (value("task_nms_iou")) detection.nmsIou = number(value("task_nms_iou"));
+    if (Object.keys(detection).length) task.detection = detection;
     if (Object.keys(task).length) body.task = task;
     const placed = {};
     if (body.kind === "evaluation" && value("device") === "gpu") {

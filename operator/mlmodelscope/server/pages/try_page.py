@@ -1,5 +1,5 @@
 """The dashboard's Try page (``/try``) as an HTML string: a plain multipart form (no script) and,
-after a try, the image beside each framework's top classes, latency and load time.
+after a try, each framework's answer by the Model's task (:mod:`.try_results`).
 
 The form posts to ``/try``, which answers this page again: with the results, or with each
 problem next to its field. Every value from the request, the catalog or a framework's error is
@@ -9,25 +9,24 @@ escaped; the write token typed is never written back into the page.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, get_args
 
+from pydantic import ValidationError
 from starlette.datastructures import FormData, UploadFile
 
 from mlmodelscope.server.launches import FRAMEWORKS
 from mlmodelscope.server.pages.render import esc, page
-from mlmodelscope.server.trials import FORMATS, MAX_K, FrameworkTry, TryAnswer
+from mlmodelscope.server.pages.try_results import STYLE, try_results
+from mlmodelscope.server.trials import FORMATS, MAX_K
+from mlmodelscope.server.try_answers import TryAnswer
+from mlmodelscope.server.try_tasks import TryOptions
 
 ACCEPT: Final = ",".join(f"image/{f.lower()}" for f in FORMATS) + ",.png,.jpg,.jpeg,.bmp"
-STYLE: Final = """<style>
-.try-results{display:flex;flex-wrap:wrap;gap:12px 28px;align-items:flex-start}
-.try-results section{flex:0 1 320px;min-width:260px}
-.try-results table.top td.score{text-align:right}
-img.upload{image-rendering:pixelated;width:128px;height:auto;border:1px solid #dde3ea;
-background:#000}
-.agree{color:#1a7f37}.disagree{color:#b26a00}
-</style>"""
+OPTION_TEXTS: Final = ("output", "classes", "box_format", "score_threshold", "nms_iou")
+"""The task options the form has as text fields (``normalized`` is a checkbox)."""
+BOX_FORMATS: Final[tuple[str, ...]] = get_args(TryOptions.model_fields["box_format"].annotation)
 
 
 @dataclass(frozen=True)
@@ -37,6 +36,9 @@ class TryValues:
     model: str = ""
     frameworks: tuple[str, ...] = FRAMEWORKS
     k: int = 3
+    options: TryOptions = field(default_factory=TryOptions)
+    texts: Mapping[str, str] = field(default_factory=dict)
+    """The task options as typed, to show them again."""
     token: str = field(default="", repr=False)
 
 
@@ -46,6 +48,21 @@ def by_field(problems: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
     for where, message in problems:
         found[where.split(".", 1)[0]].append(message)
     return dict(found)
+
+
+def read_options(
+    texts: Mapping[str, str], normalized: bool
+) -> tuple[TryOptions, dict[str, list[str]]]:
+    """The task options as :class:`TryOptions` checks them (as the API does), and what is
+    wrong with each field; the defaults where any is wrong."""
+    given = {name: value for name, value in texts.items() if value}
+    try:
+        return TryOptions.model_validate({**given, "normalized": normalized}), {}
+    except ValidationError as exc:
+        errors: dict[str, list[str]] = defaultdict(list)
+        for error in exc.errors():
+            errors[str(error["loc"][0])].append(error["msg"])
+        return TryOptions(), dict(errors)
 
 
 def read_form(form: FormData, models: Sequence[str]) -> tuple[TryValues, dict[str, list[str]]]:
@@ -89,7 +106,13 @@ def read_form(form: FormData, models: Sequence[str]) -> tuple[TryValues, dict[st
     upload = form.get("file")
     if not isinstance(upload, UploadFile) or not upload.filename:
         errors["file"].append("choose an image file")
-    values = TryValues(model=model, frameworks=tuple(chosen), k=k, token=token)
+    texts = {name: text(name) for name in OPTION_TEXTS}
+    options, wrong = read_options(texts, text("normalized") == "true")
+    for name, messages in wrong.items():
+        errors[name].extend(messages)
+    values = TryValues(
+        model=model, frameworks=tuple(chosen), k=k, options=options, texts=texts, token=token
+    )
     return values, dict(errors)
 
 
@@ -98,15 +121,47 @@ def _errors(errors: dict[str, list[str]], name: str) -> str:
     return f'<span class="field-errors error-text" data-errors-for="{esc(name)}">{lines}</span>'
 
 
-def _form(models: Sequence[str], values: TryValues, errors: dict[str, list[str]]) -> str:
+def _task_options(values: TryValues, errors: dict[str, list[str]]) -> str:
+    """The task options' fieldset: a detection Model's box reading, a segmentation Model's
+    output and classes."""
+
+    def typed(name: str) -> str:
+        return esc(values.texts.get(name, ""))
+
+    formats = "".join(
+        f'<option value="{b}"{" selected" if b == values.options.box_format else ""}>{b}</option>'
+        for b in BOX_FORMATS
+    )
+    checked = " checked" if values.options.normalized else ""
+    return f"""<fieldset id="task-options"><legend>Task options</legend>
+<label>box format<select name="box_format">{formats}</select></label>{_errors(errors, "box_format")}
+<label class="check"><input type="checkbox" name="normalized" value="true"{checked}>boxes
+normalized (fractions of the input)</label>{_errors(errors, "normalized")}
+<label>score threshold<input name="score_threshold" inputmode="decimal" placeholder="0.5"
+value="{typed("score_threshold")}"></label>{_errors(errors, "score_threshold")}
+<label>NMS IoU<input name="nms_iou" inputmode="decimal" placeholder="none"
+value="{typed("nms_iou")}"></label>{_errors(errors, "nms_iou")}
+<label>output<input name="output" placeholder="the first" value="{typed("output")}"></label>
+{_errors(errors, "output")}
+<label>classes<input name="classes" inputmode="numeric" placeholder="from the output's shape"
+value="{typed("classes")}"></label>{_errors(errors, "classes")}
+<span class="hint whole">By the Model's task: a detection Model reads boxes (box format,
+normalized, threshold, NMS: spec.task.detection's), a segmentation Model a class map (output,
+classes: spec.task's); a classification Model answers its top k.</span>
+</fieldset>"""
+
+
+def _form(models: Mapping[str, str | None], values: TryValues, errors: dict[str, list[str]]) -> str:
     if not models:
         return (
             '<p class="note">No Models to try: start mlms serve with --catalog FILE_OR_FOLDER '
             "(e.g. --catalog examples/catalog/).</p>"
         )
     options = "".join(
-        f'<option value="{esc(m)}"{" selected" if m == values.model else ""}>{esc(m)}</option>'
-        for m in models
+        f'<option value="{esc(m)}"{" selected" if m == values.model else ""}>{esc(m)}'
+        + (f" ({esc(task)})" if task else "")
+        + "</option>"
+        for m, task in models.items()
     )
     boxes = "".join(
         f'<label class="check"><input type="checkbox" name="frameworks" value="{f}"'
@@ -122,10 +177,12 @@ def _form(models: Sequence[str], values: TryValues, errors: dict[str, list[str]]
 </fieldset>
 <fieldset><legend>Model</legend>
 <label>model<select name="model">{options}</select></label>{_errors(errors, "model")}
-<label>top k<input name="k" type="number" min="1" max="{MAX_K}" value="{values.k}"></label>
+<label>top k (classification)<input name="k" type="number" min="1" max="{MAX_K}"
+value="{values.k}"></label>
 {_errors(errors, "k")}
 </fieldset>
 <fieldset><legend>Frameworks</legend>{boxes}{_errors(errors, "frameworks")}</fieldset>
+{_task_options(values, errors)}
 <fieldset><legend>Write token</legend>
 <label>token<input type="password" name="token" autocomplete="off" required></label>
 {_errors(errors, "token")}
@@ -135,94 +192,22 @@ def _form(models: Sequence[str], values: TryValues, errors: dict[str, list[str]]
 </form>"""
 
 
-def _ms(value: float | None) -> str:
-    return "" if value is None else f"{value:.3f} ms"
-
-
-def _framework(result: FrameworkTry) -> str:
-    head = f'<h3>{esc(result.framework)}</h3><p class="hint">{esc(result.evaluation)}</p>'
-    if not result.ok:
-        where = f" ({esc(result.error_field)})" if result.error_field else ""
-        return (
-            f'<section class="framework" data-framework="{esc(result.framework)}">{head}'
-            f'<p class="error">failed{where}: {esc(result.error or "")}</p></section>'
-        )
-    score_name = "probability" if result.probabilities else "score"
-    rows = "".join(
-        f'<tr><td>{rank}</td><td class="label">{esc(c.label)}</td><td>{c.index}</td>'
-        f'<td class="score" data-value="{"" if c.score is None else repr(c.score)}">'
-        + (
-            ""
-            if c.score is None
-            else f"{100 * c.score:.2f}%"
-            if result.probabilities
-            else f"{c.score:.4g}"
-        )
-        + "</td></tr>"
-        for rank, c in enumerate(result.top, 1)
-    )
-    facts = (
-        f'<tr><th>latency</th><td class="latency">{_ms(result.latency_ms)}</td></tr>'
-        f"<tr><th>preprocess</th><td>{_ms(result.preprocess_ms)}</td></tr>"
-        f"<tr><th>postprocess</th><td>{_ms(result.postprocess_ms)}</td></tr>"
-        f"<tr><th>load</th><td>{_ms(result.load_ms) or 'already loaded'}</td></tr>"
-        + (
-            f"<tr><th>warm-up</th><td>{_ms(result.warmup_ms)}</td></tr>"
-            if result.warmup_ms is not None
-            else ""
-        )
-        + f"<tr><th>framework</th><td>{esc(result.framework_version or '')}</td></tr>"
-        f"<tr><th>device</th><td>{esc(result.device or '')}</td></tr>"
-    )
-    return (
-        f'<section class="framework" data-framework="{esc(result.framework)}">{head}'
-        f'<table class="listing top"><thead><tr><th>#</th><th>label</th><th>class</th>'
-        f"<th>{score_name}</th></tr></thead><tbody>{rows}</tbody></table>"
-        f'<table class="facts">{facts}</table></section>'
-    )
-
-
-def _results(answer: TryAnswer, image: str | None) -> str:
-    ran = [r for r in answer.results if r.ok]
-    if ran and answer.agree:
-        best = ", ".join(c.label for c in ran[0].top)
-        verdict = (
-            f'<p class="agree" id="verdict">The {len(ran)} frameworks that ran agree on the '
-            f"top {answer.k}: {esc(best)}.</p>"
-        )
-    elif ran:
-        verdict = (
-            f'<p class="disagree" id="verdict">The frameworks disagree on the top {answer.k}.</p>'
-        )
-    else:
-        verdict = '<p class="error" id="verdict">No framework ran.</p>'
-    picture = f'<img class="upload" alt="the uploaded image" src="{esc(image)}">' if image else ""
-    about = (
-        f'<p class="hint">{esc(answer.image.format)}, {answer.image.width}x'
-        f"{answer.image.height} pixels, {answer.image.bytes} bytes; Model "
-        f"{esc(answer.model)}. Latency: that one inference (batch 1), loading excluded.</p>"
-    )
-    columns = "".join(_framework(r) for r in answer.results)
-    return (
-        f"<h2>Results</h2>{picture}{about}{verdict}"
-        f'<div class="try-results" id="results">{columns}</div>'
-    )
-
-
 def try_page(
-    models: Sequence[str],
+    models: Mapping[str, str | None],
     values: TryValues,
     *,
     errors: dict[str, list[str]] | None = None,
     answer: TryAnswer | None = None,
     image: str | None = None,
 ) -> str:
-    """The form, with ``errors`` next to their fields, and ``answer`` below it after a try."""
+    """The form over ``models`` (name -> task label), with ``errors`` next to their fields,
+    and ``answer`` below it after a try."""
     intro = (
-        "<p>Classify one image with a Model of this server's catalog in each framework "
-        "ticked: the Model's own preprocessing and postprocessing, as an evaluation runs "
-        "them. Digits Models take light ink on a dark ground, shrunk to 8x8. "
-        '<a href="/launch">Launch an evaluation</a></p>'
+        "<p>Try one image on a Model of this server's catalog in each framework ticked: the "
+        "Model's own preprocessing and postprocessing, as an evaluation runs them. By the "
+        "Model's task label, the answer is its top classes, its boxes drawn over the image "
+        "(detection) or each pixel's class (segmentation). Digits Models take light ink on a "
+        'dark ground, shrunk to 8x8. <a href="/launch">Launch an evaluation</a></p>'
     )
-    results = _results(answer, image) if answer is not None else ""
+    results = try_results(answer, image) if answer is not None else ""
     return page("Try", STYLE + intro + _form(models, values, errors or {}) + results)
