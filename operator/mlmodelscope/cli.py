@@ -1101,6 +1101,14 @@ def dlbricks(
     no_store: Annotated[
         bool, typer.Option("--no-store", help="Measure every brick; store nothing.")
     ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(
+            "--export",
+            help="Write the unique bricks as a folder of runnable models (suite.json, "
+            "bricks/<key>.onnx) for `mlms dlbricks-jobs`, and measure nothing.",
+        ),
+    ] = None,
 ) -> None:
     """DLBricks: benchmark each unique layer once, sum a latency estimate per model, and
     compare it with the model measured end to end under the same protocol. Bricks already
@@ -1118,6 +1126,16 @@ def dlbricks(
     except ValueError as exc:
         fail(str(exc))
         raise typer.Exit(2) from None
+    if export is not None:
+        from mlmodelscope.analysis.bricksuite import export_suite
+
+        suite = export_suite(models, [p.stem for p in models], config, export)
+        console.print(
+            f"{len(suite.bricks)} unique bricks of {len(suite.models)} models in {export}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
     opened = None if no_store else _brick_store(store)
     try:
         report = estimate(models, config, store=opened)
@@ -1141,6 +1159,112 @@ def dlbricks(
         console.print(f"  brick timings in {opened.url}", highlight=False, soft_wrap=True)
     if out is not None:
         out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+
+
+@app.command(name="dlbricks-jobs")
+def dlbricks_jobs(
+    suite: Annotated[
+        str, typer.Argument(help="pvc://CLAIM/PATH: a folder `mlms dlbricks --export` wrote.")
+    ],
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="Namespace of the Jobs and the claim.")
+    ] = "default",
+    jobs: Annotated[int, typer.Option("--jobs", help="Measuring Jobs at most.")] = 1,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", help="The worker's image (default: the onnxruntime CPU agent)."),
+    ] = None,
+    node_selector: Annotated[
+        list[str] | None,
+        typer.Option("--node-selector", help="key=value the nodes must carry (repeat)."),
+    ] = None,
+    toleration: Annotated[
+        list[str] | None,
+        typer.Option("--toleration", help="key[=value]:Effect of a taint to tolerate (repeat)."),
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="ORT intra-op threads.")] = 1,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per brick.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed runs first.")] = 3,
+    timeout: Annotated[
+        int, typer.Option("--timeout", help="Seconds each Job may run (its deadline).")
+    ] = 1800,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the report as JSON.")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            envvar="MLMS_STORE_URL",
+            help="Results store to reuse brick timings from and record new ones in.",
+        ),
+    ] = None,
+    no_store: Annotated[
+        bool, typer.Option("--no-store", help="Measure every brick; store nothing.")
+    ] = False,
+) -> None:
+    """DLBricks on a node pool: measure an exported brick suite with Kubernetes Jobs (a plan
+    Job reads the node's stack, then up to --jobs Jobs measure the bricks the store lacks for
+    it) and record the timings under the node's stack."""
+    import json
+    import secrets
+
+    from mlmodelscope.analysis import brick_jobs
+    from mlmodelscope.contract.kube import Kube
+    from mlmodelscope.controller.settings import default_image
+    from mlmodelscope.spec.evaluation import Device, FrameworkName
+    from mlmodelscope.spec.uris import parse_pvc_uri
+
+    try:
+        where = parse_pvc_uri(suite, "suite")
+        config = brick_jobs.JobsConfig(
+            namespace=namespace,
+            image=image or default_image(FrameworkName.ONNXRUNTIME, Device.CPU),
+            claim=where.claim,
+            folder=str(where.path),
+            jobs=jobs,
+            threads=threads,
+            warmup=warmup,
+            runs=runs,
+            timeout_s=timeout,
+            node_selector=brick_jobs.node_selector(node_selector or []),
+            tolerations=tuple(brick_jobs.toleration(t) for t in toleration or []),
+        )
+    except ValueError as exc:  # SpecError included
+        fail(str(exc))
+        raise typer.Exit(2) from None
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True)
+
+    opened = None if no_store else _brick_store(store)
+    try:
+        report = brick_jobs.run_suite(
+            Kube.from_environment(), config, secrets.token_hex(3), opened, say
+        )
+    except brick_jobs.BrickJobError as exc:
+        fail(str(exc))
+        raise typer.Exit(1) from None
+    finally:
+        if opened is not None:
+            opened.close()
+    for m in report.models:
+        estimate = "no estimate" if m.estimate_ms is None else f"estimate {m.estimate_ms:.3f} ms"
+        say(f"{m.model}: {estimate} ({m.layers} layers, {m.bricks} bricks)")
+    say(
+        f"{report.unique_bricks} unique bricks: {report.bricks_measured} measured in "
+        f"{len(report.jobs)} Jobs ({report.brick_bench_s:.2f} s measuring), "
+        f"{report.bricks_reused} reused from the store (saved {report.reuse_saved_s:.2f} s); "
+        f"{report.wall_s:.0f} s in all"
+    )
+    stack = report.stack
+    say(f"  stack {report.stack_key[:12]}: {stack.get('cpu')}, {stack.get('cpus')} CPUs")
+    if opened is not None:
+        say(f"  brick timings in {opened.url}")
+    if out is not None:
+        out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    for problem in report.problems:
+        fail(problem)
+    if report.problems:
+        raise typer.Exit(1)
 
 
 @app.command()
