@@ -116,3 +116,31 @@ def test_html_report_shows_the_metric_by_name(
     assert "miou against latency" in page and "miou (%)" in page
     assert f"Another metric, not plotted: {TEXT}." in page
     assert page.count('<circle class="accuracy"') == 4  # two runs, two batch sizes
+
+
+def test_a_metric_scored_otherwise_is_not_comparable(
+    task_documents: dict[str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """One metric name scored two ways (a PSNR on the luma after a 4-pixel crop against one
+    over RGB) is not compared; the defaults written out compare with a document without them."""
+    base = task_documents[SEG]
+
+    def scored(name: str, **scoring: Any) -> Path:
+        document = json.loads(json.dumps(base))
+        document["task"]["metrics"].update(scoring)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(document))
+        return path
+
+    plain = scored("plain")
+    defaults = scored("defaults", channels="rgb", crop_border=0)
+    luma = scored("luma", channels="y", crop_border=4)
+    same = compare([load_result(plain), load_result(defaults)])
+    assert {row.metric_note for row in same.rows} == {None}
+    assert all(row.metric_rel is not None for row in same.rows if row.run != same.reference)
+    other = compare([load_result(plain), load_result(luma)])
+    luma_rows = [row for row in other.rows if row.run != other.reference]
+    assert luma_rows and all(row.metric_rel is None for row in luma_rows)
+    assert {row.metric_note for row in luma_rows} == {
+        "not comparable: miou scored channels y, crop_border 4 vs by default"
+    }

@@ -4,7 +4,7 @@ HTML report and the dashboard show and rank by, so an mIoU is never labelled top
 Classification's primary metric is ``top1`` (the accuracy pass's top-1); another task's is the
 one its ``task`` section names (``miou`` for segmentation, ``accuracy`` for text
 classification, ``psnr`` in dB for image to image). Two runs' primary metrics are comparable
-only when their names are equal.
+only when their names are equal and they were scored alike (:func:`scoring_of`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,23 @@ def primary_metric(document: ResultDocument) -> PrimaryMetric:
         return PrimaryMetric(document.task.type, document.task.primary, number)
     top1 = document.accuracy.top1 if document.accuracy is not None else None
     return PrimaryMetric(CLASSIFICATION, TOP1, top1)
+
+
+SCORING_DEFAULTS: Final = {"channels": "rgb", "crop_border": 0}
+"""Task metric fields that say how the primary metric was scored (image-to-image's PSNR and
+SSIM on the luma after a border crop), with the value a document without them was scored
+under: two values of one metric are comparable only when scored alike."""
+
+
+def scoring_of(document: ResultDocument) -> str:
+    """How the document's primary metric was scored, where that is not the default
+    (``channels y, crop_border 4``); empty when it is, or the task has no such fields."""
+    metrics = document.task.metrics if document.task is not None else {}
+    return ", ".join(
+        f"{key} {metrics[key]}"
+        for key, default in SCORING_DEFAULTS.items()
+        if key in metrics and metrics[key] != default
+    )
 
 
 def format_metric(name: str | None, value: float | None, *, with_name: bool = True) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from mlmodelscope.contract.metric import primary_metric
+from mlmodelscope.contract.metric import primary_metric, scoring_of
 from mlmodelscope.contract.result import ResultDocument, SamplePredictions
 from mlmodelscope.report.verdicts import MetricVerdict, all_verdicts
 from mlmodelscope.spec.status import BatchResult
@@ -468,13 +468,23 @@ def metric_delta(
     value: float | None,
     ref_name: str | None,
     ref_value: float | None,
+    *,
+    scoring: str = "",
+    ref_scoring: str = "",
 ) -> tuple[float | None, str | None]:
     """(relative difference, why there is none): primary metrics of different names (an mIoU
-    and an accuracy) are not comparable."""
+    and an accuracy), or of one name scored differently (a PSNR on the luma after a border
+    crop and one over RGB: :func:`~mlmodelscope.contract.metric.scoring_of`), are not
+    comparable."""
     if value is None or ref_value is None:
         return None, None
     if name != ref_name:
         return None, f"not comparable: {name} vs {ref_name}"
+    if scoring != ref_scoring:
+        return None, (
+            f"not comparable: {name} scored {scoring or 'by default'} vs "
+            f"{ref_scoring or 'by default'}"
+        )
     return relative(value, ref_value), None
 
 
@@ -498,7 +508,13 @@ def compare(runs: Sequence[LoadedRun], *, significance: bool = False) -> Compari
             metric_rel, metric_note = (
                 (None, None)
                 if ref is None
-                else metric_delta(name, value, *row_metric(runs[0].document, ref))
+                else metric_delta(
+                    name,
+                    value,
+                    *row_metric(runs[0].document, ref),
+                    scoring=scoring_of(run.document),
+                    ref_scoring=scoring_of(runs[0].document),
+                )
             )
             rows.append(
                 Row(
