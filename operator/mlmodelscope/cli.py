@@ -648,8 +648,9 @@ def gate(
         str | None,
         typer.Option(
             "--sweep",
-            help="Gate every run of this EvaluationSweep (from the store or --server) against "
-            "the --baseline-sweep's runs of the same matrix cell and dataset, instead of runs.",
+            help="Gate every cell of this EvaluationSweep (from the store or --server) against "
+            "the --baseline-sweep's runs of the same matrix cell and dataset, instead of runs; "
+            "a cell's repeats are pooled into one decision.",
         ),
     ] = None,
     baseline_sweep: Annotated[

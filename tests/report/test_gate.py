@@ -35,11 +35,13 @@ from mlmodelscope.report.gate import (
     Thresholds,
     check,
     gate,
+    gate_pooled,
     gate_runs,
     junit_xml,
     markdown,
     mismatches,
 )
+from mlmodelscope.report.gate import summary as summary_line
 from mlmodelscope.report.noise import METHOD
 from mlmodelscope.report.sweep_gate import LabelledRun, gate_sweep
 from mlmodelscope.report.verdicts import (
@@ -50,7 +52,14 @@ from mlmodelscope.report.verdicts import (
     thinned,
     verdicts,
 )
-from mlmodelscope.spec.sweep import LABEL_BATCH_SIZE, LABEL_FRAMEWORK, LABEL_MODEL, LABEL_SWEEP
+from mlmodelscope.spec.sweep import (
+    LABEL_BATCH_SIZE,
+    LABEL_CELL,
+    LABEL_FRAMEWORK,
+    LABEL_MODEL,
+    LABEL_REPEAT,
+    LABEL_SWEEP,
+)
 from mlmodelscope.store.store import open_store
 
 SCENARIO = {
@@ -783,3 +792,172 @@ def test_cells_pair_by_their_axis_labels_not_their_names(runs: Path) -> None:
     [(_, gated)] = mixed.cells
     assert gated.baselines == ("b1", "b2") and not gated.mismatches
     assert gated.notes[-1].endswith(f"than {WHOLE}: f1 ({FEWER})")
+
+
+# ------------------------------------------------------------------------------ repeats
+
+REPEATS = {
+    "old": (1.0, 1.06, 0.96),
+    "same": (1.03, 0.98, 1.08),
+    "slower": (1.53, 1.455, 1.575),
+}
+"""Scale factors of the base run's headline figures, one per repeat: a baseline sweep's three
+repeats of a cell, a candidate of the same spec within their spread, and one 1.5x slower."""
+
+
+def repeat_run(runs: Path, sweep: str, batch: str, repeat: int) -> dict[str, Any]:
+    """Repeat ``repeat`` of the cell of batch size ``batch`` in ``sweep``: the base run
+    scaled by :data:`REPEATS` (:func:`with_latencies`), labelled as a sweep's repeats are."""
+    factor = REPEATS[sweep][repeat - 1]
+    scaled = with_latencies(document(runs, "base"), factor, seed=repeat).to_json_dict()
+    cell = f"{sweep}-digits-onnxruntime-b{batch}"
+    scaled["run_id"] = str(uuid.uuid4())
+    scaled["evaluation"]["name"] = f"{cell}-r{repeat}"
+    scaled["evaluation"]["labels"] = {
+        LABEL_SWEEP: sweep,
+        LABEL_MODEL: "digits",
+        LABEL_FRAMEWORK: "onnxruntime",
+        LABEL_BATCH_SIZE: batch,
+        LABEL_CELL: cell,
+        LABEL_REPEAT: str(repeat),
+    }
+    return scaled
+
+
+def repeats_of(runs: Path, sweep: str, batch: str = "1", count: int = 3) -> list[LabelledRun]:
+    return [
+        LabelledRun(
+            f"{sweep}-r{r}", ResultDocument.model_validate(repeat_run(runs, sweep, batch, r))
+        )
+        for r in range(1, count + 1)
+    ]
+
+
+def test_a_cells_repeats_are_gated_once_pooled(runs: Path) -> None:
+    old = repeats_of(runs, "old")
+    same = gate_sweep("same", "old", repeats_of(runs, "same"), old, Thresholds())
+    [(cell, gated)] = same.cells  # one cell, however many repeats
+    assert dict(cell)[LABEL_BATCH_SIZE] == "1"
+    assert gated.status is GateStatus.PASS, summary_line(gated)
+    assert gated.candidates == ("same-r1", "same-r2", "same-r3")
+    assert gated.baselines == ("old-r1", "old-r2", "old-r3") and not gated.between_runs
+    assert summary_line(gated).startswith(
+        "PASS: 3 candidate runs (same-r1, same-r2, same-r3) pooled against 3 baseline runs "
+        "(old-r1, old-r2, old-r3): 0 regressions, 7 passed"
+    )
+    assert gated.notes[0].startswith("pooled 3 candidate runs against 3 baseline runs")
+
+    slower = gate_sweep("slower", "old", repeats_of(runs, "slower"), old, Thresholds())
+    [(_, gated)] = slower.cells
+    assert slower.status is gated.status is GateStatus.REGRESSION
+    by_name = {c.name: c for c in gated.checks}
+    for batch in (1, 8):
+        p50 = by_name[f"latency p50 SingleStream batch {batch}"]
+        assert p50.status is CheckStatus.REGRESSION, p50.reason
+        assert p50.change == pytest.approx(100 * (1.53 / 1.0 - 1))  # median over median
+        assert p50.verdict.ratio == pytest.approx(1.53)
+        assert (p50.verdict.low or 0) > 1.05 and "3 candidate runs, 3 baseline runs" in (
+            p50.verdict.method
+        )
+        throughput = by_name[f"throughput SingleStream batch {batch}"]
+        assert throughput.status is CheckStatus.REGRESSION, throughput.reason
+    assert by_name["top-1 accuracy"].status is CheckStatus.PASS
+
+
+def test_repeats_against_a_sweep_of_one_run_per_cell(runs: Path) -> None:
+    """A baseline sweep from before repeats: its one run's figures held fixed."""
+    [first] = repeats_of(runs, "old", count=1)
+    same = gate_sweep("same", "old", repeats_of(runs, "same"), [first], Thresholds())
+    [(_, gated)] = same.cells
+    assert gated.status is GateStatus.PASS and gated.baselines == () and gated.baseline_runs == 1
+    assert gated.notes[0].startswith("pooled 3 candidate runs against 1 baseline run: ")
+    assert "the candidate runs resampled against the one baseline run" in (
+        gated.checks[0].verdict.method
+    )
+    slower = gate_sweep("slower", "old", repeats_of(runs, "slower"), [first], Thresholds())
+    assert slower.status is GateStatus.REGRESSION
+
+
+def test_a_single_candidate_run_is_not_pooled(runs: Path) -> None:
+    old = repeats_of(runs, "old")
+    [one] = repeats_of(runs, "slower", count=1)
+    docs = [b.document for b in old]
+    labels = [b.label for b in old]
+    pooled = gate_pooled(
+        [one.document], docs, Thresholds(), candidate_labels=[one.label], baseline_labels=labels
+    )
+    assert pooled == gate_runs(one.document, docs, Thresholds(), labels=[one.label, *labels])
+    assert not pooled.pooled and pooled.between_runs
+
+
+def test_pooled_runs_must_all_be_comparable(runs: Path) -> None:
+    old, same = repeats_of(runs, "old"), repeats_of(runs, "same")
+    fewer = load_result(runs / "fewer.json").document
+    result = gate_pooled(
+        [same[0].document, fewer],
+        [b.document for b in old],
+        Thresholds(),
+        candidate_labels=["same-r1", "fewer"],
+        baseline_labels=[b.label for b in old],
+    )
+    assert result.status is GateStatus.NOT_COMPARABLE and not result.checks
+    assert str(result.mismatches[0]) == (
+        f"dataset differs: candidate same-r1 {WHOLE!r}, candidate fewer {FEWER!r}"
+    )
+    with pytest.raises(ValueError, match="labels"):
+        gate_pooled([same[0].document], [], Thresholds(), candidate_labels=[], baseline_labels=[])
+
+
+@pytest.fixture
+def repeat_sweeps(runs: Path, tmp_path: Path) -> dict[str, str]:
+    """A store with sweeps of three repeats per cell: ``old`` (cells 1 and 8), ``same`` and
+    ``slower`` (cells 1 and 8, and 16, which ``old`` lacks); the environment to open it."""
+    url = f"sqlite:///{tmp_path / 'repeats.db'}"
+    with open_store(url) as store:
+        for sweep, batches in (("old", "1 8"), ("same", "1 8 16"), ("slower", "1 8")):
+            for batch in batches.split():
+                for repeat in (1, 2, 3):
+                    store.record(repeat_run(runs, sweep, batch, repeat))
+    return {"MLMS_STORE_URL": url, "COLUMNS": "250"}
+
+
+def test_a_sweep_of_repeats_reports_one_result_per_cell(
+    repeat_sweeps: dict[str, str], tmp_path: Path
+) -> None:
+    junit, summary_md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    reports = ["--junit", str(junit), "--markdown", str(summary_md)]
+    slower = CliRunner().invoke(
+        app, ["gate", "--sweep", "slower", "--baseline-sweep", "old", *reports], env=repeat_sweeps
+    )
+    assert slower.exit_code == GateStatus.REGRESSION, slower.output
+    assert "REGRESSION: sweep slower against sweep old: 2 cells, 2 regressed" in slower.output
+    assert "batch-size=1: REGRESSION: 3 candidate runs (" in slower.output
+    assert ") pooled against 3 baseline runs (" in slower.output
+    root = ET.parse(junit).getroot()
+    suites = root.findall("testsuite")
+    assert len(suites) == 2  # one per cell, not one per repeat
+    for suite in suites:
+        properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+        assert properties == {"candidate-runs": "3", "baseline-runs": "3"}
+        assert int(suite.get("failures") or 0) >= 6
+        assert "note: pooled 3 candidate runs against 3 baseline runs" in (
+            suite.findtext("system-out") or ""
+        )
+    text = summary_md.read_text()
+    row = "| model=digits framework=onnxruntime batch-size=8 | REGRESSION (3 candidate runs pooled "
+    assert row + "against 3 baseline runs) |" in text
+    assert "| metric | baseline (median) | candidate (median) |" in text
+    runs_in_order = ", ".join(f"**slower-digits-onnxruntime-b1-r{r}**" for r in (1, 2, 3))
+    assert f"3 candidate runs {runs_in_order}, pooled, against 3 baseline runs **old-" in text
+
+    same = CliRunner().invoke(
+        app, ["gate", "--sweep", "same", "--baseline-sweep", "old", *reports], env=repeat_sweeps
+    )
+    assert same.exit_code == GateStatus.NOT_COMPARABLE, same.output  # cell 16: no baseline
+    assert "3 cells, 0 regressed, 2 passed, 1 not comparable" in same.output
+    assert "batch-size=16: NOT COMPARABLE: same-digits-onnxruntime-b16-r1, " in same.output
+    assert "-b16-r3 have no run of this cell in sweep old" in same.output
+    suites = ET.parse(junit).getroot().findall("testsuite")
+    assert len(suites) == 3
+    docs = gate_docs()
+    assert "`candidate-runs`" in docs and "`baseline-runs`" in docs

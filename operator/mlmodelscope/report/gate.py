@@ -15,6 +15,11 @@ one more run (:mod:`~mlmodelscope.report.noise`), which holds the variation betw
 the bootstrap within two runs cannot see. It needs :data:`~mlmodelscope.report.noise.MIN_RUNS`
 runs; with two the gate judges against the first, as with one, and says so.
 
+Several candidate runs of one spec (a sweep cell's repeats, :func:`gate_pooled`) are gated
+once, pooled: latency and throughput by the ratio of the medians over runs and its bootstrap
+interval (:mod:`~mlmodelscope.report.pooled`), so more runs narrow the interval rather than
+add chances of a false alarm.
+
 Typed records and pure functions; :func:`junit_xml` and :func:`markdown` return text, the
 command writes it.
 """
@@ -29,6 +34,8 @@ from typing import Final
 
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.report.noise import METHOD, MIN_RUNS, run_verdicts
+from mlmodelscope.report.pooled import METHOD as POOLED_METHOD
+from mlmodelscope.report.pooled import pooled_verdicts
 from mlmodelscope.report.verdicts import Metric, MetricVerdict, Outcome, verdicts
 
 DEFAULT_MAX_LATENCY_INCREASE: Final = 10.0
@@ -115,6 +122,26 @@ class GateResult:
     """Every baseline run's label when there are several; empty for one."""
     notes: tuple[str, ...] = ()
     """What the reader must know about how the checks were judged."""
+    candidates: tuple[str, ...] = ()
+    """Every candidate run's label when several are pooled (:func:`gate_pooled`); empty for
+    one."""
+
+    @property
+    def pooled(self) -> bool:
+        """Several candidate runs judged as one."""
+        return bool(self.candidates)
+
+    @property
+    def baseline_runs(self) -> int:
+        """How many baseline runs the candidate was judged against."""
+        return len(self.baselines) or 1
+
+    @property
+    def subject(self) -> str:
+        """``cand``, or ``3 candidate runs (a, b, c) pooled``."""
+        if not self.candidates:
+            return self.candidate
+        return f"{len(self.candidates)} candidate runs ({', '.join(self.candidates)}) pooled"
 
     @property
     def against(self) -> str:
@@ -126,11 +153,18 @@ class GateResult:
     @property
     def between_runs(self) -> bool:
         """Latency and throughput judged against the baseline runs' spread."""
-        return len(self.baselines) >= MIN_RUNS
+        return not self.candidates and len(self.baselines) >= MIN_RUNS
 
     @property
     def rule(self) -> str:
         """When a check is a regression, in words."""
+        if self.pooled:
+            return (
+                "a regression: beyond the threshold against the baseline runs' median and, for "
+                "latency and throughput, the interval of the ratio of the medians clearing the "
+                "minimum effect on the worse side (top-1: the first candidate run significantly "
+                "worse than the first baseline run)"
+            )
         if self.between_runs:
             return (
                 "a regression: beyond the threshold against the baseline runs' geometric mean "
@@ -282,7 +316,68 @@ def gate_runs(
     return GateResult(labels[0], labels[1], thresholds, found, checks, tuple(labels[1:]), notes)
 
 
+def gate_pooled(
+    candidates: Sequence[ResultDocument],
+    baselines: Sequence[ResultDocument],
+    thresholds: Thresholds,
+    *,
+    candidate_labels: Sequence[str],
+    baseline_labels: Sequence[str],
+) -> GateResult:
+    """The gate's one decision for several candidate runs of one spec against one or more
+    baseline runs, pooled (:func:`~mlmodelscope.report.pooled.pooled_verdicts`). One
+    candidate run is :func:`gate_runs`. Every run must be comparable with the first
+    candidate run (so with each other)."""
+    if len(candidate_labels) != len(candidates) or len(baseline_labels) != len(baselines):
+        raise ValueError(
+            f"{len(candidate_labels)} and {len(baseline_labels)} labels for "
+            f"{len(candidates)} candidate and {len(baselines)} baseline runs"
+        )
+    if len(candidates) == 1:
+        return gate_runs(
+            candidates[0], baselines, thresholds, labels=[*candidate_labels, *baseline_labels]
+        )
+    first, label = candidates[0], candidate_labels[0]
+    found = [
+        Mismatch(m.field, m.baseline, m.candidate, (f"candidate {label}", f"candidate {other}"))
+        for doc, other in zip(candidates[1:], candidate_labels[1:], strict=True)
+        for m in mismatches(first, doc)
+    ] + [
+        Mismatch(m.field, m.baseline, m.candidate, (f"baseline {other}", f"candidate {label}"))
+        for doc, other in zip(baselines, baseline_labels, strict=True)
+        for m in mismatches(doc, first)
+    ]
+    checks: list[Check] = []
+    notes: tuple[str, ...] = ()
+    if not found:
+        checks = [check(v, thresholds) for v in pooled_verdicts(label, candidates, baselines)]
+        against = counted_runs(len(baselines), "baseline")
+        notes = (
+            f"pooled {len(candidates)} candidate runs against {against}: "
+            f"latency and throughput by a {POOLED_METHOD}; top-1 accuracy: McNemar's test of "
+            f"the first candidate run, {label}, against the first baseline run, "
+            f"{baseline_labels[0]}",
+        )
+    several = tuple(baseline_labels) if len(baselines) > 1 else ()
+    return GateResult(
+        label,
+        baseline_labels[0],
+        thresholds,
+        found,
+        checks,
+        several,
+        notes,
+        tuple(candidate_labels),
+    )
+
+
 # ------------------------------------------------------------------------------ reporting
+
+
+def counted_runs(count: int, role: str) -> str:
+    """``3 baseline runs``, ``1 baseline run``."""
+    return f"{count} {role} run{'' if count == 1 else 's'}"
+
 
 HEADLINE = {
     GateStatus.PASS: "PASS",
@@ -293,7 +388,7 @@ HEADLINE = {
 
 def summary(result: GateResult) -> str:
     """One line: the answer and why."""
-    head = f"{HEADLINE[result.status]}: {result.candidate} against {result.against}"
+    head = f"{HEADLINE[result.status]}: {result.subject} against {result.against}"
     if result.mismatches:
         return f"{head}: not comparable: " + "; ".join(str(m) for m in result.mismatches)
     counts = {s: sum(c.status is s for c in result.checks) for s in CheckStatus}
@@ -323,8 +418,16 @@ def junit_xml(result: GateResult) -> str:
 
 
 def junit_suite(result: GateResult, name: str = "mlms gate") -> ET.Element:
-    """:func:`junit_xml`'s ``testsuite`` element."""
+    """:func:`junit_xml`'s ``testsuite`` element; a pooled result's names how many candidate
+    and baseline runs it pooled (``properties``)."""
     suite = ET.Element("testsuite", name=name)
+    if result.pooled:
+        properties = ET.SubElement(suite, "properties")
+        for key, value in (
+            ("candidate-runs", len(result.candidates)),
+            ("baseline-runs", result.baseline_runs),
+        ):
+            ET.SubElement(properties, "property", name=key, value=str(value))
     cases = 0
     failures = errors = skipped = 0
     if result.mismatches:
@@ -374,17 +477,31 @@ def markdown(result: GateResult) -> str:
         )
     else:
         against = f"baseline **{_cell(result.baseline)}**"
-    rule = (
-        "the threshold exceeded (against the baseline runs' geometric mean) and, for latency "
-        "and throughput, the candidate outside their one-sided prediction interval; for top-1, "
-        "the difference significant against the first baseline run"
-        if result.between_runs
-        else "the threshold exceeded and the difference significant"
-    )
+    if result.pooled:
+        subject = f"{len(result.candidates)} candidate runs " + ", ".join(
+            f"**{_cell(c)}**" for c in result.candidates
+        )
+        subject += ", pooled,"
+    else:
+        subject = f"Candidate **{_cell(result.candidate)}**"
+    if result.pooled:
+        rule = (
+            "the threshold exceeded (against the baseline runs' median) and, for latency and "
+            "throughput, the bootstrap interval over runs of the ratio of the medians clearing "
+            "the minimum effect; for top-1, the difference significant between the first runs"
+        )
+    elif result.between_runs:
+        rule = (
+            "the threshold exceeded (against the baseline runs' geometric mean) and, for latency "
+            "and throughput, the candidate outside their one-sided prediction interval; for "
+            "top-1, the difference significant against the first baseline run"
+        )
+    else:
+        rule = "the threshold exceeded and the difference significant"
     lines = [
         f"## mlms gate: {HEADLINE[result.status]}",
         "",
-        f"Candidate **{_cell(result.candidate)}** against {against}. Thresholds: latency "
+        f"{subject} against {against}. Thresholds: latency "
         f"(p50, p99) at most +{t.max_latency_increase:g}%, throughput at most "
         f"-{t.max_throughput_decrease:g}%, top-1 accuracy at most -{t.max_accuracy_drop:g} "
         f"percentage points; a regression needs {rule}.",
@@ -399,8 +516,11 @@ def markdown(result: GateResult) -> str:
         ]
         return "\n".join(lines) + "\n"
     base_column = "baseline (geometric mean)" if result.between_runs else "baseline"
+    cand_column = "candidate"
+    if result.pooled:
+        base_column, cand_column = "baseline (median)", "candidate (median)"
     lines += [
-        f"| metric | {base_column} | candidate | change | verdict | evidence | result |",
+        f"| metric | {base_column} | {cand_column} | change | verdict | evidence | result |",
         "|---|---:|---:|---:|---|---|---|",
     ]
     methods: dict[str, list[str]] = {}

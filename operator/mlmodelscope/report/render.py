@@ -327,7 +327,7 @@ CHECK_STYLE = {
 def gate_table(result: GateResult) -> Table:
     """`mlms gate`: one row per metric with its change, the verdict and the result."""
     table = Table(
-        title=f"mlms gate: {escape(result.candidate)} against {escape(result.against)}",
+        title=f"mlms gate: {escape(result.subject)} against {escape(result.against)}",
         title_justify="left",
         caption=result.rule,
         caption_justify="left",

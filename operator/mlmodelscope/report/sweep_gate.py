@@ -1,12 +1,15 @@
 """`mlms gate --sweep`: a whole EvaluationSweep against a baseline sweep, cell by cell.
 
-Each run of the candidate sweep is paired with the baseline sweep's runs of the same matrix
-cell: the same values of the axis labels a sweep gives its children (model entry, framework,
-device, GPU product, scenario, batch size: :data:`AXES`) and measured on the same dataset
-(name and sample count, :func:`..gate.dataset_of`). Each pair is gated as `mlms gate` gates
-two runs (:func:`..gate.gate_runs`; several baseline runs of one cell are its k baselines). A
-candidate cell the baseline sweep lacks is not comparable, named; so is one whose baseline runs
-were all measured on another dataset, naming both datasets. Baseline runs of the cell on
+The runs of the candidate sweep are grouped by matrix cell: the values of the axis labels a
+sweep gives its children (model entry, framework, device, GPU product, scenario, batch size:
+:data:`AXES`), which a cell's repeats share. Each cell is paired with the baseline sweep's runs
+of the same cell measured on the same dataset (name and sample count,
+:func:`..gate.dataset_of`) and gated once: a single candidate run as `mlms gate` gates runs
+(:func:`..gate.gate_runs`; several baseline runs of one cell are its k baselines), several
+(its repeats, in the order of their ``mlmodelscope.io/sweep-repeat`` label) pooled
+(:func:`..gate.gate_pooled`), so a cell is one answer however many repeats it has. A
+candidate cell the baseline sweep lacks is not comparable, named; so is one whose baseline
+runs were all measured on another dataset, naming both datasets. Baseline runs of the cell on
 another dataset, beside some on the candidate's, are left out with a note.
 
 The sweep's answer: a regression when any cell regresses (the actionable answer comes first),
@@ -26,8 +29,9 @@ from mlmodelscope.report.gate import (
     GateResult,
     GateStatus,
     Thresholds,
+    counted_runs,
     dataset_of,
-    gate_runs,
+    gate_pooled,
     junit_suite,
     markdown,
     summary,
@@ -38,6 +42,7 @@ from mlmodelscope.spec.sweep import (
     LABEL_FRAMEWORK,
     LABEL_GPU_PRODUCT,
     LABEL_MODEL,
+    LABEL_REPEAT,
     LABEL_SCENARIO,
 )
 
@@ -62,6 +67,12 @@ class LabelledRun:
     document: ResultDocument
 
 
+def repeat_of(run: LabelledRun) -> int:
+    """Which repeat of its cell the run is (``mlmodelscope.io/sweep-repeat``); 0 without."""
+    value = (run.document.evaluation.labels or {}).get(LABEL_REPEAT, "")
+    return int(value) if value.isdigit() else 0
+
+
 def cell_of(document: ResultDocument) -> Cell:
     """The run's matrix cell: its axis labels, in :data:`AXES` order, those it has."""
     labels: Mapping[str, str] = document.evaluation.labels or {}
@@ -80,9 +91,9 @@ class SweepGateResult:
     baseline: str
     thresholds: Thresholds
     cells: list[tuple[Cell, GateResult]]
-    """Each gated candidate run, by its cell, in matrix order."""
-    unmatched: list[tuple[Cell, str]]
-    """Candidate runs whose cell the baseline sweep has no run of: (cell, run label)."""
+    """Each gated candidate cell, in matrix order."""
+    unmatched: list[tuple[Cell, tuple[str, ...]]]
+    """Candidate cells the baseline sweep has no run of: (cell, its runs' labels)."""
 
     @property
     def status(self) -> GateStatus:
@@ -101,41 +112,48 @@ def gate_sweep(
     baselines: Sequence[LabelledRun],
     thresholds: Thresholds,
 ) -> SweepGateResult:
-    """Gate every run of the candidate sweep against the baseline sweep's runs of its cell
+    """Gate every cell of the candidate sweep against the baseline sweep's runs of that cell
     on its dataset (see the module). A sweep with no runs is refused: ValueError naming it."""
     for name, runs in ((candidate, candidates), (baseline, baselines)):
         if not runs:
             raise ValueError(f"sweep {name} has no runs to gate")
-    by_cell: dict[Cell, list[LabelledRun]] = {}
-    for run in baselines:
-        by_cell.setdefault(cell_of(run.document), []).append(run)
+    by_cell, grouped = _by_cell(baselines), _by_cell(candidates)
     cells: list[tuple[Cell, GateResult]] = []
-    unmatched: list[tuple[Cell, str]] = []
-    for run in candidates:
-        cell = cell_of(run.document)
+    unmatched: list[tuple[Cell, tuple[str, ...]]] = []
+    for cell, runs in grouped.items():
         found = by_cell.get(cell)
         if not found:
-            unmatched.append((cell, run.label))
+            unmatched.append((cell, tuple(run.label for run in runs)))
             continue
-        cells.append((cell, _gate_cell(run, found, thresholds)))
+        cells.append((cell, _gate_cell(runs, found, thresholds)))
     cells.sort(key=lambda item: item[0])
     unmatched.sort()
     return SweepGateResult(candidate, baseline, thresholds, cells, unmatched)
 
 
+def _by_cell(runs: Sequence[LabelledRun]) -> dict[Cell, list[LabelledRun]]:
+    """The runs of each cell, in repeat order (runs without a repeat label keep theirs)."""
+    grouped: dict[Cell, list[LabelledRun]] = {}
+    for run in sorted(runs, key=repeat_of):
+        grouped.setdefault(cell_of(run.document), []).append(run)
+    return grouped
+
+
 def _gate_cell(
-    run: LabelledRun, found: Sequence[LabelledRun], thresholds: Thresholds
+    runs: Sequence[LabelledRun], found: Sequence[LabelledRun], thresholds: Thresholds
 ) -> GateResult:
-    """``run`` against its cell's baseline runs of its own dataset; when the cell has none on
-    it, against all of them, which the gate refuses as not comparable, naming both datasets."""
-    dataset = dataset_of(run.document)
+    """A cell's candidate ``runs`` against its baseline runs of the first run's dataset; when
+    the cell has none on it, against all of them, which the gate refuses as not comparable,
+    naming both datasets."""
+    dataset = dataset_of(runs[0].document)
     same = [b for b in found if dataset_of(b.document) == dataset]
     chosen = same or list(found)
-    result = gate_runs(
-        run.document,
+    result = gate_pooled(  # one candidate run: gate_runs
+        [r.document for r in runs],
         [b.document for b in chosen],
         thresholds,
-        labels=[run.label, *(b.label for b in chosen)],
+        candidate_labels=[r.label for r in runs],
+        baseline_labels=[b.label for b in chosen],
     )
     left_out = [b for b in found if dataset_of(b.document) != dataset] if same else []
     if not left_out:
@@ -163,20 +181,21 @@ def cell_lines(result: SweepGateResult) -> list[str]:
     """One line per cell: its values and its gate's summary."""
     lines = [f"{describe(cell)}: {summary(gated)}" for cell, gated in result.cells]
     lines += [
-        f"{describe(cell)}: {HEADLINE[GateStatus.NOT_COMPARABLE]}: {label} has no run of this "
-        f"cell in sweep {result.baseline}"
-        for cell, label in result.unmatched
+        f"{describe(cell)}: {HEADLINE[GateStatus.NOT_COMPARABLE]}: {', '.join(labels)} "
+        f"{'has' if len(labels) == 1 else 'have'} no run of this cell in sweep {result.baseline}"
+        for cell, labels in result.unmatched
     ]
     return lines
 
 
 def sweep_junit_xml(result: SweepGateResult) -> str:
-    """JUnit XML: one ``testsuite`` per cell (as `mlms gate` writes for two runs), and one
-    ``comparable`` testcase with an ``error`` for each cell the baseline sweep lacks."""
+    """JUnit XML: one ``testsuite`` per cell (as `mlms gate` writes for its runs; a pooled
+    cell's names its counts of runs), and one ``comparable`` testcase with an ``error`` for
+    each cell the baseline sweep lacks."""
     root = ET.Element("testsuites", name=f"mlms gate sweep {result.candidate}")
     for cell, gated in result.cells:
         root.append(junit_suite(gated, name=f"mlms gate {describe(cell)}"))
-    for cell, label in result.unmatched:
+    for cell, labels in result.unmatched:
         suite = ET.SubElement(
             root, "testsuite", name=f"mlms gate {describe(cell)}", tests="1", errors="1"
         )
@@ -187,14 +206,15 @@ def sweep_junit_xml(result: SweepGateResult) -> str:
             case,
             "error",
             type="not comparable",
-            message=f"{label}: no run of this cell in sweep {result.baseline}",
+            message=f"{', '.join(labels)}: no run of this cell in sweep {result.baseline}",
         )
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
 def sweep_markdown(result: SweepGateResult) -> str:
-    """A Markdown summary: the answer, one row per cell, then each cell's own summary."""
+    """A Markdown summary: the answer, one row per cell (a pooled cell's with its counts of
+    runs), then each cell's own summary."""
     lines = [
         f"# mlms gate: {HEADLINE[result.status]}",
         "",
@@ -203,7 +223,7 @@ def sweep_markdown(result: SweepGateResult) -> str:
         "| cell | result |",
         "|---|---|",
     ]
-    lines += [f"| {describe(cell)} | {HEADLINE[gated.status]} |" for cell, gated in result.cells]
+    lines += [f"| {describe(cell)} | {_cell_result(gated)} |" for cell, gated in result.cells]
     lines += [
         f"| {describe(cell)} | {HEADLINE[GateStatus.NOT_COMPARABLE]} (no baseline run) |"
         for cell, _ in result.unmatched
@@ -212,3 +232,13 @@ def sweep_markdown(result: SweepGateResult) -> str:
         lines += ["", f"### {describe(cell)}", ""]
         lines += markdown(gated).splitlines()[2:]  # without its own headline
     return "\n".join(lines) + "\n"
+
+
+def _cell_result(gated: GateResult) -> str:
+    """``PASS``, or ``PASS (3 candidate runs pooled against 3 baseline runs)``."""
+    if not gated.pooled:
+        return HEADLINE[gated.status]
+    return (
+        f"{HEADLINE[gated.status]} ({len(gated.candidates)} candidate runs pooled against "
+        f"{counted_runs(gated.baseline_runs, 'baseline')})"
+    )
