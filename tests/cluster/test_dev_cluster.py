@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from mlmodelscope.devcluster import examples, nodes, versions
@@ -139,9 +140,7 @@ def test_crds_apply_and_are_served(cluster: Cluster, namespace: str) -> None:
     }
     apply(cluster, crd)
     try:
-        cluster.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}"
-        )
+        cluster.wait_established(crd["metadata"]["name"])
         custom = client.CustomObjectsApi(cluster.api_client())
         body = {
             "apiVersion": "devcluster.mlmodelscope.io/v1",
@@ -173,7 +172,7 @@ def test_crds_apply_and_are_served(cluster: Cluster, namespace: str) -> None:
 )
 def test_project_crds_apply_and_are_served(cluster: Cluster, path: Path) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(path))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(path))
+    cluster.wait_established(yaml.safe_load(path.read_text())["metadata"]["name"])
     kind = cluster.kubectl("get", "-f", str(path), "-o", "jsonpath={.spec.names.plural}").stdout
     assert cluster.kubectl("get", kind, "-A").returncode == 0
 

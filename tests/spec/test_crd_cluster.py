@@ -26,7 +26,7 @@ SEMANTIC = {"format for framework", "cuda provider on cpu"}
 @pytest.fixture(scope="module")
 def crd_cluster(cluster: Cluster) -> Cluster:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/modelevaluations.mlmodelscope.io")
+    cluster.wait_established("modelevaluations.mlmodelscope.io")
     return cluster
 
 

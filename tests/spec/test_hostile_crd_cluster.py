@@ -28,7 +28,7 @@ ROOT = Path(__file__).parents[2]
 @pytest.fixture(scope="module")
 def crd_cluster(cluster: Cluster) -> Cluster:
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/modelevaluations.mlmodelscope.io")
+    cluster.wait_established("modelevaluations.mlmodelscope.io")
     return cluster
 
 

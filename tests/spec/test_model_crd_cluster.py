@@ -28,7 +28,7 @@ CATALOG = sorted((ROOT / "examples" / "catalog").glob("*.yaml"))
 def model_cluster(cluster: Cluster) -> Cluster:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
     for crd in ("modelevaluations", "evaluationsweeps", "models"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}.mlmodelscope.io")
+        cluster.wait_established(f"{crd}.mlmodelscope.io")
     return cluster
 
 

@@ -27,7 +27,7 @@ SWEEP_EXAMPLES = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))
 def sweep_cluster(cluster: Cluster) -> Cluster:
     cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
     for crd in ("modelevaluations", "evaluationsweeps"):
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}.mlmodelscope.io")
+        cluster.wait_established(f"{crd}.mlmodelscope.io")
     return cluster
 
 

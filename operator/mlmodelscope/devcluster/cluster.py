@@ -717,6 +717,25 @@ class Cluster:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
 
+    def wait_established(self, crd: str, timeout: float = 60.0) -> None:
+        """Wait until the CustomResourceDefinition ``crd`` (its full name) is Established.
+
+        Polled rather than ``kubectl wait``: right after an apply that changes a CRD, its
+        ``status.conditions`` can be null for a moment, and ``kubectl wait`` then fails at once
+        (".status.conditions accessor error") instead of waiting."""
+        query = '{.status.conditions[?(@.type=="Established")].status}'
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.kubectl("get", "crd", crd, "-o", f"jsonpath={query}", check=False)
+            if got.returncode == 0 and got.stdout.strip() == "True":
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"CRD {crd} not Established after {timeout:.0f} s: "
+                    f"{(got.stderr or got.stdout).strip() or 'no Established condition'}"
+                )
+            time.sleep(0.25)
+
     # ---- stop --------------------------------------------------------------------------
     def stop(self, timeout: float = 15.0) -> list[int]:
         """Stop every component by PID (reverse start order), then sweep for the marker.
