@@ -82,15 +82,12 @@ def markdown(result: dict[str, Any]) -> str:
             f"{opt['measured_ms']:.2f} | {opt['error_pct']:+.1f}% | "
             f"{raw['estimate_ms']:.2f} / {raw['measured_ms']:.2f} ({raw['error_pct']:+.1f}%) |"
         )
-    saved = d["end_to_end_bench_s"] - d["brick_bench_s"]
     lines += [
         "",
-        f"Benchmarking time: {d['unique_bricks']} unique bricks for {d['total_layers']} layers, "
-        f"{d['brick_bench_s']:.2f} s (each model's bricks alone would take "
-        f"{d['unshared_brick_bench_s']:.2f} s); the models end to end "
-        f"{d['end_to_end_bench_s']:.2f} s; "
-        f"saved {saved:.2f} s ({d['end_to_end_bench_s'] / max(d['brick_bench_s'], 1e-9):.1f}x). "
-        f"ORT's per-run overhead, which every brick pays: {d['run_overhead_ms'] * 1e3:.1f} µs.",
+        error_sentence(d["models"], "optimized"),
+        error_sentence(r["models"], "raw"),
+        "",
+        benchmarking_sentence(d),
         "",
         f"Roofline on this CPU (roofs measured: {result['cpu']['peak_flops'] / 1e9:.1f} "
         f"GFLOP/s, {result['cpu']['bandwidth'] / 1e9:.1f} GB/s; raised per model to the fastest "
@@ -107,6 +104,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{b['layers_measured_ms']:.2f} | {b['measured_ms']:.2f} | "
             f"{b['measured_ms'] / b['sequential_bound_ms']:.2f} |"
         )
+    lines += ["", bound_sentence(result["bounds"])]
     for name in DETAIL:
         if name not in result["bounds"]:
             continue
@@ -119,6 +117,58 @@ def markdown(result: dict[str, Any]) -> str:
             saving = f" (up to {item['saving_ms']:.3f} ms)" if item["saving_ms"] else ""
             lines.append(f"- {item['kind']}: `{item['layers'][0]}`: {item['detail']}{saving}")
     return "\n".join(lines) + "\n"
+
+
+def error_sentence(models: list[dict[str, Any]], graph: str) -> str:
+    """Whether the estimate reads low or high against the measurement, for how many models
+    and by how much (``models``: the report's per-model entries, ``error_pct`` signed)."""
+    low = sorted((m for m in models if m["error_pct"] < 0), key=lambda m: m["error_pct"])
+    high = sorted((m for m in models if m["error_pct"] >= 0), key=lambda m: -m["error_pct"])
+    start = f"On the {graph} graph the DLBricks estimate reads"
+    if not high or not low:
+        side, group = ("low", low) if low else ("high", high)
+        sizes = sorted(abs(m["error_pct"]) for m in group)
+        return (
+            f"{start} {side} for all {len(group)} models, by {sizes[0]:.1f} % to {sizes[-1]:.1f} %."
+        )
+    return (
+        f"{start} low for {len(low)} of {len(models)} models (by up to "
+        f"{-low[0]['error_pct']:.1f} %, {low[0]['model']}) and high for the other {len(high)} "
+        f"(by up to {high[0]['error_pct']:.1f} %, {high[0]['model']})."
+    )
+
+
+def benchmarking_sentence(d: dict[str, Any]) -> str:
+    """What benchmarking bricks cost against benchmarking the models, and where the saving
+    comes from: repetition inside a model, or layer shapes shared across models."""
+    models = d["models"]
+    per_model = sum(m["bricks"] for m in models)
+    repeated = max(models, key=lambda m: m["layers"] / max(m["bricks"], 1))
+    bricks, end_to_end = d["brick_bench_s"], d["end_to_end_bench_s"]
+    reused = d.get("bricks_reused", 0)
+    stored = f" ({reused} reused from the store, not timed)" if reused else ""
+    return (
+        f"Benchmarking time (session creation, warm-up and timed runs, "
+        f"{d['config']['runs']} runs each): the {d['unique_bricks']} unique bricks of "
+        f"{d['total_layers']} layers took {bricks:.2f} s{stored}, the models end to end "
+        f"{end_to_end:.2f} s, a saving of {end_to_end - bricks:.2f} s "
+        f"({end_to_end / max(bricks, 1e-9):.1f}x). Deduplication inside each model turns "
+        f"{d['total_layers']} layers into {per_model} bricks (the most repeated: "
+        f"{repeated['model']}, {repeated['layers']} layers in {repeated['bricks']} bricks); "
+        f"sharing across models takes {per_model} to {d['unique_bricks']}, and the bricks' "
+        f"time from {d['unshared_brick_bench_s']:.2f} s (each model's bricks alone) to "
+        f"{bricks:.2f} s. ORT's per-run overhead, which every brick pays: "
+        f"{d['run_overhead_ms'] * 1e3:.1f} µs."
+    )
+
+
+def bound_sentence(bounds: dict[str, dict[str, Any]]) -> str:
+    """The range of measured / roofline across the models, naming the models at each end."""
+    ratios = sorted((b["measured_ms"] / b["sequential_bound_ms"], n) for n, b in bounds.items())
+    if not ratios:
+        return "No model has a roofline."
+    (lo, lo_name), (hi, hi_name) = ratios[0], ratios[-1]
+    return f"Measured / bound ranges from {lo:.2f} ({lo_name}) to {hi:.2f} ({hi_name})."
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,14 +15,71 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from mlmodelscope.analysis.devices import measure_cpu
 from mlmodelscope.analysis.implementations import BoundConfig, measure
-from mlmodelscope.analysis.measuredbound import table
+from mlmodelscope.analysis.measuredbound import MeasuredBound, table
 from mlmodelscope.zoo import ensure_zoo_model
 
 MODELS = ("resnet18", "mobilenet_v2", "bert_base")
+ABOVE_LAYERS = 1.25
+"""An end-to-end time this many times its own layer sum is named under the table."""
+
+
+def reading(results: Sequence[MeasuredBound]) -> list[str]:
+    """What the table says in sentences: per model, the implementation fastest end to end
+    against the bound; the end-to-end times well above their own layer sums; and whether
+    every implementation timed every layer and ran every model."""
+    lines = []
+    for result in results:
+        ran = [r for r in result.rows if r.end_to_end_ms is not None]
+        if not ran or result.bound_ms <= 0:
+            continue
+        best = min(ran, key=lambda r: r.end_to_end_ms or 0.0)
+        e2e = best.end_to_end_ms or 0.0
+        lines.append(
+            f"- {result.model}: fastest end to end in {best.implementation.label}, "
+            f"{e2e:.1f} ms, {100 * (e2e - result.bound_ms) / result.bound_ms:+.1f} % against "
+            f"the bound ({result.bound_ms:.1f} ms)."
+        )
+    above = [
+        f"{result.model} in {r.implementation.label} ({r.end_to_end_ms:.1f} ms against "
+        f"{r.layers_ms:.1f} ms)"
+        for result in results
+        for r in result.rows
+        if r.end_to_end_ms is not None and r.end_to_end_ms > ABOVE_LAYERS * r.layers_ms
+    ]
+    times = f"{ABOVE_LAYERS:g} times"
+    lines.append(
+        f"- End to end above {times} its own layer sum: {'; '.join(above)}."
+        if above
+        else f"- No implementation ran a model end to end above {times} its own layer sum."
+    )
+    labels = sorted({r.implementation for result in results for r in result.rows})
+    short, not_run = [], []
+    for result in results:
+        rows = {r.implementation: r for r in result.rows}
+        for impl in labels:
+            row = rows.get(impl)
+            if row is None or not row.complete:
+                timed = 0 if row is None else row.layers_run
+                total = len(result.layers)
+                short.append(f"{result.model} in {impl.label} ({timed}/{total} layers)")
+            if row is None or row.end_to_end_ms is None:
+                not_run.append(f"{result.model} in {impl.label}")
+    if short or not_run:
+        lines.append(
+            f"- Not every layer timed: {'; '.join(short) or 'none'}; not run end to end: "
+            f"{'; '.join(not_run) or 'none'} (the reasons are listed above)."
+        )
+    else:
+        lines.append(
+            f"- Every layer of the {len(results)} models was timed in all {len(labels)} "
+            "implementations, and each implementation ran every model end to end."
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         "measured layer.",
         "",
         *table(results),
+        "",
+        *reading(results),
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -89,6 +89,7 @@ STEPS: tuple[Step, ...] = (
     Step("benanza-measured", "benanza_measured.py", ("--quick",), doc=ANALYSIS_DOC),
     Step("xsp-residual", "xsp_residual.py", ("--quick",), doc=PIPELINE_DOC),
     Step("xsp-layers", "xsp_layers.py", ("--quick",), doc=ANALYSIS_DOC),
+    Step("pitfalls", "pitfalls.py", (), doc=ANALYSIS_DOC),
 )
 
 

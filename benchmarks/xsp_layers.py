@@ -111,7 +111,42 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {op_type} | {d['layers']} | {_pct(d['median_abs'])} | {_pct(d['p90_abs'])} | "
             f"{_signed(d['median_signed'])} | {_pct(d['time_weighted_abs'])} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", reading(report)]) + "\n"
+
+
+LARGE_ERROR = 0.1
+"""A pooled median |error| from which the reading says the per-layer error is large."""
+
+
+def reading(report: dict[str, Any]) -> str:
+    """The pooled error against the largest model-level residual, and how long the matched
+    layers take alone: the figures the docs' explanation reads."""
+    p, models = report["pooled"], report["models"]
+    text = (
+        f"Pooled over the {len(models)} models ({p['layers']} layers), the median |error| is "
+        f"{_pct(p['median_abs'])} and its 90th percentile {_pct(p['p90_abs'])}; the share "
+        f"error's, {_pct(p['share_median_abs'])} and {_pct(p['share_p90_abs'])}."
+    )
+    if p["median_abs"] is not None and p["median_abs"] >= LARGE_ERROR:
+        text += (
+            f" The per-layer error is large (median over {_pct(LARGE_ERROR)}): read a corrected "
+            "layer table as the profiler's ordering of where the time goes, not as per-layer "
+            "latencies."
+        )
+    residuals = [(m["residual"], m["model"]) for m in models if m["residual"] is not None]
+    if residuals:
+        worst, name = max(residuals)
+        text += (
+            f" The model-level residual is at most {_pct_fine(worst)} ({name}), "
+            f"over the {len(residuals)} models that have one."
+        )
+    bricks = [layer["independent_s"] for m in models for layer in m["matched"]]
+    if bricks:
+        text += (
+            f" A matched layer takes {min(bricks) * 1e6:.1f} to {max(bricks) * 1e6:.1f} µs "
+            "alone (its brick, less the per-run cost)."
+        )
+    return text
 
 
 def _at(resolution: int | None) -> str:
