@@ -131,3 +131,32 @@ def test_empty_node_names_are_made_unique_and_path_loads(tmp_path: Any) -> None:
     assert layer_costs(path)[0].name == "act"
     with pytest.raises(FileNotFoundError, match="model: no ONNX file"):
         layer_costs(tmp_path / "missing.onnx")
+
+
+def test_values_inference_cannot_type_come_from_running_the_model() -> None:
+    """ONNX inference does not type ONNX Runtime's contrib ops (nor, in some exports, keeps the
+    batch through every node): the untyped values' shapes then come from one run in ONNX
+    Runtime, so the MatMul after the contrib op still gets its FLOPs."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("FusedMatMul", ["a", "b"], ["h"], domain="com.microsoft", alpha=1.0),
+        helper.make_node("MatMul", ["h", "w"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "contrib",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(rng.random((3, 4), dtype=np.float32), name="b"),
+            numpy_helper.from_array(rng.random((4, 5), dtype=np.float32), name="w"),
+        ],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        ir_version=8,
+    )
+    matmul = layer_costs(model, batch_size=2)[1]
+    assert matmul.input_shapes == ((2, 4), (4, 5))
+    assert matmul.flops == 2 * 2 * 4 * 5

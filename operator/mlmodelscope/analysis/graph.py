@@ -1,9 +1,10 @@
 """Per-node costs of an ONNX model: FLOPs, bytes moved and a deduplication signature.
 
 Shapes come from ONNX shape inference after the graph inputs' symbolic batch dimension is
-set to ``batch_size``; a caller may pass ``shapes`` (value name -> (shape, dtype)) for values
-inference cannot type, e.g. the contrib ops of an ONNX Runtime-optimized graph
-(``shapes_by_execution`` records them by running the model once).
+set to ``batch_size``. Where inference leaves a value untyped or a dimension unresolved (the
+contrib ops of an ONNX Runtime-optimized graph; an export whose batch inference loses on the
+way), the shapes come from running the model once (``shapes_by_execution``), unless the caller
+passes ``shapes`` (value name -> (shape, dtype)) itself.
 
 What counts as FLOPs (a multiply-add is 2 FLOPs):
 
@@ -409,6 +410,21 @@ def _unique_names(nodes: Sequence[Any]) -> list[str]:
     return names
 
 
+def _untyped(model: Any, types: Mapping[str, tuple[Shape | None, str | None]]) -> bool:
+    """Whether inference left a node's input or output without a full shape (a dimension it
+    could not resolve, e.g. a batch it lost on the way): then the shapes come from running
+    the model once (:func:`shapes_by_execution`)."""
+    initializers = {init.name for init in model.graph.initializer}
+    for node in model.graph.node:
+        for name in (*node.input, *node.output):
+            if not name or name in initializers:
+                continue
+            shape, _ = types.get(name, (None, None))
+            if shape is None or any(d < 0 for d in shape):
+                return True
+    return False
+
+
 def layer_costs(
     model: Any,
     batch_size: int = 1,
@@ -417,8 +433,14 @@ def layer_costs(
     """One ``LayerCost`` per node of ``model`` (an ``onnx.ModelProto`` or a path), in graph
     order, at ``batch_size``. ``shapes`` overrides or fills in value types (see the module
     docstring); node names are the ONNX names, made unique (``op_index`` when empty)."""
-    inferred = infer(load_model(model), batch_size)
+    loaded = load_model(model)
+    inferred = infer(loaded, batch_size)
     types = value_types(inferred)
+    if shapes is None and _untyped(inferred, types):
+        try:
+            shapes = shapes_by_execution(loaded, batch_size)
+        except Exception:  # a graph ONNX Runtime cannot run keeps what inference typed
+            shapes = None
     if shapes:
         types.update(shapes)
     initializers = {init.name for init in inferred.graph.initializer}
