@@ -22,7 +22,13 @@ from typing import TextIO
 from mlmodelscope.analysis.brick_lines import stack_line, suite_line, timing_line
 from mlmodelscope.analysis.brickstore import MeasuredBrick
 from mlmodelscope.analysis.bricksuite import SuiteBrick, SuiteError, read_suite
-from mlmodelscope.analysis.dlbricks import BenchConfig, Timing, session_options, system_stack
+from mlmodelscope.analysis.dlbricks import (
+    BenchConfig,
+    Timing,
+    measured_brick,
+    session_options,
+    system_stack,
+)
 
 
 def measure(folder: Path, brick: SuiteBrick, config: BenchConfig) -> MeasuredBrick:
@@ -43,17 +49,7 @@ def measure(folder: Path, brick: SuiteBrick, config: BenchConfig) -> MeasuredBri
     timing: Timing = replace(
         time_session(session, feeds, config), wall_s=time.perf_counter() - start
     )
-    return MeasuredBrick(
-        brick_key=brick.key,
-        signature=brick.signature,
-        op_type=brick.op_type,
-        p50_ms=timing.p50_ms,
-        mean_ms=timing.mean_ms,
-        min_ms=timing.min_ms,
-        runs=timing.runs,
-        warmup=timing.warmup,
-        measure_s=timing.wall_s,
-    )
+    return measured_brick(brick.key, brick.signature, brick.op_type, timing)
 
 
 def _emit(line: str, stream: TextIO | None = None) -> None:

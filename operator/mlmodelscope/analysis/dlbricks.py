@@ -439,10 +439,15 @@ def _stored_timings(
 
 
 def _measured(brick: Brick, timing: Timing) -> MeasuredBrick:
+    return measured_brick(brick_key(brick.signature), brick.signature, brick.op_type, timing)
+
+
+def measured_brick(key: str, signature: str, op_type: str, timing: Timing) -> MeasuredBrick:
+    """What the store keeps of a brick timed once (here, or by a brick Job's worker)."""
     return MeasuredBrick(
-        brick_key=brick_key(brick.signature),
-        signature=brick.signature,
-        op_type=brick.op_type,
+        brick_key=key,
+        signature=signature,
+        op_type=op_type,
         p50_ms=timing.p50_ms,
         mean_ms=timing.mean_ms,
         min_ms=timing.min_ms,
