@@ -134,7 +134,9 @@ def method_text(k: int, figures: int) -> str:
     )
 
 
-def _figures(doc: ResultDocument) -> dict[tuple[str, int], dict[Metric, float | None]]:
+def headline_figures(
+    doc: ResultDocument,
+) -> dict[tuple[str, int], dict[Metric, float | None]]:
     return {
         (row.scenario, row.batch_size): {
             Metric.P50: row.latency_ms.p50,
@@ -171,10 +173,10 @@ class Figure:
 def figures(baselines: Sequence[ResultDocument], candidate: ResultDocument) -> list[Figure]:
     """p50, p99 and throughput of each scenario and batch size that every run has a row of, in
     the candidate's order."""
-    base = [_figures(doc) for doc in baselines]
+    base = [headline_figures(doc) for doc in baselines]
     return [
         Figure(key[0], key[1], metric, value, tuple(mine[key][metric] for mine in base))
-        for key, row in _figures(candidate).items()
+        for key, row in headline_figures(candidate).items()
         if all(key in mine for mine in base)
         for metric, value in row.items()
     ]

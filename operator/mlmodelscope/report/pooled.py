@@ -28,7 +28,7 @@ from typing import Final
 import numpy as np
 
 from mlmodelscope.contract.result import ResultDocument
-from mlmodelscope.report.noise import FAMILY_ALPHA
+from mlmodelscope.report.noise import FAMILY_ALPHA, headline_figures
 from mlmodelscope.report.significance import DEFAULT_MIN_EFFECT, DEFAULT_RESAMPLES
 from mlmodelscope.report.verdicts import (
     NEEDS_SCIPY,
@@ -141,24 +141,13 @@ class PooledFigure:
         return None
 
 
-def _headline(doc: ResultDocument) -> dict[tuple[str, int], dict[Metric, float | None]]:
-    return {
-        (row.scenario, row.batch_size): {
-            Metric.P50: row.latency_ms.p50,
-            Metric.P99: row.latency_ms.p99,
-            Metric.THROUGHPUT: row.throughput,
-        }
-        for row in doc.results or []
-    }
-
-
 def pooled_figures(
     candidates: Sequence[ResultDocument], baselines: Sequence[ResultDocument]
 ) -> list[PooledFigure]:
     """p50, p99 and throughput of each scenario and batch size that every run has a row of, in
     the first candidate's order."""
-    cand = [_headline(doc) for doc in candidates]
-    base = [_headline(doc) for doc in baselines]
+    cand = [headline_figures(doc) for doc in candidates]
+    base = [headline_figures(doc) for doc in baselines]
     everyone = [*cand, *base]
     return [
         PooledFigure(
