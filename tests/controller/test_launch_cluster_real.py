@@ -18,6 +18,14 @@ no hardware: every other node is tainted), the Model and the claim its ``pvc://`
 being in NS too; the launch, read back through the server's API, must reach ``succeeded``
 with the evaluation's run id; then its Events (of the Job at least) and its agent's log are
 read through the server's API, as that account.
+
+A sweep launch (``kind: sweep``) creates its EvaluationSweep in NS, admitted by the same policy
+(which refuses every EvaluationSweep create there but the server account's, and lets the
+operator create a sweep's children: ModelEvaluations labelled and owned by an EvaluationSweep);
+the operator creates its two children and runs them, and the server's watch brings each
+child's uid, state and run id into its store, read back through the server's API. A second
+sweep, cancelled through the server's API once its first child exists, is deleted as that
+account and the garbage collector takes its children.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import yaml
 from cluster_evaluations import examples_claim
 from operator_process import OperatorProcess
 
-from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path
+from mlmodelscope.contract.kube import Kube, KubeError, evaluation_path, sweep_path
 from mlmodelscope.devcluster import nodes
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
@@ -46,6 +54,7 @@ from mlmodelscope.devtools import helm as helm_tool
 from mlmodelscope.devtools.telemetry_servers import free_port
 from mlmodelscope.server.launch_cluster import LAUNCH_LABEL
 from mlmodelscope.server.launch_queue import FINAL
+from mlmodelscope.spec.sweep import LABEL_SWEEP
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.append(str(REPO / "tests" / "packaging"))  # the RBAC table lives with the chart's tests
@@ -55,6 +64,7 @@ from rbac_table import (  # noqa: E402
     POD_LOGS,
     PODS,
     SERVER,
+    SWEEPS,
     Install,
     Pair,
     Place,
@@ -85,6 +95,9 @@ LAUNCH = {
         "stability": {"maxWindows": 2},
     },
 }
+SWEEP_LAUNCH = {**LAUNCH, "kind": "sweep", "name": "launched", "batch_sizes": [1, 8]}
+"""The digits CNN in ONNX Runtime at two batch sizes: an EvaluationSweep of two children."""
+SWEEP_CHILDREN = ["launched-digits-cnn-onnxruntime-b1", "launched-digits-cnn-onnxruntime-b8"]
 CPU_EXEC_NODE = next(n.name for n in nodes.exec_nodes() if n.pool.name == "cpu")
 SA_GROUPS = ("system:serviceaccounts", "system:authenticated")
 
@@ -180,12 +193,13 @@ def test_the_server_account_may_do_exactly_the_server_table(
     kube: Kube, server_account: ServerAccount
 ) -> None:
     """Every verb on every resource of the table, at every place: allowed exactly when SERVER
-    grants it (create, get, list, watch and delete on modelevaluations in NS, list on events
-    and pods, get on pods/log; nothing else)."""
+    grants it (create, get, list, watch and delete on modelevaluations in NS, create, list and
+    delete on evaluationsweeps, list on events and pods, get on pods/log; nothing else)."""
     runs = expected(SERVER, LAUNCHES, Place.RUNS)
     verbs = ("create", "get", "list", "watch", "delete")
+    sweeps = {(SWEEPS, v) for v in ("create", "list", "delete")}
     watching = {(EVENTS, "list"), (PODS, "list"), (POD_LOGS, "get")}
-    assert runs == {(EVALUATIONS, v) for v in verbs} | watching  # checked below: non-empty
+    assert runs == {(EVALUATIONS, v) for v in verbs} | sweeps | watching  # checked below
     wrong = []
     asked = 0
     for place, namespace in places(server_account):
@@ -218,9 +232,18 @@ def write_kubeconfig(cluster: Cluster, token: str, path: Path) -> Path:
     return path
 
 
+SWEEP_CHILD_CEL = (
+    "request.resource.resource == 'modelevaluations' && has(object.metadata.labels) && "
+    f"'{LABEL_SWEEP}' in object.metadata.labels && has(object.metadata.ownerReferences) && "
+    "object.metadata.ownerReferences.exists(r, r.kind == 'EvaluationSweep')"
+)
+"""A sweep's child, which the operator (not the server) creates."""
+
+
 def creator_policy(account: ServerAccount) -> list[dict[str, Any]]:
-    """A ValidatingAdmissionPolicy (and its binding) that refuses every ModelEvaluation create
-    in the launch namespace whose requester is not the server's ServiceAccount."""
+    """A ValidatingAdmissionPolicy (and its binding) that refuses every ModelEvaluation and
+    EvaluationSweep create in the launch namespace whose requester is not the server's
+    ServiceAccount, but a sweep's child (:data:`SWEEP_CHILD_CEL`)."""
     name = f"launch-creator-{account.launches}"
     in_namespace = {"matchLabels": {"kubernetes.io/metadata.name": account.launches}}
     return [
@@ -237,13 +260,14 @@ def creator_policy(account: ServerAccount) -> list[dict[str, Any]]:
                             "apiGroups": ["mlmodelscope.io"],
                             "apiVersions": ["*"],
                             "operations": ["CREATE"],
-                            "resources": ["modelevaluations"],
+                            "resources": ["modelevaluations", "evaluationsweeps"],
                         }
                     ],
                 },
                 "validations": [
                     {
-                        "expression": f"request.userInfo.username == '{account.username}'",
+                        "expression": f"request.userInfo.username == '{account.username}' || "
+                        f"({SWEEP_CHILD_CEL})",
                         "messageExpression": "'created by ' + request.userInfo.username",
                     }
                 ],
@@ -266,7 +290,8 @@ def creator_policy(account: ServerAccount) -> list[dict[str, Any]]:
 def only_the_server_creates(
     cluster: Cluster, crds: None, server_account: ServerAccount
 ) -> Iterator[None]:
-    """:func:`creator_policy` in force: an admin's dry-run create in NS is refused by it."""
+    """:func:`creator_policy` in force: an admin's dry-run create in NS of a ModelEvaluation,
+    and then of an EvaluationSweep, is refused by it."""
     policy = creator_policy(server_account)
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(policy))
     probe = {
@@ -280,17 +305,28 @@ def only_the_server_creates(
         },
     }
 
-    def refused() -> bool:
+    def refused(document: dict[str, Any]) -> bool:
         args = ("create", "--dry-run=server", "-f", "-")
-        proc = cluster.kubectl(*args, input=json.dumps(probe), check=False)
+        proc = cluster.kubectl(*args, input=json.dumps(document), check=False)
         if proc.returncode == 0:  # the policy is not in force yet
             return False
         assert policy[0]["metadata"]["name"] in proc.stderr, proc.stderr
         assert "denied request: created by admin" in proc.stderr, proc.stderr
         return True
 
+    sweep = {
+        "apiVersion": "mlmodelscope.io/v1alpha1",
+        "kind": "EvaluationSweep",
+        "metadata": {"name": "probe", "namespace": server_account.launches},
+        "spec": {
+            "matrix": {"models": [{"name": "digits", "modelRef": {"name": "digits-cnn"}}],
+                       "frameworks": ["onnxruntime"]},
+            "template": {"dataset": {"type": "digits"}},
+        },
+    }  # fmt: skip
     try:
-        wait_for("the creator policy to refuse an admin's create", refused, 30)
+        wait_for("the creator policy to refuse an admin's create", lambda: refused(probe), 30)
+        assert refused(sweep), "an admin's EvaluationSweep create was admitted"
         yield
     finally:
         for manifest in reversed(policy):
@@ -454,3 +490,86 @@ def test_a_launch_is_created_by_the_server_account_and_runs_on_the_exec_node(
     assert tail["pod"] == watched["pods"][-1], tail
     assert tail["lines"] or tail["reason"], tail
     assert "HTTP 403" not in (tail["reason"] or ""), tail
+
+
+@pytest.mark.timeout(780)
+def test_a_sweep_launch_is_created_by_the_server_account_and_its_children_reach_the_store(
+    namespace: str,
+    kube: Kube,
+    server_account: ServerAccount,
+    only_the_server_creates: None,
+    examples_in_namespace: None,
+    operator: OperatorProcess,
+    served: Served,
+) -> None:
+    """A sweep launch creates its EvaluationSweep in NS under the creator policy (so as the
+    server's account); the operator creates its two children, one at a time, and runs them on
+    the CPU exec node; each child's uid, state and run id reach the server's store through its
+    watch (the sweep's read reads only the store), and the sweep ends ``succeeded``. A second
+    sweep, cancelled through the API once its first child exists, is deleted (as the server's
+    account) and its children go with it."""
+    with httpx.Client(base_url=served.url, timeout=30) as http:
+        reads = {"Authorization": f"Bearer {READ_TOKEN}"}
+        writes = {"Authorization": f"Bearer {WRITE_TOKEN}"}
+        answer = http.post("/api/v1/launches", json=SWEEP_LAUNCH, headers=writes)
+        assert answer.status_code == 202, answer.text
+        sweep = answer.json()["sweep"]
+        assert sweep["namespace"] == namespace
+        assert [c["evaluation"] for c in sweep["children"]] == SWEEP_CHILDREN
+
+        # Created in NS, admitted by the creator policy: by the server's ServiceAccount.
+        created = kube.get(sweep_path(namespace, "launched"))
+        assert created["metadata"]["uid"] == sweep["resource_uid"]
+        assert created["metadata"]["labels"][LAUNCH_LABEL] == sweep["sweep_id"]
+
+        def read(location: str) -> dict[str, Any]:
+            got = http.get(location, headers=reads)
+            got.raise_for_status()
+            found: dict[str, Any] = got.json()
+            return found
+
+        counts: list[dict[str, int]] = []
+
+        def ended() -> dict[str, Any] | None:
+            found = read(sweep["location"])
+            if not counts or counts[-1] != found["counts"]:
+                counts.append(found["counts"])
+            return found if found["state"] in FINAL else None
+
+        def detail() -> str:
+            return f"{operator.tail(30)}\n--- mlms serve\n{served.tail(20)}"
+
+        done = wait_for("the sweep to end", ended, 600, detail, interval=2)
+
+        stopped = http.post(
+            "/api/v1/launches", json={**SWEEP_LAUNCH, "name": "stopped"}, headers=writes
+        )
+        assert stopped.status_code == 202, stopped.text
+        location = stopped.json()["sweep"]["location"]
+
+        def first_child_found() -> bool:
+            return read(location)["children"][0]["resource_uid"] is not None
+
+        wait_for("the second sweep's first child in the store", first_child_found, 120, detail)
+        cancelled = http.post(f"{location}/cancel", headers=writes)
+    children = kube.list(evaluation_path(namespace), f"{LABEL_SWEEP}=launched")
+    by_name = {c["metadata"]["name"]: c for c in children}
+    assert sorted(by_name) == SWEEP_CHILDREN
+    assert done["state"] == "succeeded", (done, counts)
+    for child in done["children"]:
+        obj = by_name[child["evaluation"]]
+        status = obj.get("status") or {}
+        assert child["resource_uid"] == obj["metadata"]["uid"]
+        assert [r["uid"] for r in obj["metadata"]["ownerReferences"]] == [sweep["resource_uid"]]
+        assert status["phase"] == "Succeeded" and status["stack"]["node"] == CPU_EXEC_NODE
+        assert child["run_id"] == status["runId"]
+    assert "following launches in the cluster" not in served.tail(400)  # the watch held
+
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["counts"] == {"cancelled": 2}
+    assert kube.get_or_none(sweep_path(namespace, "stopped")) is None  # deleted, as the server
+
+    def collected() -> bool:
+        return not kube.list(evaluation_path(namespace), f"{LABEL_SWEEP}=stopped")
+
+    wait_for("the garbage collector to delete the cancelled sweep's children", collected, 120)

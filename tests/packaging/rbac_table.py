@@ -248,12 +248,22 @@ SERVER: tuple[Grant, ...] = (
     Grant(EVALUATIONS, ("create",), Scope.RUNS, When.LAUNCHES,
           "server.launch_cluster.ClusterLaunches.submit: a launch's ModelEvaluations"),
     Grant(EVALUATIONS, ("get", "list"), Scope.RUNS, When.LAUNCHES,
-          "ClusterLaunches.current (GET of one launch) and .sync (LIST by launch label)"),
+          "ClusterLaunches.current (GET of one launch) and .sync (LIST of the namespace's: "
+          "launched ones and a launched sweep's children)"),
     Grant(EVALUATIONS, ("watch",), Scope.RUNS, When.LAUNCHES,
-          "ClusterLaunches.follow_watch: the launched evaluations' phases, by launch label, "
-          "from the LIST's resourceVersion"),
+          "ClusterLaunches.follow_watch: the launched evaluations' and sweep children's "
+          "phases, from the LIST's resourceVersion"),
     Grant(EVALUATIONS, ("delete",), Scope.RUNS, When.LAUNCHES,
           "ClusterLaunches.cancel, and undoing a launch refused half way (uid precondition)"),
+    Grant(SWEEPS, ("create",), Scope.RUNS, When.LAUNCHES,
+          "ClusterLaunches.submit_sweep: a sweep launch's EvaluationSweep (the operator "
+          "creates its children, which the modelevaluations grants follow)"),
+    Grant(SWEEPS, ("list",), Scope.RUNS, When.LAUNCHES,
+          "ClusterLaunches._sweeps_gone: the launched sweeps (by launch label) while one has "
+          "children not ended, so a deleted sweep's never created children are cancelled"),
+    Grant(SWEEPS, ("delete",), Scope.RUNS, When.LAUNCHES,
+          "ClusterLaunches.cancel_sweep, and undoing a sweep the store refused (uid "
+          "precondition); its children go by the garbage collector"),
     Grant(EVENTS, ("list",), Scope.RUNS, When.LAUNCHES,
           "server.launch_watch.read_events: a launch's evaluation, Job and pods, by field "
           "selector on involvedObject"),

@@ -150,7 +150,7 @@ def test_the_follower_watches_phases_without_reading_each_launch(sqlite_url: str
         assert kube.requests[("get", "modelevaluations")] == gets
 
     api.compacted = api.resource_version  # etcd compacted the history before it
-    stale = ClusterLaunches(LaunchQueue(open_store(sqlite_url)), FakeKube(api), NS)
+    stale = ClusterLaunches(open_store(sqlite_url), FakeKube(api), NS)
     with pytest.raises(KubeError) as gone:
         stale.follow_watch("1", timeout_s=1)
     assert gone.value.status == 410

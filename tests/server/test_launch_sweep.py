@@ -2,11 +2,11 @@
 ``kind: sweep`` makes one EvaluationSweep (the document a GitOps user would commit), validated
 by the spec loader (422 naming the form's field); submitted, its children (the spec's own
 expansion) are queued as launches grouped under the sweep, whose state is summed up from
-theirs; cancelling the sweep cancels every child."""
+theirs; cancelling the sweep cancels every child. In the cluster (`--launch-namespace`):
+test_launch_sweep_cluster.py."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,17 +176,6 @@ def test_submitting_a_sweep_queues_its_children_and_cancel_cancels_them(
         assert client.post(f"{unknown}/cancel", headers=WRITE).status_code == 404
         assert client.get("/api/v1/sweep-launches/not-a-uuid").status_code == 404
         assert queue.claim_next() is None  # nothing left to run
-
-
-def test_a_sweep_is_refused_with_a_cluster_target(sqlite_url: str) -> None:
-    with launch_client(sqlite_url, workers=0) as client:
-        app: Any = client.app
-        app.state.settings = replace(app.state.settings, launch_namespace="default")
-        preview = client.post("/api/v1/launches?dry_run=true", json=SWEEP, headers=WRITE)
-        assert preview.status_code == 200, preview.text
-        answer = client.post("/api/v1/launches", json=SWEEP, headers=WRITE)
-        assert answer.status_code == 501 and "--launch-namespace" in answer.json()["detail"]
-        assert client.get("/api/v1/launches").json()["total"] == 0
 
 
 @pytest.mark.frameworks

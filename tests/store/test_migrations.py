@@ -165,7 +165,7 @@ def test_upgrade_from_0001_keeps_every_run_and_backfills(
     assert batch_rows == 3 * len(old_runs[0]["results"])
     assert indexes(engine_at_0001) == INDEXES_0001
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0008"
+    assert revision(engine_at_0001) == "0009"
     check_at_head(store_url, old_runs, batch_rows)
 
 
@@ -185,7 +185,7 @@ def test_downgrade_to_0001_and_up_again(
         assert count(store.engine, "run_results") == 2 * len(old_runs[0]["results"])
         record_in_0001_shape(store.engine, old_runs[3:])  # the old release writes again
     migrate(engine_at_0001)
-    assert revision(engine_at_0001) == "0008"
+    assert revision(engine_at_0001) == "0009"
     check_at_head(store_url, old_runs, 3 * len(old_runs[0]["results"]))
 
 

@@ -35,6 +35,7 @@ EVALUATIONS: Final = "modelevaluations"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
 """The label the Job controller puts on each pod of a Job."""
 MODELS: Final = "models"
+SWEEPS: Final = "evaluationsweeps"
 WATCH_GONE: Final = 410
 """The status a watch answers when its resourceVersion is too old: list again."""
 
@@ -144,6 +145,11 @@ def evaluation_path(namespace: str, name: str = "") -> str:
 def model_path(namespace: str, name: str = "") -> str:
     """A Model (the reusable model manifest kind) or the namespace's Models."""
     return namespaced(namespace, MODELS, name, group=API_GROUP, version=API_VERSION)
+
+
+def sweep_path(namespace: str, name: str = "") -> str:
+    """An EvaluationSweep or the namespace's EvaluationSweeps."""
+    return namespaced(namespace, SWEEPS, name, group=API_GROUP, version=API_VERSION)
 
 
 def all_evaluations_path() -> str:

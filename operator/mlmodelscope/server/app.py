@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from mlmodelscope import __version__
 from mlmodelscope.server import api, dashboard, launch_api, try_api
 from mlmodelscope.server.launch_cluster import ClusterLaunches
-from mlmodelscope.server.launch_queue import LaunchQueue, LaunchWorkers
+from mlmodelscope.server.launch_queue import LaunchWorkers
 from mlmodelscope.server.launch_target import LaunchTarget, LocalLaunches
 from mlmodelscope.server.node_pools import NodePools
 from mlmodelscope.server.state import ServeSettings
@@ -47,14 +47,13 @@ def create_app(
         count = 0 if in_cluster else settings.launch_workers
         workers = LaunchWorkers(app.state.store, settings.catalog, count)
         app.state.launches = workers
-        queue = LaunchQueue(app.state.store)
-        target: LaunchTarget = LocalLaunches(queue, workers)
+        target: LaunchTarget = LocalLaunches(app.state.store, workers)
         app.state.node_pools = None
         if settings.launch_namespace is not None:
             from mlmodelscope.contract.kube import Kube
 
             client = kube if kube is not None else Kube.from_environment()
-            target = ClusterLaunches(queue, client, settings.launch_namespace)
+            target = ClusterLaunches(app.state.store, client, settings.launch_namespace)
             app.state.node_pools = NodePools(client)
         app.state.launch_target = target
         app.state.trials = Trials(

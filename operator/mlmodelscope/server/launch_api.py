@@ -1,7 +1,8 @@
 """The launch API (``/api/v1/launches``): turn a Launch form into ModelEvaluations, or one
-EvaluationSweep (``kind: sweep``), preview them, queue them for the server's workers, watch
-and cancel them. A sweep's children are launches like any other; ``/api/v1/sweep-launches/{id}``
-reads the sweep with its children and its state (summed up from theirs), and cancels them all.
+EvaluationSweep (``kind: sweep``), preview them, queue them for the server's workers (or create
+them in the cluster), watch and cancel them. A sweep's children are launches like any other;
+``/api/v1/sweep-launches/{id}`` reads the sweep with its children and its state (summed up from
+theirs), and cancels them all.
 
 A launch in the cluster (`mlms serve --launch-namespace`) is also watched:
 ``/api/v1/launches/{id}/events`` answers the Kubernetes Events of its ModelEvaluation, Job and
@@ -23,7 +24,7 @@ from pydantic import BaseModel
 
 from mlmodelscope.server.api import PROBLEMS, Problem
 from mlmodelscope.server.auth import require_read, require_write
-from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchState, NewLaunch
+from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchState
 from mlmodelscope.server.launch_target import LaunchRefusedError
 from mlmodelscope.server.launch_watch import (
     DEFAULT_TAIL,
@@ -41,7 +42,7 @@ from mlmodelscope.server.launches import (
     build_sweep,
 )
 from mlmodelscope.server.pages.render import trace_link
-from mlmodelscope.server.state import launch_target_of, launches_of, settings_of, store_of
+from mlmodelscope.server.state import launch_target_of, settings_of, store_of
 from mlmodelscope.server.sweep_launches import SweepLaunches, SweepRow
 from mlmodelscope.spec.resources import FileModels
 
@@ -81,7 +82,7 @@ class LaunchItem(BaseModel):
     """Where it was created as a ModelEvaluation (named ``evaluation``), with `mlms serve
     --launch-namespace`; None when this server's workers run it."""
     resource_uid: str | None = None
-    """That ModelEvaluation's uid."""
+    """That ModelEvaluation's uid; None for a sweep's child the operator has not created yet."""
     sweep_id: str | None = None
     """The sweep launch it is a child of (``/api/v1/sweep-launches/{sweep_id}``), if any."""
     trace_id: str | None = None
@@ -126,6 +127,11 @@ class SweepItem(BaseModel):
     """The EvaluationSweep YAML."""
     children: list[LaunchItem]
     """Its ModelEvaluations, in matrix order (models x frameworks x devices x batch sizes)."""
+    namespace: str | None = None
+    """Where it was created as an EvaluationSweep (named ``name``), with `mlms serve
+    --launch-namespace`; None when this server's workers run its children."""
+    resource_uid: str | None = None
+    """That EvaluationSweep's uid."""
     location: str
 
     @classmethod
@@ -138,6 +144,8 @@ class SweepItem(BaseModel):
             created_at=row.created_at,
             spec=row.spec,
             children=[LaunchItem.of(child) for child in row.children],
+            namespace=row.namespace,
+            resource_uid=row.resource_uid,
             location=f"{router.prefix}/sweep-launches/{row.sweep_id}",
         )
 
@@ -300,30 +308,18 @@ def launch(
 def _launch_sweep(
     request: Request, response: Response, form: LaunchForm, catalog: FileModels, dry_run: bool
 ) -> LaunchAnswer:
-    """One EvaluationSweep: previewed, or kept with its children queued as its launches."""
+    """One EvaluationSweep: previewed, or kept with its children queued as its launches (in
+    the cluster: created, its children made by the operator and followed)."""
     built = build_sweep(form, catalog)
     text = as_yaml([built.document])
     names = [child.name for child in built.children]
     if dry_run:
         response.status_code = 200
         return LaunchAnswer(dry_run=True, kind="sweep", evaluations=names, yaml=text, launches=[])
-    if settings_of(request).launch_namespace is not None:
-        raise HTTPException(
-            501,
-            detail="a sweep runs on this server's own workers only; with --launch-namespace, "
-            "preview it (dry_run) and apply the EvaluationSweep to the cluster",
-        )
-    children = [
-        NewLaunch(
-            child.name,
-            child.document["spec"]["modelRef"]["name"],
-            child.axes["framework"],
-            as_yaml([child.document]),
-        )
-        for child in built.children
-    ]
-    sweep = SweepItem.of(SweepLaunches(store_of(request)).create(built.name, text, children))
-    launches_of(request).wake()
+    try:
+        sweep = SweepItem.of(launch_target_of(request).submit_sweep(built))
+    except LaunchRefusedError as exc:
+        raise HTTPException(exc.status, detail=str(exc)) from None
     return LaunchAnswer(
         dry_run=False,
         kind="sweep",
@@ -437,9 +433,13 @@ def get_sweep(request: Request, sweep_id: SweepId) -> SweepItem:
 )
 def cancel_sweep(request: Request, sweep_id: SweepId) -> SweepItem:
     """Each child as ``POST /api/v1/launches/{id}/cancel`` does: queued ones never start,
-    running ones are stopped by their workers."""
+    running ones are stopped by their workers. A sweep in the cluster: its EvaluationSweep is
+    deleted (its children with it, by the garbage collector)."""
     found = _sweep(request, sweep_id)
-    sweeps = SweepLaunches(store_of(request))
-    if not sweeps.cancel(found.sweep_id):
+    try:
+        cancelled = launch_target_of(request).cancel_sweep(found)
+    except LaunchRefusedError as exc:
+        raise HTTPException(exc.status, detail=str(exc)) from None
+    if not cancelled:
         raise HTTPException(409, detail=f"sweep launch {sweep_id} has already ended: {found.state}")
-    return SweepItem.of(sweeps.get(found.sweep_id) or found)
+    return SweepItem.of(SweepLaunches(store_of(request)).get(found.sweep_id) or found)

@@ -15,6 +15,8 @@ does, and keeps the run id.
 A launch of `mlms serve --launch-namespace` (:mod:`.launch_cluster`) is a row with its
 ``namespace`` and ``resource_uid`` set: its ModelEvaluation runs in the cluster, so workers
 never claim nor interrupt it; :meth:`LaunchQueue.follow` moves it as the evaluation's phase does.
+A child of a sweep launched there has its ``namespace`` from the start and its ``resource_uid``
+once the operator has created it (:meth:`LaunchQueue.adopt`).
 """
 
 from __future__ import annotations
@@ -294,6 +296,19 @@ class LaunchQueue:
             values["started_at"] = _now()
             sources = [LaunchState.QUEUED]
         return self._move(launch_id, sources, **values)
+
+    def adopt(self, launch_id: str, resource_uid: str) -> bool:
+        """Record the uid of a sweep child's ModelEvaluation, which the operator created after
+        the launch was recorded; False when the launch already has one, or has ended."""
+        update = (
+            launches.update()
+            .where(launches.c.launch_id == launch_id)
+            .where(launches.c.resource_uid.is_(None))
+            .where(launches.c.state.in_([LaunchState.QUEUED.value, LaunchState.RUNNING.value]))
+            .values(resource_uid=resource_uid)
+        )
+        with self.engine.begin() as conn:
+            return bool(conn.execute(update).rowcount)
 
 
 @dataclass(frozen=True)

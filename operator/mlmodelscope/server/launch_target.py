@@ -2,7 +2,8 @@
 cluster (:class:`~mlmodelscope.server.launch_cluster.ClusterLaunches`, with
 `mlms serve --launch-namespace`). The launch API hands a form's validated evaluations to the
 app's one :class:`LaunchTarget` and asks it to cancel and refresh launches; both record every
-launch in the store's ``launches`` table, so listing reads the same rows either way.
+launch in the store's ``launches`` table (a sweep in ``launch_sweeps``, its children as its
+launches), so listing reads the same rows either way.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Protocol
 
 from mlmodelscope.server.launch_queue import LaunchQueue, LaunchRow, LaunchWorkers, NewLaunch
 from mlmodelscope.server.launch_watch import LaunchEvents, LogTail, local_events, local_log
-from mlmodelscope.server.launches import BuiltEvaluation, as_yaml
+from mlmodelscope.server.launches import BuiltEvaluation, BuiltSweep, as_yaml
+from mlmodelscope.server.sweep_launches import SweepLaunches, SweepRow, new_children
+from mlmodelscope.store import Store
 
 
 class LaunchRefusedError(RuntimeError):
@@ -31,6 +34,14 @@ class LaunchTarget(Protocol):
 
     def cancel(self, row: LaunchRow) -> bool:
         """Cancel a launch; False when it had already ended."""
+        ...
+
+    def submit_sweep(self, built: BuiltSweep) -> SweepRow:
+        """Start one EvaluationSweep; its row, with its children's."""
+        ...
+
+    def cancel_sweep(self, sweep: SweepRow) -> bool:
+        """Cancel every child of a sweep that has not ended; False when none had not."""
         ...
 
     def current(self, row: LaunchRow) -> LaunchRow:
@@ -53,8 +64,9 @@ class LaunchTarget(Protocol):
 class LocalLaunches:
     """The store-backed queue run by the server's ``--launch-workers`` (`mlms run` each)."""
 
-    def __init__(self, queue: LaunchQueue, workers: LaunchWorkers) -> None:
-        self.queue = queue
+    def __init__(self, store: Store, workers: LaunchWorkers) -> None:
+        self.queue = LaunchQueue(store)
+        self.sweeps = SweepLaunches(store)
         self.workers = workers
 
     def submit(self, built: Sequence[BuiltEvaluation]) -> list[LaunchRow]:
@@ -66,6 +78,15 @@ class LocalLaunches:
 
     def cancel(self, row: LaunchRow) -> bool:
         return self.queue.cancel(row.launch_id)
+
+    def submit_sweep(self, built: BuiltSweep) -> SweepRow:
+        text = as_yaml([built.document])
+        sweep = self.sweeps.create(built.name, text, new_children(built))
+        self.workers.wake()
+        return sweep
+
+    def cancel_sweep(self, sweep: SweepRow) -> bool:
+        return self.sweeps.cancel(sweep.sweep_id) > 0
 
     def current(self, row: LaunchRow) -> LaunchRow:
         return row

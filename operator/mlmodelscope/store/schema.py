@@ -133,11 +133,15 @@ launch_sweeps: Final = sa.Table(
     sa.Column("name", sa.String(253), nullable=False),
     sa.Column("spec", sa.Text, nullable=False),  # the EvaluationSweep YAML
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    # where a cluster launch created the EvaluationSweep (revision 0009); NULL when run locally
+    sa.Column("namespace", sa.String(63), nullable=True),
+    sa.Column("resource_uid", sa.String(64), nullable=True),
     sa.Index("ix_launch_sweeps_created_at", "created_at"),
 )
 """EvaluationSweeps launched on `mlms serve` (revision 0007): the document, no state of its
 own; its children are ``launches`` rows with its ``sweep_id``, and its state is summed up
-from theirs when read."""
+from theirs when read; for a cluster launch (revision 0009), the namespace and uid of the
+EvaluationSweep it created."""
 
 brick_timings: Final = sa.Table(
     "brick_timings",

@@ -403,7 +403,8 @@ def sweep_page(row: SweepRow) -> str:
         f'<tr><th>state</th><td class="state state-{esc(state)}">{esc(state)}</td></tr>'
         f'<tr><th>children</th><td class="counts">{esc(_counts(row))}</td></tr>'
         f"<tr><th>sweep</th><td>{esc(row.name)}</td></tr>"
-        f"<tr><th>created</th><td>{esc(_when(row.created_at))}</td></tr>"
+        + (f"<tr><th>namespace</th><td>{esc(row.namespace)}</td></tr>" if row.namespace else "")
+        + f"<tr><th>created</th><td>{esc(_when(row.created_at))}</td></tr>"
         "</table>"
     )
     cancel = (
