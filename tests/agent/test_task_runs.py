@@ -25,6 +25,7 @@ from mlmodelscope.agent.tasks.tokens import load_tokenizer, tokenize
 from mlmodelscope.contract.result import ResultDocument
 from mlmodelscope.spec import SpecError, load_evaluations
 from mlmodelscope.spec.evaluation import DType, TensorSpec
+from upscaler import write_upscaler
 
 pytestmark = pytest.mark.frameworks
 
@@ -671,25 +672,6 @@ def test_y_channel_after_a_border_crop_equals_scikit_image_in_bgr_too(
         assert metrics["ssim"] == pytest.approx(want_ssim, abs=1e-6), order
         assert (metrics["crop_border"], metrics["channels"], metrics["images"]) == (3, "y", 64)
         jsonschema.Draft202012Validator(result_schema()).validate(document)
-
-
-def write_upscaler(path: Path, channels: int) -> None:
-    """An ONNX model that doubles an image's size ([N, C, 24, 24] to [N, C, 48, 48]) by
-    ONNX Runtime's bilinear Resize: a super-resolution model in miniature."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1.0, 1.0, 2.0, 2.0])
-    graph = helper.make_graph(
-        [helper.make_node("Resize", ["input", "", "scales"], ["upscaled"], mode="linear")],
-        "upscaler",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["n", channels, 24, 24])],
-        [helper.make_tensor_value_info("upscaled", TensorProto.FLOAT, ["n", channels, 48, 48])],
-        [scales],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, path)
 
 
 def super_resolution(models: Path, tmp_path: Path, channels: int = 3) -> dict[str, Any]:

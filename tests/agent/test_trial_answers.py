@@ -1,7 +1,9 @@
-"""What a try reads from one image's outputs, by task, with no model: the examples/tasks
+"""What a try reads from one upload's outputs, by task, with no model: the examples/tasks
 detector's box reading (normalised cxcywh to the image's pixel xyxy, the threshold, class-wise
-NMS, the Model's labels) and the segmenter's class map (per-pixel argmax, resized to the image
-by nearest neighbour, pixels per class), and the tasks a try refuses."""
+NMS, the Model's labels), the segmenter's class map (per-pixel argmax, resized to the image
+by nearest neighbour, pixels per class), the text classifier's top classes of the output its
+task names, the denoiser's output image (channels first or last, clipped to dataRange, BGR
+turned RGB, 8-bit), and the tasks a try refuses."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ import numpy as np
 import pytest
 import yaml
 
-from mlmodelscope.agent.trial import TRIAL_TASKS, trial_task
-from mlmodelscope.agent.trial_answers import class_map_of, found_boxes
+from mlmodelscope.agent.processing import Postprocessor
+from mlmodelscope.agent.trial import TRIAL_TASKS, UploadKind, trial_task, upload_kind
+from mlmodelscope.agent.trial_answers import (
+    class_map_of,
+    found_boxes,
+    output_image_of,
+    text_top_classes,
+)
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.document import parse_evaluation
 from mlmodelscope.spec.evaluation import EvaluationSpec, TaskType
@@ -93,14 +101,51 @@ def test_class_ids_beyond_num_classes_are_refused() -> None:
     assert refused.value.field == "spec.task.numClasses"
 
 
-def test_a_try_answers_classification_detection_and_segmentation_only() -> None:
-    assert TRIAL_TASKS == (TaskType.CLASSIFICATION, TaskType.DETECTION, TaskType.SEGMENTATION)
+def test_a_try_answers_every_task_but_text_detection() -> None:
+    assert TRIAL_TASKS == (
+        TaskType.CLASSIFICATION, TaskType.DETECTION, TaskType.SEGMENTATION,
+        TaskType.TEXT_CLASSIFICATION, TaskType.IMAGE_TO_IMAGE,
+    )  # fmt: skip
     assert trial_task(example("detection")) == TaskType.DETECTION
-    for name in ("text-classification", "image-to-image"):
-        with pytest.raises(SpecError) as refused:
-            trial_task(example(name))
-        assert refused.value.field == "spec.task.type"
-        assert "classification, detection, segmentation" in refused.value.message
+    assert upload_kind(example("text-classification")) == UploadKind.TEXT
+    assert upload_kind(example("image-to-image")) == UploadKind.ENCODED
+    with pytest.raises(SpecError) as refused:
+        trial_task(example("detection", type="text-detection"))
+    assert refused.value.field == "spec.task.type"
+    assert "classification, detection, segmentation, text-classification, image-to-image" in (
+        refused.value.message
+    )
     with pytest.raises(SpecError) as unnamed:
         trial_task(example("detection", detection={"scores": "confidence"}))
     assert unnamed.value.field == "spec.task.detection.scores"
+
+
+def test_a_texts_classes_come_from_the_output_its_task_names() -> None:
+    spec = example("text-classification", output="scores")
+    spec.model.outputs = [spec.model.outputs[0].model_copy(update={"name": "pooled"}),
+                          spec.model.outputs[0].model_copy(update={"name": "scores"})]  # fmt: skip
+    pooled = np.zeros((1, 4), dtype=np.float32)
+    scores = np.array([[0.1, 2.0, -1.0, 0.5]], dtype=np.float32)
+    found = text_top_classes(spec, Postprocessor([]), [pooled, scores], 2)
+    assert [(c.index, c.label) for c in found] == [(1, "1"), (3, "3")]
+    assert [c.score for c in found] == pytest.approx([2.0, 0.5])
+
+
+def test_the_output_image_is_clipped_to_the_range_and_made_8_bit() -> None:
+    spec = example("image-to-image")  # restored [N, 3, 48, 48] NCHW, dataRange 1
+    out = np.zeros((2, 3, 2, 2), dtype=np.float32)
+    out[0, 0] = [[-0.5, 0.5], [1.0, 2.0]]  # red: clipped to 0..1
+    out[0, 2] = 0.2  # blue
+    pixels = output_image_of(spec, [out]).pixels
+    assert pixels.dtype == np.uint8 and pixels.shape == (2, 2, 3)  # the first sample only
+    assert pixels[..., 0].tolist() == [[0, 128], [255, 255]]
+    assert pixels[..., 2].tolist() == [[51, 51], [51, 51]]
+    document = yaml.safe_load((TASKS / "image-to-image.yaml").read_text())
+    document["spec"]["preprocessing"].insert(1, {"channelOrder": {"order": "BGR"}})
+    document["spec"]["task"]["dataRange"] = 255.0
+    bgr = parse_evaluation(document).spec  # the model takes BGR in 0..255: its output too
+    turned = output_image_of(bgr, [out[:1] * 255]).pixels
+    assert turned[..., 2].tolist() == [[0, 128], [255, 255]]  # red is the last channel there
+    assert turned[..., 0].tolist() == [[51, 51], [51, 51]]
+    grey = output_image_of(spec, [np.full((1, 1, 3, 5), 0.5, dtype=np.float32)]).pixels
+    assert grey.shape == (3, 5, 1) and set(grey.ravel().tolist()) == {128}

@@ -122,9 +122,8 @@ def test_a_try_needs_the_write_token(sqlite_url: str) -> None:
         ({"model": "no-such-model"}, ["body", "model"], "no Model 'no-such-model'"),
         (
             {"model": "bert-base-sst2", "frameworks": ["onnxruntime"]},
-            ["body", "model"],
-            "task is 'text-classification': a try answers classification, detection and "
-            "segmentation Models",
+            ["body", "tokenizer"],
+            "give the tokenizer.json this Model's texts are tokenized with",
         ),
         ({"frameworks": ["caffe"]}, ["body", "frameworks", 0], "onnxruntime"),
         ({"frameworks": ["pytorch", "pytorch"]}, ["body", "frameworks", 1], "given twice"),

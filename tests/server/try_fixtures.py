@@ -1,14 +1,22 @@
 """Helpers of the Try tests: images to upload (a digit of scikit-learn's digits as a PNG, noise
-too large to take, bytes that are no image) and the multipart form the API and the page take."""
+too large to take, bytes that are no image), the multipart form the API and the page take (with
+an image, or a text), and the Models the Try tests add to the task catalog (:func:`try_models`)."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import yaml
+from launch_fixtures import TASKS
+
+from upscaler import write_upscaler
 
 FRAMEWORKS: Final = ["onnxruntime", "pytorch", "tensorflow"]
+TOPICS: Final = ["food", "sport", "tech", "weather"]
+"""The examples/tasks text classifier's classes, in its class order (the topics sorted)."""
 
 
 def png(pixels: np.ndarray) -> bytes:
@@ -49,3 +57,72 @@ def try_form(
         "files": {"file": (name, image, media_type)},
         "data": {"model": model, "frameworks": frameworks or FRAMEWORKS, "k": str(k)},
     }
+
+
+def text_form(
+    text: str,
+    model: str = "topic-labels",
+    frameworks: list[str] | None = None,
+    k: int = 3,
+    **options: str,
+) -> dict[str, Any]:
+    """Keyword arguments of ``client.post`` for a try of a text (a multipart form, no file)."""
+    return {
+        "files": {"text": (None, text)},
+        "data": {"model": model, "frameworks": frameworks or FRAMEWORKS, "k": str(k), **options},
+    }
+
+
+def try_models(folder: Path, build: Path) -> Path:
+    """``folder/try-models.yaml``: ``topic-labels``, the examples/tasks text classifier with
+    a softmax and its topics' names (basedOn ``topic-classifier`` of
+    :func:`~launch_fixtures.task_catalog`); ``upscaler``, a 2x ONNX super-resolution model
+    (24x24 in, 48x48 out) with the image-to-image example's preprocessing, task label
+    super-resolution; ``word-boxes``, a Model of a task a try does not answer
+    (text-detection)."""
+    write_upscaler(folder / "upscaler.onnx", 3)
+    example = yaml.safe_load((TASKS / "image-to-image.yaml").read_text())["spec"]
+    documents: list[dict[str, Any]] = [
+        {
+            "metadata": {"name": "topic-labels"},
+            "spec": {
+                "basedOn": {"name": "topic-classifier"},
+                "postprocessing": [{"softmax": {}}, {"labels": {"names": TOPICS}}],
+            },
+        },
+        {
+            "metadata": {"name": "upscaler"},
+            "spec": {
+                "task": "super-resolution",
+                "model": {
+                    "name": "upscaler",
+                    "uri": str(folder / "upscaler.onnx"),
+                    "format": "onnx",
+                    "inputs": [{"name": "input", "shape": [-1, 3, 24, 24]}],
+                    "outputs": [{"name": "upscaled", "shape": [-1, 3, 48, 48], "layout": "NCHW"}],
+                },
+                "preprocessing": example["preprocessing"],
+            },
+        },
+        {
+            "metadata": {"name": "word-boxes"},
+            "spec": {"basedOn": {"name": "shapes-segmenter"}, "task": "text-detection"},
+        },
+    ]
+    path = folder / "try-models.yaml"
+    path.write_text(
+        yaml.safe_dump_all(
+            [{"apiVersion": "mlmodelscope.io/v1alpha1", "kind": "Model", **d} for d in documents],
+            sort_keys=False,
+        )
+    )
+    return path
+
+
+def rgb_png(pixels: np.ndarray) -> bytes:
+    """An (H, W, 3) uint8 array as PNG bytes."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buffer, "PNG")
+    return buffer.getvalue()

@@ -23,7 +23,7 @@ from mlmodelscope.contract.result import (
     SamplePredictions,
     TaskResult,
 )
-from mlmodelscope.spec.evaluation import ChannelOrder, EvaluationSpec, TaskType
+from mlmodelscope.spec.evaluation import EvaluationSpec, TaskType
 
 if TYPE_CHECKING:
     from mlmodelscope.agent.datasets import Samples
@@ -130,6 +130,7 @@ def task_accuracy(
     from mlmodelscope.agent.tasks.passes import (
         detection_outputs,
         detection_pass,
+        fed_bgr,
         image_size,
         image_to_image_pass,
         output_index,
@@ -162,11 +163,10 @@ def task_accuracy(
         )
     elif task.type == TaskType.IMAGE_TO_IMAGE:
         assert samples.targets is not None  # pairs datasets have them; the spec pairs the two
-        orders = [s.channel_order.order for s in spec.preprocessing if s.channel_order]
         done = image_to_image_pass(
             backend.predict, feeds, samples.targets, task, index,
             spec.model.outputs[index].layout if spec.model.outputs else None,
-            bool(orders) and orders[-1] == ChannelOrder.BGR, batch_size, progress,
+            fed_bgr(spec), batch_size, progress,
             samples.scale or Fraction(1),
         )  # fmt: skip
     else:

@@ -213,18 +213,10 @@ def _preprocessed(spec: EvaluationSpec, samples: Samples) -> Inputs:
 def _tokenized(spec: EvaluationSpec, samples: Samples, base_dir: Path | None) -> Inputs:
     """A text dataset through its tokenizer: the model's inputs from the token fields, each
     text's tokenizing time (its preprocessing) and how many texts were truncated."""
-    from mlmodelscope.agent.sources import local_path
-    from mlmodelscope.agent.tasks.data import DatasetError
     from mlmodelscope.agent.tasks.feeds import model_feeds
-    from mlmodelscope.agent.tasks.tokens import load_tokenizer, tokenize
+    from mlmodelscope.agent.tasks.tokens import dataset_tokenizer, tokenize
 
-    field = "spec.dataset.tokenizer"
-    assert spec.dataset.tokenizer is not None  # the spec requires it for text datasets
-    path = local_path(spec.dataset.tokenizer, base_dir=base_dir, field=field)
-    try:
-        tokenizer = load_tokenizer(path)
-    except DatasetError as exc:
-        raise SpecError(field, str(exc)) from None
+    tokenizer = dataset_tokenizer(spec.dataset, base_dir)
     texts = [str(x) for x in samples.x]
     tokens = tokenize(tokenizer, texts, spec.dataset.max_length)
     feeds = model_feeds(spec.model.inputs, tokens.fields)

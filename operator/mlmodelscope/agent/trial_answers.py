@@ -1,11 +1,15 @@
-"""What one image's model outputs answer, by the evaluation's task: the best classes
-(classification), the boxes (detection) or the class map (segmentation).
+"""What one sample's model outputs answer, by the evaluation's task: the best classes
+(classification, text-classification), the boxes (detection), the class map (segmentation) or
+the output image (image-to-image).
 
 Each reads the outputs with the postprocessing the task's accuracy pass uses, so a try shows
-what an evaluation would score: the classification Postprocessor and top-k, the detection
-box format, threshold and class-wise NMS (:func:`~mlmodelscope.agent.tasks.detection.
-image_detections`), the per-pixel argmax of segmentation (:func:`~mlmodelscope.agent.tasks.
-segmentation.class_map`), resized to the image by nearest neighbour.
+what an evaluation would score: the classification Postprocessor and top-k (of the output
+``spec.task.output`` names, for a text Model), the detection box format, threshold and
+class-wise NMS (:func:`~mlmodelscope.agent.tasks.detection.image_detections`), the per-pixel
+argmax of segmentation (:func:`~mlmodelscope.agent.tasks.segmentation.class_map`), resized to
+the image by nearest neighbour, and the image-to-image output read as images
+(:func:`~mlmodelscope.agent.tasks.passes.output_images`), clipped to ``dataRange`` and turned
+RGB as PSNR scores it, then made 8-bit.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ import numpy as np
 
 from mlmodelscope.agent.processing import Postprocessor, topk
 from mlmodelscope.agent.tasks.detection import check_detection_outputs, image_detections
-from mlmodelscope.agent.tasks.passes import detection_outputs, output_index
+from mlmodelscope.agent.tasks.passes import (
+    detection_outputs,
+    fed_bgr,
+    output_images,
+    output_index,
+)
 from mlmodelscope.agent.tasks.segmentation import class_map, resize_classes
 from mlmodelscope.spec.base import SpecError
 from mlmodelscope.spec.evaluation import EvaluationSpec
@@ -55,6 +64,14 @@ def top_classes(post: Postprocessor, outputs: Sequence[np.ndarray], k: int) -> l
         ClassScore(int(index), name, score)
         for index, name, score in zip(best.tolist(), names, scores, strict=True)
     ]
+
+
+def text_top_classes(
+    spec: EvaluationSpec, post: Postprocessor, outputs: Sequence[np.ndarray], k: int
+) -> list[ClassScore]:
+    """A text Model's ``k`` best classes: :func:`top_classes` of the output
+    ``spec.task.output`` names (default the first), as the text-classification pass reads."""
+    return top_classes(post, [outputs[output_index(spec.task, spec.model.outputs)]], k)
 
 
 @dataclass(frozen=True)
@@ -136,3 +153,26 @@ def class_map_of(
         if count
     )
     return ClassMap(classes, task.num_classes, pixels)
+
+
+@dataclass(frozen=True)
+class OutputImage:
+    """The first sample's output image, 8-bit: the output's 0..dataRange scaled to 0..255."""
+
+    pixels: np.ndarray
+    """[H, W, C] uint8: RGB (C 3) or grey (C 1)."""
+
+
+def output_image_of(spec: EvaluationSpec, outputs: Sequence[np.ndarray]) -> OutputImage:
+    """The first sample's image from the output ``spec.task.output`` names (channels first or
+    last, as the image-to-image pass reads it), clipped to 0..``spec.task.dataRange`` as PSNR
+    scores it, BGR turned RGB when the model takes BGR, rounded to 8 bits."""
+    task = spec.task
+    index = output_index(task, spec.model.outputs)
+    layout = spec.model.outputs[index].layout if spec.model.outputs else None
+    image = output_images(np.asarray(outputs[index])[:1], layout)[0]
+    clipped = np.clip(image.astype(np.float64), 0.0, task.data_range)
+    if fed_bgr(spec) and clipped.shape[2] == 3:
+        clipped = clipped[..., ::-1]
+    pixels = np.rint(clipped * (255.0 / task.data_range)).astype(np.uint8)
+    return OutputImage(np.ascontiguousarray(pixels))

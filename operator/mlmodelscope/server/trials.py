@@ -1,9 +1,11 @@
-"""Trying an image on a catalog Model: what an upload must pass, the rate limit, and the models
-kept loaded between tries (``app.state.trials``).
+"""Trying an image or a text on a catalog Model: what an upload must pass, the rate limit, and
+the models kept loaded between tries (``app.state.trials``).
 
 An upload is held in memory only, never written by this module and never kept: it is checked
 (:func:`check_image`: size, then Pillow reads the header and verifies the file, with the pixel
-count bounded before any pixel is decoded), then run through each framework's model by
+count bounded before any pixel is decoded; :func:`check_text`: not empty, at most
+:data:`MAX_TEXT_CHARS`), matched to what the Model takes (a text Model a text, any other an
+image: :func:`accepted`), then run through each framework's model by
 :class:`mlmodelscope.agent.trial.TrialModel`, the spec being the one a launch of that Model
 would run (:func:`~mlmodelscope.server.launches.build_documents`) with the task its label
 names (:mod:`.try_tasks`); the answers are :mod:`.try_answers`. Tries run one at a time on
@@ -37,9 +39,12 @@ from mlmodelscope.server.try_answers import (
     ClassMapAnswer,
     FrameworkTry,
     ImageInfo,
+    OutputImageAnswer,
+    TextInfo,
     TopClass,
     TryAnswer,
     agree,
+    compare_images,
 )
 from mlmodelscope.server.try_tasks import TaskRefusedError, TryOptions, try_task
 from mlmodelscope.spec.base import SpecError
@@ -62,8 +67,11 @@ MEDIA_TYPES: Final = {
     "WEBP": "image/webp",
 }
 MAX_K: Final = 10
+MAX_TEXT_CHARS: Final = 10_000
+"""The longest text a try takes (characters): a tokenizer cuts it to maxLength tokens anyway."""
 FORM_OVERHEAD: Final = 64 * 1024
-"""Bytes a request body may hold beyond the image: the other fields and the part headers."""
+"""Bytes a request body may hold beyond the image: the other fields (a text's 4 UTF-8 bytes
+a character at most) and the part headers."""
 
 
 class TryError(Exception):
@@ -112,6 +120,56 @@ class ImageFacts:
     @property
     def media_type(self) -> str:
         return MEDIA_TYPES[self.format]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What a try was given: the form's file (None when no file was chosen) and text (None
+    when empty or not given)."""
+
+    image: bytes | None = None
+    text: str | None = None
+
+    @classmethod
+    def of(cls, image: bytes | None, text: str | None) -> Upload:
+        """The form's file and text; a blank text counts as none."""
+        return cls(image, text if text and text.strip() else None)
+
+
+def check_text(text: str) -> str:
+    """The text to try, or a :class:`TryError` (422) on field ``text``: blank, or longer
+    than :data:`MAX_TEXT_CHARS`."""
+    if not text.strip():
+        raise TryError(422, [("text", "the text is empty: type the text to classify")])
+    if len(text) > MAX_TEXT_CHARS:
+        raise TryError(
+            422,
+            [("text", f"the text is {len(text)} characters; a try takes at most "
+                      f"{MAX_TEXT_CHARS}: shorten it")],
+        )  # fmt: skip
+    return text
+
+
+def accepted(takes_text: bool, model: str, upload: Upload) -> bytes | str:
+    """The upload the Model takes (a text Model a text, any other an image), or a
+    :class:`TryError` (422) naming the field given that it does not take, or the one missing."""
+    if takes_text:
+        if upload.image is not None:
+            raise TryError(
+                422, [("file", f"{model} is a text Model and takes no image: give it a text")]
+            )
+        if upload.text is None:
+            raise TryError(
+                422, [("text", f"the text is empty: {model} is a text Model, type a text")]
+            )
+        return check_text(upload.text)
+    if upload.text is not None:
+        raise TryError(
+            422, [("text", f"{model} takes an image, not a text: upload an image file instead")]
+        )
+    if upload.image is None:
+        raise TryError(422, [("file", f"{model} takes an image: upload an image file")])
+    return upload.image
 
 
 def check_image(data: bytes, *, max_bytes: int, max_pixels: int) -> ImageFacts:
@@ -207,6 +265,8 @@ class TrySpec:
     name: str
     spec: EvaluationSpec
     """Resolved against the catalog: the Model's file, processing and labels."""
+    takes_text: bool = False
+    """A text Model: the upload is a text, not an image."""
 
     @property
     def key(self) -> str:
@@ -221,15 +281,29 @@ OPTION_FIELDS: Final = {
     "normalized": "normalized",
     "scoreThreshold": "score_threshold",
     "nmsIou": "nms_iou",
+    "dataRange": "data_range",
 }
 """``spec.task`` fields a try fills -> the form field (:class:`TryOptions`) they come from."""
+DATASET_FIELDS: Final = {"tokenizer": "tokenizer", "maxLength": "max_length"}
+"""``spec.dataset`` fields a try fills -> the form field they come from."""
 
 
 def _form_field(loc: Sequence[str | int]) -> str:
     """The try form's field a launch form problem at ``loc`` (after "body") is about."""
     if loc[:1] == ("task",):
         return OPTION_FIELDS.get(str(loc[-1]), "model")
+    if loc[:1] == ("dataset",):
+        return DATASET_FIELDS.get(str(loc[-1]), "model")
     return ".".join(str(part) for part in loc)
+
+
+def _upload_field(field: str) -> str:
+    """The try form's field a :class:`SpecError` about the upload's path is on."""
+    if field == "spec.dataset.tokenizer":
+        return "tokenizer"
+    if field.startswith("spec.model.inputs") and field.endswith(".shape"):
+        return "max_length"  # the tokens do not fit the model's sequence length
+    return "model"
 
 
 def try_specs(
@@ -241,8 +315,9 @@ def try_specs(
     """The evaluation of ``model`` in each framework, as a launch builds it, with the task
     the Model's label names and ``options``; a :class:`TryError` (422) naming the field for
     an unknown Model, a framework given twice or one the Model has no file for, a task a try
-    does not answer, or a Model that takes no image."""
-    from mlmodelscope.agent.trial import upload_kind
+    does not answer, a Model that takes no image (or text), or a text Model's tokenizer that
+    cannot be read or whose tokens do not fit its inputs."""
+    from mlmodelscope.agent.trial import UploadKind, text_inputs, upload_kind
 
     task, dataset = None, None
     manifest = catalog.models.get(model)
@@ -264,12 +339,15 @@ def try_specs(
         raise TryError(
             422, [(_form_field(problem.loc[1:]), problem.message) for problem in exc.problems]
         ) from None
-    specs = [TrySpec(b.framework, b.name, b.evaluation.spec) for b in built]
+    first = built[0].evaluation.spec
     try:
-        upload_kind(specs[0].spec)
+        takes_text = upload_kind(first) == UploadKind.TEXT
+        if takes_text:
+            text_inputs(first)
     except SpecError as exc:
-        raise TryError(422, [("model", f"{model}: {exc.message}")]) from None
-    return specs
+        field = _upload_field(exc.field)
+        raise TryError(422, [(field, f"{model}: {exc.message}")]) from None
+    return [TrySpec(b.framework, b.name, b.evaluation.spec, takes_text) for b in built]
 
 
 class Trials:
@@ -310,30 +388,40 @@ class Trials:
         model: str,
         frameworks: Sequence[str],
         k: int,
-        data: bytes,
+        upload: Upload,
         options: TryOptions | None = None,
     ) -> TryAnswer:
-        """Admit the try, check the image and the form, then run the image through the Model
-        in each framework."""
+        """Admit the try, check the image (when one was given) and the form, match the upload
+        to what the Model takes, then run it through the Model in each framework."""
         self.admit(client)
-        facts = check_image(data, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
+        facts = None
+        if upload.image is not None:
+            facts = check_image(upload.image, max_bytes=self.max_bytes, max_pixels=self.max_pixels)
         specs = try_specs(catalog, model, frameworks, options)
-        results = self._runner.submit(self._run_all, specs, data, k).result()
+        sample = accepted(specs[0].takes_text, model, upload)
+        results = self._runner.submit(self._run_all, specs, sample, k).result()
+        results = compare_images(results)
+        text = None
+        if isinstance(sample, str):
+            text = TextInfo(characters=len(sample), bytes=len(sample.encode()))
         return TryAnswer(
             model=model,
             task=specs[0].spec.task.type.value,
             k=k,
-            image=ImageInfo(
+            image=None
+            if facts is None
+            else ImageInfo(
                 format=facts.format, width=facts.width, height=facts.height, bytes=facts.bytes
             ),
+            text=text,
             results=results,
             agree=agree(results),
         )
 
-    def _run_all(self, specs: Sequence[TrySpec], data: bytes, k: int) -> list[FrameworkTry]:
-        return [self._run(one, data, k) for one in specs]
+    def _run_all(self, specs: Sequence[TrySpec], sample: bytes | str, k: int) -> list[FrameworkTry]:
+        return [self._run(one, sample, k) for one in specs]
 
-    def _run(self, one: TrySpec, data: bytes, k: int) -> FrameworkTry:
+    def _run(self, one: TrySpec, sample: bytes | str, k: int) -> FrameworkTry:
         from mlmodelscope.agent.trial import TrialModel
 
         loaded: TrialModel | None = None
@@ -347,7 +435,7 @@ class Trials:
                 self._keep(key, loaded)
             else:
                 self._models.move_to_end(key)
-            result = loaded.run(data, k)
+            result = loaded.run(sample, k)
         except Exception as exc:  # one framework failing leaves the others' answers
             return FrameworkTry(
                 framework=one.framework, evaluation=one.name, ok=False, top=[],
@@ -368,6 +456,9 @@ class Trials:
                 Box(index=b.index, label=b.label, score=b.score, box=b.box) for b in result.boxes
             ],
             class_map=None if result.class_map is None else ClassMapAnswer.of(result.class_map),
+            output_image=None if result.image is None else OutputImageAnswer.of(result.image),
+            tokens=None if result.tokens is None else result.tokens.count,
+            truncated=result.tokens is not None and result.tokens.truncated,
             latency_ms=_ms(result.latency_ns),
             preprocess_ms=_ms(result.preprocess_ns),
             postprocess_ms=_ms(result.postprocess_ns),

@@ -1,8 +1,10 @@
-"""Try an image on a catalog Model: ``POST /api/v1/try`` and the dashboard's Try page (``/try``).
+"""Try an image or a text on a catalog Model: ``POST /api/v1/try`` and the dashboard's Try page
+(``/try``).
 
-Both take one image and a Model of the server's catalog with the frameworks to run it in, and
-answer, by the Model's task label, each framework's top-k classes, boxes (detection) or class
-map (segmentation), the latency of that one inference and how long loading took
+Both take one image (or, for a text Model, one text) and a Model of the server's catalog with
+the frameworks to run it in, and answer, by the Model's task label, each framework's top-k
+classes (of the image, or of the text), boxes (detection), class map (segmentation) or output
+image (image-to-image), the latency of that one inference and how long loading took
 (:mod:`.trials`, :mod:`.try_tasks`). Both need the server's write token: the API in the
 ``Authorization`` header, the page in a form field typed on the page (the dashboard's cookie
 only reads, so no other site can make a browser try). The page's POST is also refused when
@@ -11,8 +13,8 @@ server.
 
 A body larger than the image bound plus :data:`~.trials.FORM_OVERHEAD` is refused (413) from
 its ``Content-Length``, before any of it is read; the form is validated field by field, and a
-refused upload names the field (``file``, ``model``, ``frameworks``, ``k``, ``token``, or
-one of :class:`~.try_tasks.TryOptions`).
+refused upload names the field (``file``, ``text``, ``model``, ``frameworks``, ``k``,
+``token``, or one of :class:`~.try_tasks.TryOptions`).
 """
 
 from __future__ import annotations
@@ -35,13 +37,22 @@ from mlmodelscope.server.dashboard import READ, HtmlErrors, html
 from mlmodelscope.server.launches import FRAMEWORKS
 from mlmodelscope.server.pages import try_page
 from mlmodelscope.server.state import settings_of, trials_of
-from mlmodelscope.server.trials import MAX_K, MEDIA_TYPES, Framework, TryError, check_length
+from mlmodelscope.server.trials import (
+    MAX_K,
+    MAX_TEXT_CHARS,
+    MEDIA_TYPES,
+    Framework,
+    TryError,
+    Upload,
+    body_bound,
+    check_length,
+)
 from mlmodelscope.server.try_answers import TryAnswer
 from mlmodelscope.server.try_tasks import TryOptions
 from mlmodelscope.spec.resources import FileModels
 
-MAX_FIELDS: Final = 16
-MAX_FIELD_BYTES: Final = 4096
+MAX_FIELDS: Final = 24
+"""More than the page's form fields (the file aside, 17 at most)."""
 
 
 def _client(request: Request) -> str:
@@ -82,8 +93,8 @@ def _problem(description: str) -> dict[str, Any]:
 
 @router.post(
     "/try",
-    summary="Try one image on a catalog Model in each framework given: its classes, boxes "
-    "or class map (write token)",
+    summary="Try one image (or text) on a catalog Model in each framework given: its classes, "
+    "boxes, class map or output image (write token)",
     dependencies=[Depends(auth.require_write)],
     responses={
         400: _problem("The body is no multipart form that can be read."),
@@ -97,7 +108,6 @@ def _problem(description: str) -> dict[str, Any]:
 )
 def try_image(
     request: Request,
-    file: Annotated[UploadFile, File(description="The image: PNG, JPEG, BMP, GIF or WebP.")],
     model: Annotated[
         str, Form(min_length=1, max_length=253, description="A Model of the server's catalog.")
     ],
@@ -106,21 +116,37 @@ def try_image(
         Form(min_length=1, max_length=len(FRAMEWORKS), description="Frameworks to run it in."),
     ],
     options: Annotated[TryOptions, Form()],
+    file: Annotated[
+        UploadFile | None,
+        File(description="The image: PNG, JPEG, BMP, GIF or WebP (not for a text Model)."),
+    ] = None,
+    text: Annotated[
+        str | None,
+        Form(description=f"text-classification: the text (at most {MAX_TEXT_CHARS} characters)."),
+    ] = None,
     k: Annotated[
-        int, Form(ge=1, le=MAX_K, description="classification: how many best classes.")
+        int,
+        Form(
+            ge=1,
+            le=MAX_K,
+            description="classification, text-classification: how many best classes.",
+        ),
     ] = 3,
 ) -> TryAnswer:
-    """The image is held in memory for this request only and never kept. The answer is by
-    the Model's task label: the top k classes, the boxes (detection) or the class map
-    (segmentation); a Model of another task is refused (422 on ``model``). 422 names the
-    form field at fault (``["body", "model"]``); a framework that fails answers its
-    ``error`` while the others answer."""
+    """The upload is held in memory for this request only and never kept. The answer is by
+    the Model's task label: the top k classes (of the image, or of the text for a text
+    Model), the boxes (detection), the class map (segmentation) or the output image
+    (image-to-image); a Model of another task is refused (422 on ``model``). 422 names the
+    form field at fault (``["body", "model"]``; ``file`` or ``text`` for the upload a Model
+    does not take, or is missing); a framework that fails answers its ``error`` while the
+    others answer."""
     settings = settings_of(request)
-    data = _read_upload(file, settings.try_max_bytes)
+    image = None if file is None else _read_upload(file, settings.try_max_bytes)
+    upload = Upload.of(image, text)
     catalog = FileModels.read(settings.catalog)
     try:
         return trials_of(request).attempt(
-            catalog, _client(request), model, frameworks, k, data, options
+            catalog, _client(request), model, frameworks, k, upload, options
         )
     except TryError as exc:
         if exc.status == 422:
@@ -191,21 +217,25 @@ async def try_post(request: Request) -> Response:
     except TryError as exc:
         return again(exc.status, try_page.by_field(exc.problems))
     try:
-        form = await request.form(max_files=1, max_fields=MAX_FIELDS, max_part_size=MAX_FIELD_BYTES)
+        form = await request.form(
+            max_files=1, max_fields=MAX_FIELDS, max_part_size=body_bound(settings.try_max_bytes)
+        )
     except MultiPartException as exc:
         return again(400, {"": [f"the form could not be read: {exc.message}"]})
     try:
         values, errors = try_page.read_form(form, list(models))
         if errors:
             return again(422, errors)
-        upload = form.get("file")
-        assert isinstance(upload, StarletteUpload)  # read_form checked it
         credentials = HTTPAuthorizationCredentials(scheme="Bearer", credentials=values.token)
         try:
             auth.require_write(request, auth.token_role(request, credentials))
         except HTTPException as exc:
             return again(exc.status_code, {"token": [str(exc.detail)]})
-        data = await run_in_threadpool(_read_upload, upload, settings.try_max_bytes)
+        file = form.get("file")
+        image = None
+        if isinstance(file, StarletteUpload) and file.filename:
+            image = await run_in_threadpool(_read_upload, file, settings.try_max_bytes)
+        upload = Upload.of(image, values.text)
         catalog = FileModels.read(settings.catalog)
         try:
             answer = await run_in_threadpool(
@@ -215,13 +245,15 @@ async def try_post(request: Request) -> Response:
                 values.model,
                 values.frameworks,
                 values.k,
-                data,
+                upload,
                 values.options,
             )
         except TryError as exc:
             return again(exc.status, try_page.by_field(exc.problems), exc.headers)
     finally:
         await form.close()
-    media = MEDIA_TYPES[answer.image.format]
-    image = f"data:{media};base64,{base64.b64encode(data).decode()}"
-    return html(request, try_page.try_page(models, values, answer=answer, image=image))
+    shown = None
+    if answer.image is not None and image is not None:
+        media = MEDIA_TYPES[answer.image.format]
+        shown = f"data:{media};base64,{base64.b64encode(image).decode()}"
+    return html(request, try_page.try_page(models, values, answer=answer, image=shown))

@@ -38,7 +38,7 @@ from mlmodelscope.agent.tasks.segmentation import (
 )
 from mlmodelscope.agent.tasks.text import classification_metrics
 from mlmodelscope.spec.base import SpecError
-from mlmodelscope.spec.evaluation import EvaluationSpec, Layout, Task, TensorSpec
+from mlmodelscope.spec.evaluation import ChannelOrder, EvaluationSpec, Layout, Task, TensorSpec
 
 Predict = Callable[[Sequence[np.ndarray]], list[np.ndarray]]
 Progress = Callable[[int, int], None]
@@ -227,7 +227,7 @@ def segmentation_pass(
     return _finished(lambda: segmentation_metrics(confusion), run, batch_size)
 
 
-def _images(out: np.ndarray, layout: Layout | None) -> np.ndarray:
+def output_images(out: np.ndarray, layout: Layout | None) -> np.ndarray:
     """Images [N, H, W, C] from an output [N, C, H, W] or [N, H, W, C] (C of 1 or 3; the
     output's declared layout decides, else where a channel axis of that size is) or grey
     images [N, H, W]."""
@@ -245,6 +245,13 @@ def _images(out: np.ndarray, layout: Layout | None) -> np.ndarray:
         f"or [batch, H, W]; the output is {list(out.shape)} {out.dtype.name}"
         + (f" (declared {layout.value})" if layout is not None else ""),
     )
+
+
+def fed_bgr(spec: EvaluationSpec) -> bool:
+    """Whether the model takes its images in BGR (the preprocessing's last channelOrder
+    says so): its output images are BGR too."""
+    orders = [s.channel_order.order for s in spec.preprocessing if s.channel_order]
+    return bool(orders) and orders[-1] == ChannelOrder.BGR
 
 
 def read_target(path: Path, channels: int, data_range: float, bgr: bool) -> np.ndarray:
@@ -324,7 +331,7 @@ def image_to_image_pass(
 
     def consume(part: slice, chosen: list[np.ndarray]) -> None:
         nonlocal scoring_ns
-        for offset, image in enumerate(_images(chosen[0], layout)):
+        for offset, image in enumerate(output_images(chosen[0], layout)):
             path = targets[part.start + offset]
             target = read_target(path, image.shape[2], data_range, bgr)
             if target.shape[:2] != image.shape[:2]:

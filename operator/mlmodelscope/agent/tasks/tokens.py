@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from mlmodelscope.agent.tasks.data import DatasetError
+from mlmodelscope.spec.base import SpecError
+from mlmodelscope.spec.evaluation import Dataset
 
 TOKEN_FIELDS = ("input_ids", "attention_mask", "token_type_ids")
 """The fields a text dataset offers model inputs, in the order BERT takes them."""
@@ -38,6 +40,21 @@ def load_tokenizer(path: Path) -> Any:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # the Rust side raises a bare Exception with serde's message
         raise DatasetError(f"{path}: not a tokenizers tokenizer.json ({exc})") from None
+
+
+def dataset_tokenizer(dataset: Dataset, base_dir: Path | None) -> Any:
+    """The tokenizer a text dataset names (``dataset.tokenizer``, a local path, file:// or
+    pvc:// URI), read now; a :class:`SpecError` on that field when it cannot be."""
+    from mlmodelscope.agent.sources import local_path
+
+    field = "spec.dataset.tokenizer"
+    if dataset.tokenizer is None:
+        raise SpecError(field, "required for a text dataset: a tokenizer.json")
+    path = local_path(dataset.tokenizer, base_dir=base_dir, field=field)
+    try:
+        return load_tokenizer(path)
+    except DatasetError as exc:
+        raise SpecError(field, str(exc)) from None
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int) -> Tokens:

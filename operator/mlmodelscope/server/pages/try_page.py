@@ -1,5 +1,6 @@
-"""The dashboard's Try page (``/try``) as an HTML string: a plain multipart form (no script) and,
-after a try, each framework's answer by the Model's task (:mod:`.try_results`).
+"""The dashboard's Try page (``/try``) as an HTML string: a plain multipart form (no script) with
+an image file and a text (for text Models) and, after a try, each framework's answer by the
+Model's task (:mod:`.try_results`).
 
 The form posts to ``/try``, which answers this page again: with the results, or with each
 problem next to its field. Every value from the request, the catalog or a framework's error is
@@ -19,12 +20,21 @@ from starlette.datastructures import FormData, UploadFile
 from mlmodelscope.server.launches import FRAMEWORKS
 from mlmodelscope.server.pages.render import esc, page
 from mlmodelscope.server.pages.try_results import STYLE, try_results
-from mlmodelscope.server.trials import FORMATS, MAX_K
+from mlmodelscope.server.trials import FORMATS, MAX_K, MAX_TEXT_CHARS
 from mlmodelscope.server.try_answers import TryAnswer
 from mlmodelscope.server.try_tasks import TryOptions
 
 ACCEPT: Final = ",".join(f"image/{f.lower()}" for f in FORMATS) + ",.png,.jpg,.jpeg,.bmp"
-OPTION_TEXTS: Final = ("output", "classes", "box_format", "score_threshold", "nms_iou")
+OPTION_TEXTS: Final = (
+    "output",
+    "classes",
+    "box_format",
+    "score_threshold",
+    "nms_iou",
+    "tokenizer",
+    "max_length",
+    "data_range",
+)
 """The task options the form has as text fields (``normalized`` is a checkbox)."""
 BOX_FORMATS: Final[tuple[str, ...]] = get_args(TryOptions.model_fields["box_format"].annotation)
 
@@ -39,6 +49,8 @@ class TryValues:
     options: TryOptions = field(default_factory=TryOptions)
     texts: Mapping[str, str] = field(default_factory=dict)
     """The task options as typed, to show them again."""
+    text: str = ""
+    """The text to try on a text Model, as typed."""
     token: str = field(default="", repr=False)
 
 
@@ -66,8 +78,9 @@ def read_options(
 
 
 def read_form(form: FormData, models: Sequence[str]) -> tuple[TryValues, dict[str, list[str]]]:
-    """The form's values and what is wrong with each field (the file is checked here for
-    presence only; :func:`~mlmodelscope.server.trials.check_image` checks what it is)."""
+    """The form's values and what is wrong with each field (the file and the text are
+    checked here for presence only: :func:`~mlmodelscope.server.trials.accepted` matches them
+    to the Model, :func:`~mlmodelscope.server.trials.check_image` checks what the file is)."""
     errors: dict[str, list[str]] = defaultdict(list)
 
     def text(name: str) -> str:
@@ -103,15 +116,25 @@ def read_form(form: FormData, models: Sequence[str]) -> tuple[TryValues, dict[st
     token = text("token")
     if not token:
         errors["token"].append("the server's write token is needed to try")
+    typed = form.get("text")
+    words = typed if isinstance(typed, str) else ""
+    if isinstance(typed, UploadFile):
+        errors["text"].append("expected text, got a file")
     upload = form.get("file")
-    if not isinstance(upload, UploadFile) or not upload.filename:
-        errors["file"].append("choose an image file")
+    if (not isinstance(upload, UploadFile) or not upload.filename) and not words.strip():
+        errors["file"].append("choose an image file (or, for a text Model, type a text)")
     texts = {name: text(name) for name in OPTION_TEXTS}
     options, wrong = read_options(texts, text("normalized") == "true")
     for name, messages in wrong.items():
         errors[name].extend(messages)
     values = TryValues(
-        model=model, frameworks=tuple(chosen), k=k, options=options, texts=texts, token=token
+        model=model,
+        frameworks=tuple(chosen),
+        k=k,
+        options=options,
+        texts=texts,
+        text=words,
+        token=token,
     )
     return values, dict(errors)
 
@@ -123,7 +146,8 @@ def _errors(errors: dict[str, list[str]], name: str) -> str:
 
 def _task_options(values: TryValues, errors: dict[str, list[str]]) -> str:
     """The task options' fieldset: a detection Model's box reading, a segmentation Model's
-    output and classes."""
+    output and classes, a text Model's tokenizer and length, an image-to-image Model's
+    output range."""
 
     def typed(name: str) -> str:
         return esc(values.texts.get(name, ""))
@@ -145,9 +169,18 @@ value="{typed("nms_iou")}"></label>{_errors(errors, "nms_iou")}
 {_errors(errors, "output")}
 <label>classes<input name="classes" inputmode="numeric" placeholder="from the output's shape"
 value="{typed("classes")}"></label>{_errors(errors, "classes")}
+<label>tokenizer<input name="tokenizer" placeholder="path/to/tokenizer.json"
+value="{typed("tokenizer")}"></label>{_errors(errors, "tokenizer")}
+<label>max length<input name="max_length" inputmode="numeric"
+placeholder="from the input's shape" value="{typed("max_length")}"></label>
+{_errors(errors, "max_length")}
+<label>data range<input name="data_range" inputmode="decimal" placeholder="1.0"
+value="{typed("data_range")}"></label>{_errors(errors, "data_range")}
 <span class="hint whole">By the Model's task: a detection Model reads boxes (box format,
 normalized, threshold, NMS: spec.task.detection's), a segmentation Model a class map (output,
-classes: spec.task's); a classification Model answers its top k.</span>
+classes: spec.task's), a text Model its top k of the text through the tokenizer.json this
+server reads (tokenizer, max length: a text dataset's), an image-to-image Model an output image
+of values 0..data range (spec.task.dataRange); a classification Model answers its top k.</span>
 </fieldset>"""
 
 
@@ -171,13 +204,16 @@ def _form(models: Mapping[str, str | None], values: TryValues, errors: dict[str,
     general = "".join(f'<p class="error">{esc(m)}</p>' for m in errors.get("", []))
     return f"""{general}
 <form id="try-form" class="launch" method="post" action="/try" enctype="multipart/form-data">
-<fieldset><legend>Image</legend>
-<label>file<input type="file" name="file" accept="{ACCEPT}" required></label>
+<fieldset><legend>Input</legend>
+<label>image file<input type="file" name="file" accept="{ACCEPT}"></label>
 {_errors(errors, "file")}
+<label>text (text Models)<textarea name="text" rows="3" maxlength="{MAX_TEXT_CHARS}"
+placeholder="a text to classify">{esc(values.text)}</textarea></label>
+{_errors(errors, "text")}
 </fieldset>
 <fieldset><legend>Model</legend>
 <label>model<select name="model">{options}</select></label>{_errors(errors, "model")}
-<label>top k (classification)<input name="k" type="number" min="1" max="{MAX_K}"
+<label>top k (classification, text)<input name="k" type="number" min="1" max="{MAX_K}"
 value="{values.k}"></label>
 {_errors(errors, "k")}
 </fieldset>
@@ -188,7 +224,8 @@ value="{values.k}"></label>
 {_errors(errors, "token")}
 </fieldset>
 <div class="actions"><button type="submit" id="try">Try</button>
-<span class="hint">the image is used for this answer only; the server keeps no copy</span></div>
+<span class="hint">the image or text is used for this answer only; the server keeps no
+copy</span></div>
 </form>"""
 
 
@@ -203,11 +240,13 @@ def try_page(
     """The form over ``models`` (name -> task label), with ``errors`` next to their fields,
     and ``answer`` below it after a try."""
     intro = (
-        "<p>Try one image on a Model of this server's catalog in each framework ticked: the "
-        "Model's own preprocessing and postprocessing, as an evaluation runs them. By the "
-        "Model's task label, the answer is its top classes, its boxes drawn over the image "
-        "(detection) or each pixel's class (segmentation). Digits Models take light ink on a "
-        'dark ground, shrunk to 8x8. <a href="/launch">Launch an evaluation</a></p>'
+        "<p>Try one image (or, on a text Model, one text) on a Model of this server's catalog "
+        "in each framework ticked: the Model's own preprocessing and postprocessing, as an "
+        "evaluation runs them. By the Model's task label, the answer is its top classes, its "
+        "boxes drawn over the image (detection), each pixel's class (segmentation), the text's "
+        "top classes (text-classification) or the output image beside the input "
+        "(image-to-image). Digits Models take light ink on a dark ground, shrunk to 8x8. "
+        '<a href="/launch">Launch an evaluation</a></p>'
     )
-    results = try_results(answer, image) if answer is not None else ""
+    results = try_results(answer, image, values.text) if answer is not None else ""
     return page("Try", STYLE + intro + _form(models, values, errors or {}) + results)

@@ -1,10 +1,11 @@
 """A try's answer as HTML: the verdict, and one column per framework with its answer by task
-(the top classes; the boxes drawn over the uploaded image; the class map beside it with each
-class's pixels) and its latency, load time, framework version and device.
+(the top classes, of the image or the text; the boxes drawn over the uploaded image; the class
+map beside it with each class's pixels; the output image beside it with its size and how far it
+is from the first framework's) and its latency, load time, framework version and device.
 
 No script and no library: boxes are an inline SVG laid over the ``<img>`` in the image's own
-pixel coordinates (its ``viewBox``), the class map a PNG ``data:`` URL. Every label and error
-is escaped.
+pixel coordinates (its ``viewBox``), the class map and the output image PNG ``data:`` URLs.
+Every label, text and error is escaped.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from __future__ import annotations
 from typing import Final
 
 from mlmodelscope.server.pages.render import esc
-from mlmodelscope.server.try_answers import Box, ClassMapAnswer, FrameworkTry, TryAnswer, colour_hex
+from mlmodelscope.server.try_answers import (
+    AGREE_PSNR_DB,
+    Box,
+    ClassMapAnswer,
+    FrameworkTry,
+    OutputImageAnswer,
+    TryAnswer,
+    colour_hex,
+)
 
 STYLE: Final = """<style>
 .try-results{display:flex;flex-wrap:wrap;gap:12px 28px;align-items:flex-start}
@@ -25,6 +34,7 @@ background:#000}
 .overlay svg{position:absolute;left:0;top:0;width:100%;height:100%}
 .overlay text{paint-order:stroke;stroke:#000;stroke-width:.6px;font-family:sans-serif}
 .pair{display:flex;gap:8px}.pair figure{margin:0;width:140px}
+.tried-text{white-space:pre-wrap;border-left:3px solid #dde3ea;padding-left:8px;max-width:60em}
 .pair figcaption{font-size:.8em;color:#555;line-height:1.3}
 .swatch{display:inline-block;width:.9em;height:.9em;border:1px solid #999;
 vertical-align:middle}
@@ -132,6 +142,36 @@ def _class_map(found: ClassMapAnswer, image: str | None) -> str:
     )
 
 
+def _output_image(found: OutputImageAnswer, image: str | None) -> str:
+    upload = (
+        f'<figure><img alt="the uploaded image" src="{esc(image)}">'
+        "<figcaption>the input</figcaption></figure>"
+        if image
+        else ""
+    )
+    difference = found.difference
+    versus = ""
+    if difference is not None:
+        if not difference.same_size:
+            said = "another size"
+        elif difference.psnr_db is None:
+            said = "identical"
+        else:
+            said = (
+                f"PSNR {difference.psnr_db:.1f} dB, largest difference "
+                f"{difference.max_difference}/255"
+            )
+        versus = (
+            f'<p class="hint difference" data-psnr="{difference.psnr_db or ""}">against '
+            f"{esc(difference.framework)}: {said}</p>"
+        )
+    return (
+        f'<div class="pair">{upload}<figure><img class="output-image" alt="the output image" '
+        f'src="data:image/png;base64,{found.png}"><figcaption>the output '
+        f"({found.width}x{found.height})</figcaption></figure></div>{versus}"
+    )
+
+
 def _framework(result: FrameworkTry, answer: TryAnswer, image: str | None) -> str:
     head = f'<h3>{esc(result.framework)}</h3><p class="hint">{esc(result.evaluation)}</p>'
     if not result.ok:
@@ -140,17 +180,27 @@ def _framework(result: FrameworkTry, answer: TryAnswer, image: str | None) -> st
             f'<section class="framework" data-framework="{esc(result.framework)}">{head}'
             f'<p class="error">failed{where}: {esc(result.error or "")}</p></section>'
         )
-    if answer.task == "detection":
+    if answer.task == "detection" and answer.image is not None:
         body = _boxes(result, image, answer.image.width, answer.image.height)
     elif result.class_map is not None:
         body = _class_map(result.class_map, image)
+    elif result.output_image is not None:
+        body = _output_image(result.output_image, image)
     else:
         body = _classes(result)
+    tokens = (
+        f'<tr><th>tokens</th><td class="tokens">{result.tokens}'
+        + (" (truncated)" if result.truncated else "")
+        + "</td></tr>"
+        if result.tokens is not None
+        else ""
+    )
     facts = (
         f'<tr><th>latency</th><td class="latency">{_ms(result.latency_ms)}</td></tr>'
         f"<tr><th>preprocess</th><td>{_ms(result.preprocess_ms)}</td></tr>"
         f"<tr><th>postprocess</th><td>{_ms(result.postprocess_ms)}</td></tr>"
-        f"<tr><th>load</th><td>{_ms(result.load_ms) or 'already loaded'}</td></tr>"
+        + tokens
+        + f"<tr><th>load</th><td>{_ms(result.load_ms) or 'already loaded'}</td></tr>"
         + (
             f"<tr><th>warm-up</th><td>{_ms(result.warmup_ms)}</td></tr>"
             if result.warmup_ms is not None
@@ -176,6 +226,9 @@ def _verdict(answer: TryAnswer) -> str:
     elif answer.task == "segmentation":
         what = "every pixel's class"
         found = ", ".join(c.label for c in first.class_map.classes) if first.class_map else ""
+    elif first.output_image is not None:
+        what = f"the output image (PSNR {AGREE_PSNR_DB:g} dB or more)"
+        found = f"{first.output_image.width}x{first.output_image.height}"
     else:
         what = f"the top {answer.k}"
         found = ", ".join(c.label for c in first.top)
@@ -189,14 +242,23 @@ def _verdict(answer: TryAnswer) -> str:
     return f'<p class="disagree" id="verdict">The frameworks disagree on {what}.</p>'
 
 
-def try_results(answer: TryAnswer, image: str | None) -> str:
-    """The answer under the form; ``image``: the upload as a ``data:`` URL."""
+def try_results(answer: TryAnswer, image: str | None, text: str = "") -> str:
+    """The answer under the form; ``image``: the upload as a ``data:`` URL; ``text``: the
+    text tried on a text Model."""
     picture = f'<img class="upload" alt="the uploaded image" src="{esc(image)}">' if image else ""
+    if answer.image is not None:
+        upload = (
+            f"{esc(answer.image.format)}, {answer.image.width}x{answer.image.height} pixels, "
+            f"{answer.image.bytes} bytes"
+        )
+    elif answer.text is not None:
+        picture = f'<blockquote class="tried-text">{esc(text)}</blockquote>'
+        upload = f"a text of {answer.text.characters} characters"
+    else:
+        upload = "no upload"
     about = (
-        f'<p class="hint">{esc(answer.image.format)}, {answer.image.width}x'
-        f"{answer.image.height} pixels, {answer.image.bytes} bytes; Model "
-        f"{esc(answer.model)} ({esc(answer.task)}). Latency: that one inference (batch 1), "
-        "loading excluded.</p>"
+        f'<p class="hint">{upload}; Model {esc(answer.model)} ({esc(answer.task)}). Latency: '
+        "that one inference (batch 1), loading excluded.</p>"
     )
     columns = "".join(_framework(r, answer, image) for r in answer.results)
     return (
