@@ -29,6 +29,7 @@ from mlmodelscope.contract.redact import REDACTED, forget_secrets
 from mlmodelscope.contract.wire import RESULT_KEY
 from mlmodelscope.controller import status as evaluation_status
 from mlmodelscope.controller.results import outcome_from_configmap
+from mlmodelscope.controller.status import Observed
 from mlmodelscope.devtools.telemetry_servers import Jaeger, Pushgateway, http_get
 from mlmodelscope.store.store import open_store
 from mlmodelscope.telemetry.agent import AgentTelemetry
@@ -130,7 +131,13 @@ def job(
         assert outcome is not None and outcome.error is not None
         running = {"observedGeneration": 1, "jobName": name, "phase": "Running"}
         change = evaluation_status.failed(
-            running, 1, name, "EvaluationFailed", outcome.error, evaluation_status.now(), outcome
+            Observed.of(running),
+            1,
+            name,
+            "EvaluationFailed",
+            outcome.error,
+            evaluation_status.now(),
+            outcome,
         )
         out, err = capfd.readouterr()
         texts = {

@@ -78,7 +78,7 @@ def add_foreign_condition(writer: ConcurrentWriter) -> Callable[[], None]:
     return write
 
 
-def job_created(st: Any) -> status.StatusChange:
+def job_created(st: status.Observed) -> status.StatusChange:
     return status.job_created(st, 1, "e-g1", "e-results", None, T0)
 
 
@@ -91,8 +91,8 @@ def test_a_status_write_that_meets_a_concurrent_one_is_recomputed_from_the_fresh
     read = writer.stored()["metadata"]["resourceVersion"]
     seen: list[dict[str, Any]] = []
 
-    def compute(st: Any) -> status.StatusChange:
-        seen.append(dict(st))
+    def compute(st: status.Observed) -> status.StatusChange:
+        seen.append(dict(st.raw))
         return job_created(st)
 
     evaluation, change = ctx.update_status("a", "e", compute)
@@ -118,7 +118,9 @@ def test_an_unguarded_merge_patch_would_have_lost_the_concurrent_condition() -> 
     ctx, writer, _ = world()
     writer.meanwhile.append(add_foreign_condition(writer))
     stale = ctx.kube.get(PATH)
-    ctx.kube.merge_patch(PATH + "/status", {"status": job_created(stale["status"]).patch})
+    ctx.kube.merge_patch(
+        PATH + "/status", {"status": job_created(status.Observed.of(stale["status"])).patch}
+    )
     assert "ExternalCheck" not in [c["type"] for c in writer.stored()["status"]["conditions"]]
 
 
@@ -126,7 +128,7 @@ def test_a_change_that_became_unnecessary_after_the_conflict_is_not_written() ->
     """The concurrent writer made the same transition: recomputed, nothing is left to write
     and no Event is posted twice."""
     ctx, writer, events = world()
-    writer.meanwhile.append(lambda: writer.write(job_created({}).patch))
+    writer.meanwhile.append(lambda: writer.write(job_created(status.Observed.of({})).patch))
     _, change = ctx.update_status("a", "e", job_created)
     assert writer.conflicts == 1 and len(writer.patches) == 1
     assert change is status.NO_CHANGE and events == []

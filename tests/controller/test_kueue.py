@@ -17,7 +17,7 @@ from mlmodelscope.controller import builders, job_state, kueue, names, status
 from mlmodelscope.controller.admission import fifo
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
-from mlmodelscope.controller.status import ConditionType, Reason
+from mlmodelscope.controller.status import ConditionType, Observed, Reason
 from mlmodelscope.spec import ModelEvaluation
 from mlmodelscope.spec.status import EvaluationStatus
 
@@ -97,7 +97,9 @@ def test_suspended_jobs_do_not_fill_the_limit() -> None:
 
 
 def test_waiting_for_kueue_is_queued_with_the_job() -> None:
-    change = status.waiting_for_kueue({}, 1, "e-g1", "e-results", "team-queue", T0, "ab" * 16)
+    change = status.waiting_for_kueue(
+        Observed.of({}), 1, "e-g1", "e-results", "team-queue", T0, "ab" * 16
+    )
     st = apply({}, change)
     assert st["phase"] == "Queued" and st["jobName"] == "e-g1"
     assert st["resultsConfigMap"] == "e-results" and st["traceID"] == "ab" * 16
@@ -106,43 +108,43 @@ def test_waiting_for_kueue_is_queued_with_the_job() -> None:
     assert queued["message"].startswith("waiting for Kueue admission in queue team-queue")
     assert change.event is not None and change.event.reason == "Queued"
     # The same Job event again changes nothing and posts nothing.
-    assert not status.waiting_for_kueue(st, 1, "e-g1", "e-results", "team-queue", T1)
+    assert not status.waiting_for_kueue(Observed.of(st), 1, "e-g1", "e-results", "team-queue", T1)
 
 
 def test_a_suspended_job_without_a_queue_says_so() -> None:
-    st = apply({}, status.waiting_for_kueue({}, 1, "e-g1", "e-results", None, T0))
+    st = apply({}, status.waiting_for_kueue(Observed.of({}), 1, "e-g1", "e-results", None, T0))
     assert cond(st, ConditionType.QUEUED)["reason"] == Reason.JOB_SUSPENDED
     assert st["message"] == "Job e-g1 is suspended"
 
 
 def test_admission_then_running_then_success() -> None:
-    st = apply({}, status.waiting_for_kueue({}, 1, "e-g1", "e-results", "q", T0))
-    assert not status.running({}, 1, "e-g1", T1), "no status of another run is touched"
-    admitted = status.unsuspended(st, 1, "e-g1", T1)
+    st = apply({}, status.waiting_for_kueue(Observed.of({}), 1, "e-g1", "e-results", "q", T0))
+    assert not status.running(Observed.of({}), 1, "e-g1", T1), "no status of another run is touched"
+    admitted = status.unsuspended(Observed.of(st), 1, "e-g1", T1)
     st = apply(st, admitted)
     assert st["phase"] == "Pending" and st["message"] == "Kueue admitted Job e-g1"
     assert cond(st, ConditionType.QUEUED)["status"] == "False"
     assert admitted.event is not None and admitted.event.reason == Reason.ADMITTED
-    assert not status.unsuspended(st, 1, "e-g1", T1)
-    st = apply(st, status.running(st, 1, "e-g1", T2))
+    assert not status.unsuspended(Observed.of(st), 1, "e-g1", T1)
+    st = apply(st, status.running(Observed.of(st), 1, "e-g1", T2))
     assert st["phase"] == "Running"
 
 
 def test_eviction_queues_a_running_evaluation_again_and_final_ones_stay() -> None:
-    st = apply({}, status.waiting_for_kueue({}, 1, "e-g1", "e-results", "q", T0))
-    st = apply(st, status.unsuspended(st, 1, "e-g1", T1))
-    st = apply(st, status.running(st, 1, "e-g1", T1))
-    st = apply(st, status.waiting_for_kueue(st, 1, "e-g1", "e-results", "q", T2))
+    st = apply({}, status.waiting_for_kueue(Observed.of({}), 1, "e-g1", "e-results", "q", T0))
+    st = apply(st, status.unsuspended(Observed.of(st), 1, "e-g1", T1))
+    st = apply(st, status.running(Observed.of(st), 1, "e-g1", T1))
+    st = apply(st, status.waiting_for_kueue(Observed.of(st), 1, "e-g1", "e-results", "q", T2))
     assert st["phase"] == "Queued" and st["startTime"] == T1
-    failed = apply(st, status.failed(st, 1, "e-g1", Reason.JOB_DELETED, "gone", T2))
+    failed = apply(st, status.failed(Observed.of(st), 1, "e-g1", Reason.JOB_DELETED, "gone", T2))
     assert failed["phase"] == "Failed", "a Job deleted while it waits ends the run"
-    assert not status.waiting_for_kueue(failed, 1, "e-g1", "e-results", "q", T2)
+    assert not status.waiting_for_kueue(Observed.of(failed), 1, "e-g1", "e-results", "q", T2)
 
 
 def test_a_new_generation_waits_afresh() -> None:
-    st = apply({}, status.waiting_for_kueue({}, 1, "e-g1", "e-results", "q", T0))
-    st = apply(st, status.failed(st, 1, "e-g1", Reason.JOB_DELETED, "gone", T1))
-    st = apply(st, status.waiting_for_kueue(st, 2, "e-g2", "e-results", "q", T2))
+    st = apply({}, status.waiting_for_kueue(Observed.of({}), 1, "e-g1", "e-results", "q", T0))
+    st = apply(st, status.failed(Observed.of(st), 1, "e-g1", Reason.JOB_DELETED, "gone", T1))
+    st = apply(st, status.waiting_for_kueue(Observed.of(st), 2, "e-g2", "e-results", "q", T2))
     assert st["phase"] == "Queued" and st["observedGeneration"] == 2
     assert status.condition(st, ConditionType.FAILED) is None
 
@@ -158,12 +160,16 @@ PENDING_TEXT = (
 
 
 def waiting(queue_name: str = "q") -> dict[str, Any]:
-    return apply({}, status.waiting_for_kueue({}, 1, "e-g1", "e-results", queue_name, T0))
+    return apply(
+        {}, status.waiting_for_kueue(Observed.of({}), 1, "e-g1", "e-results", queue_name, T0)
+    )
 
 
 def test_kueues_reason_and_message_become_the_queued_condition_and_the_message() -> None:
     st = waiting("team-queue")
-    change = status.kueue_waiting(st, 1, "e-g1", "team-queue", "Pending", PENDING_TEXT, T1)
+    change = status.kueue_waiting(
+        Observed.of(st), 1, "e-g1", "team-queue", "Pending", PENDING_TEXT, T1
+    )
     st = apply(st, change)
     expected = f"waiting for Kueue admission in queue team-queue: {PENDING_TEXT}"
     assert st["phase"] == "Queued" and st["message"] == expected
@@ -173,22 +179,37 @@ def test_kueues_reason_and_message_become_the_queued_condition_and_the_message()
     assert cond(st, ConditionType.RUNNING)["reason"] == "Pending"
     assert change.event == status.Event("Normal", "Pending", expected)
     # The same reason again: no patch, no event.
-    assert not status.kueue_waiting(st, 1, "e-g1", "team-queue", "Pending", PENDING_TEXT, T2)
+    assert not status.kueue_waiting(
+        Observed.of(st), 1, "e-g1", "team-queue", "Pending", PENDING_TEXT, T2
+    )
 
 
 def test_a_new_message_with_the_same_reason_is_patched_without_an_event() -> None:
-    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "Pending", "a", T1))
-    change = status.kueue_waiting(st, 1, "e-g1", "q", "Pending", "b", T2)
+    st = apply(
+        waiting(), status.kueue_waiting(Observed.of(waiting()), 1, "e-g1", "q", "Pending", "a", T1)
+    )
+    change = status.kueue_waiting(Observed.of(st), 1, "e-g1", "q", "Pending", "b", T2)
     assert change.patch["message"] == "waiting for Kueue admission in queue q: b"
     assert change.event is None
-    other = status.kueue_waiting(st, 1, "e-g1", "q", "Inadmissible", "no LocalQueue", T2)
+    other = status.kueue_waiting(
+        Observed.of(st), 1, "e-g1", "q", "Inadmissible", "no LocalQueue", T2
+    )
     assert other.event is not None and other.event.reason == "Inadmissible"
 
 
 def test_an_eviction_is_a_warning_and_says_evicted() -> None:
-    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "Pending", "a", T1))
+    st = apply(
+        waiting(), status.kueue_waiting(Observed.of(waiting()), 1, "e-g1", "q", "Pending", "a", T1)
+    )
     change = status.kueue_waiting(
-        st, 1, "e-g1", "q", "Preempted", "Preempted to accommodate a workload", T2, evicted=True
+        Observed.of(st),
+        1,
+        "e-g1",
+        "q",
+        "Preempted",
+        "Preempted to accommodate a workload",
+        T2,
+        evicted=True,
     )
     st = apply(st, change)
     assert cond(st, ConditionType.QUEUED)["reason"] == "Preempted"
@@ -200,33 +221,43 @@ def test_an_eviction_is_a_warning_and_says_evicted() -> None:
 
 def test_kueues_reason_applies_only_while_the_status_shows_that_job_queued() -> None:
     args = ("q", "Pending", "a", T1)
-    assert not status.kueue_waiting({}, 1, "e-g1", *args), "no status yet"
+    assert not status.kueue_waiting(Observed.of({}), 1, "e-g1", *args), "no status yet"
     st = waiting()
-    assert not status.kueue_waiting(st, 1, "e-g0", *args), "another Job"
-    assert not status.kueue_waiting(st, 2, "e-g1", *args), "another generation"
-    running = apply(st, status.unsuspended(st, 1, "e-g1", T1))
-    assert not status.kueue_waiting(running, 1, "e-g1", *args), "admitted already"
-    limited = apply({}, status.queued({}, 1, "2 of 2 evaluations running", T0))
-    assert not status.kueue_waiting(limited, 1, "e-g1", *args), "the operator's own queue"
+    assert not status.kueue_waiting(Observed.of(st), 1, "e-g0", *args), "another Job"
+    assert not status.kueue_waiting(Observed.of(st), 2, "e-g1", *args), "another generation"
+    running = apply(st, status.unsuspended(Observed.of(st), 1, "e-g1", T1))
+    assert not status.kueue_waiting(Observed.of(running), 1, "e-g1", *args), "admitted already"
+    limited = apply({}, status.queued(Observed.of({}), 1, "2 of 2 evaluations running", T0))
+    assert not status.kueue_waiting(Observed.of(limited), 1, "e-g1", *args), (
+        "the operator's own queue"
+    )
 
 
 def test_a_reason_that_is_no_condition_reason_falls_back() -> None:
-    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "not a reason!", "x", T1))
+    st = apply(
+        waiting(),
+        status.kueue_waiting(Observed.of(waiting()), 1, "e-g1", "q", "not a reason!", "x", T1),
+    )
     assert cond(st, ConditionType.QUEUED)["reason"] == Reason.WAITING_FOR_KUEUE
 
 
 def test_job_events_keep_kueues_reason_and_admission_still_says_kueue() -> None:
-    st = apply(waiting(), status.kueue_waiting(waiting(), 1, "e-g1", "q", "Pending", "a", T1))
-    assert not status.waiting_for_kueue(st, 1, "e-g1", "e-results", "q", T2)
-    admitted = status.unsuspended(st, 1, "e-g1", T2)
+    st = apply(
+        waiting(), status.kueue_waiting(Observed.of(waiting()), 1, "e-g1", "q", "Pending", "a", T1)
+    )
+    assert not status.waiting_for_kueue(Observed.of(st), 1, "e-g1", "e-results", "q", T2)
+    admitted = status.unsuspended(Observed.of(st), 1, "e-g1", T2)
     st = apply(st, admitted)
     assert st["message"] == "Kueue admitted Job e-g1"
     assert cond(st, ConditionType.QUEUED)["reason"] == Reason.ADMITTED
     # Evicted after it ran: Queued again (generic first), then Kueue's reason.
-    st = apply(st, status.running(st, 1, "e-g1", T2))
-    st = apply(st, status.waiting_for_kueue(st, 1, "e-g1", "e-results", "q", T2))
+    st = apply(st, status.running(Observed.of(st), 1, "e-g1", T2))
+    st = apply(st, status.waiting_for_kueue(Observed.of(st), 1, "e-g1", "e-results", "q", T2))
     assert cond(st, ConditionType.QUEUED)["reason"] == Reason.WAITING_FOR_KUEUE
-    st = apply(st, status.kueue_waiting(st, 1, "e-g1", "q", "Preempted", "p", T2, evicted=True))
+    st = apply(
+        st,
+        status.kueue_waiting(Observed.of(st), 1, "e-g1", "q", "Preempted", "p", T2, evicted=True),
+    )
     assert st["phase"] == "Queued" and cond(st, ConditionType.QUEUED)["reason"] == "Preempted"
 
 
@@ -429,7 +460,10 @@ def watch(cluster: Cluster, events: list[status.Event]) -> kueue.KueueWatch:
 def test_the_watch_shows_kueues_reason_once_and_reads_nothing_more_while_it_holds() -> None:
     cluster, events = Cluster(), []
     cluster.add("e", waiting("team-queue"))
-    cluster.add("f", apply({}, status.waiting_for_kueue({}, 1, "f-g1", "f-r", "team-queue", T0)))
+    cluster.add(
+        "f",
+        apply({}, status.waiting_for_kueue(Observed.of({}), 1, "f-g1", "f-r", "team-queue", T0)),
+    )
     cluster.add_workloads(
         *(
             workload(condition_of("QuotaReserved", "False", "Pending", PENDING_TEXT), uid=uid)

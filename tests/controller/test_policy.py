@@ -9,6 +9,7 @@ import pytest
 
 from mlmodelscope.controller import namespace_policy, policy, status
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
+from mlmodelscope.controller.status import Observed
 from mlmodelscope.spec import ModelEvaluation
 
 Make = Callable[..., ModelEvaluation]
@@ -140,12 +141,12 @@ def test_bad_values_stop_the_operator(env: dict[str, str]) -> None:
 
 
 def test_policy_denied_is_a_failed_run_with_a_warning_event() -> None:
-    change = status.policy_denied({}, 3, "denied by the operator's policy: x", "t")
+    change = status.policy_denied(Observed.of({}), 3, "denied by the operator's policy: x", "t")
     assert change.patch["phase"] == "Failed"
     failed = next(c for c in change.patch["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "PolicyDenied"
     assert change.event is not None and change.event.reason == "PolicyDenied"
-    again = status.policy_denied({**change.patch}, 3, "x", "t2")
+    again = status.policy_denied(Observed.of({**change.patch}), 3, "x", "t2")
     assert again is status.NO_CHANGE
 
 

@@ -19,6 +19,7 @@ from mlmodelscope.controller import recording, run_store, status
 from mlmodelscope.controller.instrument import StartupError
 from mlmodelscope.controller.metrics import OperatorMetrics
 from mlmodelscope.controller.settings import OperatorSettings, SettingsError
+from mlmodelscope.controller.status import Observed
 from mlmodelscope.devtools.postgres import PostgreSQL
 from mlmodelscope.spec.status import EvaluationStatus
 from mlmodelscope.store import StoreError, open_store
@@ -165,7 +166,7 @@ def test_retries_cover_the_watched_namespaces(
 
 def test_recorded_says_so_once_without_an_event() -> None:
     run = str(uuid.uuid4())
-    change = status.recorded(finished_status(run), 1, run, NOW)
+    change = status.recorded(Observed.of(finished_status(run)), 1, run, NOW)
     assert change.event is None
     assert change.patch["record"] == {
         "state": "Recorded",
@@ -176,22 +177,22 @@ def test_recorded_says_so_once_without_an_event() -> None:
     }
     after = apply(finished_status(run), change)
     EvaluationStatus.model_validate(after)  # the CRD's shape
-    assert not status.recorded(after, 1, run, LATER)
-    assert not status.record_pending(after, 1, run, "down")  # never back to Pending
+    assert not status.recorded(Observed.of(after), 1, run, LATER)
+    assert not status.record_pending(Observed.of(after), 1, run, "down")  # never back to Pending
 
 
 def test_pending_warns_once_counts_attempts_then_recorded_announces_it() -> None:
     run = str(uuid.uuid4())
     current = finished_status(run)
-    first = status.record_pending(current, 1, run, "connection refused")
+    first = status.record_pending(Observed.of(current), 1, run, "connection refused")
     assert first.event is not None and first.event.type == "Warning"
     assert first.event.reason == "RecordPending"
     assert first.patch["record"]["state"] == "Pending"
     current = apply(current, first)
-    again = status.record_pending(current, 1, run, "connection refused")
+    again = status.record_pending(Observed.of(current), 1, run, "connection refused")
     assert again.event is None and again.patch["record"]["attempts"] == 2
     current = apply(current, again)
-    done = status.recorded(current, 1, run, LATER)
+    done = status.recorded(Observed.of(current), 1, run, LATER)
     assert done.event is not None and done.event.type == "Normal"
     assert done.event.reason == "Recorded" and "3 attempts" in done.event.message
     current = apply(current, done)
@@ -201,21 +202,23 @@ def test_pending_warns_once_counts_attempts_then_recorded_announces_it() -> None
 
 
 def test_not_recorded_when_there_is_no_document() -> None:
-    change = status.not_recorded(finished_status(None), 1, None, "not recorded: no document")
+    change = status.not_recorded(
+        Observed.of(finished_status(None)), 1, None, "not recorded: no document"
+    )
     assert change.patch["record"]["state"] == "NotRecorded"
     assert change.event is not None and change.event.reason == "NotRecorded"
     after = apply(finished_status(None), change)
-    assert not status.not_recorded(after, 1, None, "not recorded: no document")
+    assert not status.not_recorded(Observed.of(after), 1, None, "not recorded: no document")
     EvaluationStatus.model_validate(after)
 
 
 def test_record_changes_only_the_run_the_status_shows() -> None:
     run, other = str(uuid.uuid4()), str(uuid.uuid4())
     shown = finished_status(run, generation=2)
-    assert not status.recorded(shown, 2, other, NOW)  # an older run recorded late
-    assert not status.recorded(shown, 1, run, NOW)  # another generation
-    assert not status.record_pending(shown, 2, other, "down")
-    assert not status.recorded({**shown, "phase": "Running"}, 2, run, NOW)
+    assert not status.recorded(Observed.of(shown), 2, other, NOW)  # an older run recorded late
+    assert not status.recorded(Observed.of(shown), 1, run, NOW)  # another generation
+    assert not status.record_pending(Observed.of(shown), 2, other, "down")
+    assert not status.recorded(Observed.of({**shown, "phase": "Running"}), 2, run, NOW)
 
 
 def test_a_new_generation_clears_the_record() -> None:
@@ -225,7 +228,7 @@ def test_a_new_generation_clears_the_record() -> None:
         "jobName": "e-g1",
         "record": {"state": "Recorded", "runId": run},
     }
-    change = status.job_created(finished, 2, "e-g2", "e-results", None, NOW)
+    change = status.job_created(Observed.of(finished), 2, "e-g2", "e-results", None, NOW)
     assert change.patch["record"] is None
 
 

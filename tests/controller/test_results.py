@@ -124,6 +124,7 @@ def test_start_up_reaches_the_status_from_the_job_creation_and_the_agent_start()
 
     from mlmodelscope.contract.result import StartupInfo
     from mlmodelscope.controller import status
+    from mlmodelscope.controller.status import Observed
 
     startup = StartupInfo(
         process_started_at="2026-11-22T08:00:03.100Z",
@@ -146,10 +147,12 @@ def test_start_up_reaches_the_status_from_the_job_creation_and_the_agent_start()
     with_job = replace(outcome, job_created_at="2026-11-22T08:00:00Z")
     assert with_job.startup_status is not None and with_job.startup_status["jobSeconds"] == 7.35
     running = {"observedGeneration": 1, "phase": "Running", "jobName": "e-g1"}
-    change = status.succeeded(running, 1, "e-g1", with_job, "2026-11-22T08:00:09Z")
+    change = status.succeeded(Observed.of(running), 1, "e-g1", with_job, "2026-11-22T08:00:09Z")
     assert change.patch["startup"]["jobSeconds"] == 7.35
     # a later generation's run starts without the earlier run's start-up
-    new_run = status.job_created({**running, **change.patch}, 2, "e-g2", "e-results", None, "t")
+    new_run = status.job_created(
+        Observed.of({**running, **change.patch}), 2, "e-g2", "e-results", None, "t"
+    )
     assert new_run.patch["startup"] is None
     # a timestamp that is not one reports nothing rather than failing the handler
     garbled = replace(

@@ -19,7 +19,7 @@ from mlmodelscope.controller.handlers import handle_job, handle_pod
 from mlmodelscope.controller.runs import Handled
 from mlmodelscope.controller.settings import OperatorSettings
 from mlmodelscope.controller.slim import slim, slim_evaluation, slim_job
-from mlmodelscope.controller.status import ConditionType, Reason
+from mlmodelscope.controller.status import ConditionType, Observed, Reason
 
 T0 = "2026-11-22T08:00:00Z"
 PODS = ("list", "pods")
@@ -145,15 +145,17 @@ def test_children_are_matched_by_owner_uid() -> None:
 
 
 def test_a_rejected_job_ends_failed_without_naming_a_job() -> None:
-    change = status.job_rejected({}, 1, "e-g1", 'nodeSelector: Invalid value: "a b"', T0)
+    change = status.job_rejected(
+        Observed.of({}), 1, "e-g1", 'nodeSelector: Invalid value: "a b"', T0
+    )
     st = change.patch
     assert (st["phase"] == "Failed" and "jobName" not in st) or st.get("jobName") is None
     failed = next(c for c in st["conditions"] if c["type"] == ConditionType.FAILED)
     assert failed["reason"] == Reason.JOB_REJECTED and "a b" in failed["message"]
     assert change.event is not None and change.event.reason == Reason.JOB_REJECTED
-    assert status.job_rejected({**st, "observedGeneration": 1}, 1, "e-g1", "x", T0) == (
-        status.NO_CHANGE
-    )
+    assert status.job_rejected(
+        Observed.of({**st, "observedGeneration": 1}), 1, "e-g1", "x", T0
+    ) == (status.NO_CHANGE)
 
 
 def test_only_queued_evaluations_wait_ahead() -> None:
@@ -582,9 +584,11 @@ def test_a_run_whose_status_shows_it_waits_for_a_node_lists_no_pods_for_a_start_
     ctx, kube, _ = failed_job_world([pending])
     ctx.settings = OperatorSettings(start_timeout_seconds=60)
     pending_status = {**stored(kube)["status"], "phase": "Pending"}
-    change = status.unschedulable(pending_status, 1, "e-g1", "0/5 nodes are available", T1)
+    change = status.unschedulable(
+        Observed.of(pending_status), 1, "e-g1", "0/5 nodes are available", T1
+    )
     write_status(kube, {"phase": "Pending", **change.patch})
-    assert status.waits_for_a_node(stored(kube)["status"], 1, "e-g1")
+    assert status.waits_for_a_node(status.read_status(stored(kube)["status"]), 1, "e-g1")
     old = {**failed_job(kube), "status": {"active": 1}}
     old["metadata"]["creationTimestamp"] = job(age_s=120)["metadata"]["creationTimestamp"]
     listed: list[str] = []

@@ -8,7 +8,7 @@ from result_docs import row
 
 from mlmodelscope.controller import status
 from mlmodelscope.controller.results import Outcome
-from mlmodelscope.controller.status import ConditionType, Reason
+from mlmodelscope.controller.status import ConditionType, Observed, Reason
 from mlmodelscope.spec.status import EvaluationStatus, LatencySummary
 
 T0, T1, T2 = "2026-11-22T08:00:00Z", "2026-11-22T08:01:00Z", "2026-11-22T08:02:00Z"
@@ -44,23 +44,25 @@ def outcome(run_id: str = "run-1") -> Outcome:
 
 
 def run_to_success(st: dict[str, Any], generation: int, job: str) -> dict[str, Any]:
-    st = apply(st, status.job_created(st, generation, job, "e-results", None, T0))
-    st = apply(st, status.running(st, generation, job, T1))
-    return apply(st, status.succeeded(st, generation, job, outcome(f"run-{generation}"), T2))
+    st = apply(st, status.job_created(Observed.of(st), generation, job, "e-results", None, T0))
+    st = apply(st, status.running(Observed.of(st), generation, job, T1))
+    return apply(
+        st, status.succeeded(Observed.of(st), generation, job, outcome(f"run-{generation}"), T2)
+    )
 
 
 def test_happy_path_phases_conditions_and_events() -> None:
     st: dict[str, Any] = {}
-    created = status.job_created(st, 1, "e-g1", "e-results", None, T0)
+    created = status.job_created(Observed.of(st), 1, "e-g1", "e-results", None, T0)
     assert created.event == status.Event("Normal", "JobCreated", "created Job e-g1")
     st = apply(st, created)
     assert st["phase"] == "Pending" and st["jobName"] == "e-g1" and st["observedGeneration"] == 1
     assert st["resultsConfigMap"] == "e-results"
-    running = status.running(st, 1, "e-g1", T1)
+    running = status.running(Observed.of(st), 1, "e-g1", T1)
     assert running.event is None  # the phase says it; the pod's Events say when it started
     st = apply(st, running)
     assert st["phase"] == "Running" and st["startTime"] == T1
-    done = status.succeeded(st, 1, "e-g1", outcome(), T2)
+    done = status.succeeded(Observed.of(st), 1, "e-g1", outcome(), T2)
     assert done.event is not None and done.event.type == "Normal"
     assert "p50 0.2 ms" in done.event.message and "top-1 0.9700" in done.event.message
     st = apply(st, done)
@@ -75,41 +77,43 @@ def test_happy_path_phases_conditions_and_events() -> None:
 
 def test_repeated_events_change_nothing() -> None:
     st = run_to_success({}, 1, "e-g1")
-    assert not status.succeeded(st, 1, "e-g1", outcome(), T2)
-    assert not status.running(st, 1, "e-g1", T2)
-    assert not status.failed(st, 1, "e-g1", Reason.RESULTS_MISSING, "x", T2)
-    assert not status.job_created(st, 1, "e-g1", "e-results", None, T2)
-    assert not status.queued(st, 1, "waiting", T2)
-    pending = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
-    assert not status.job_created(pending, 1, "e-g1", "e-results", None, T1)
+    assert not status.succeeded(Observed.of(st), 1, "e-g1", outcome(), T2)
+    assert not status.running(Observed.of(st), 1, "e-g1", T2)
+    assert not status.failed(Observed.of(st), 1, "e-g1", Reason.RESULTS_MISSING, "x", T2)
+    assert not status.job_created(Observed.of(st), 1, "e-g1", "e-results", None, T2)
+    assert not status.queued(Observed.of(st), 1, "waiting", T2)
+    pending = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
+    assert not status.job_created(Observed.of(pending), 1, "e-g1", "e-results", None, T1)
 
 
 def test_last_transition_time_moves_only_when_the_status_does() -> None:
-    st = apply({}, status.queued({}, 1, "2 of 2 running; 1 queued ahead", T0))
+    st = apply({}, status.queued(Observed.of({}), 1, "2 of 2 running; 1 queued ahead", T0))
     assert cond(st, ConditionType.QUEUED)["lastTransitionTime"] == T0
-    again = status.queued(st, 1, "2 of 2 running; 0 queued ahead", T1)
+    again = status.queued(Observed.of(st), 1, "2 of 2 running; 0 queued ahead", T1)
     assert again.event is None  # still queued: new message, no new event
     st = apply(st, again)
     assert cond(st, ConditionType.QUEUED)["lastTransitionTime"] == T0
-    assert not status.queued(st, 1, "2 of 2 running; 0 queued ahead", T2)
-    st = apply(st, status.job_created(st, 1, "e-g1", "e-results", None, T2))
+    assert not status.queued(Observed.of(st), 1, "2 of 2 running; 0 queued ahead", T2)
+    st = apply(st, status.job_created(Observed.of(st), 1, "e-g1", "e-results", None, T2))
     queued_cond = cond(st, ConditionType.QUEUED)
     assert queued_cond["status"] == "False" and queued_cond["lastTransitionTime"] == T2
     assert cond(st, ConditionType.VALID)["lastTransitionTime"] == T0
 
 
 def test_queued_announces_itself_once_and_never_goes_back() -> None:
-    first = status.queued({}, 1, "waiting", T0)
+    first = status.queued(Observed.of({}), 1, "waiting", T0)
     assert first.event is not None and first.event.reason == "Queued"
     st = apply({}, first)
     assert st["phase"] == "Queued"
-    st = apply(st, status.job_created(st, 1, "e-g1", "e-results", None, T1))
-    assert not status.queued(st, 1, "waiting", T2)
+    st = apply(st, status.job_created(Observed.of(st), 1, "e-g1", "e-results", None, T1))
+    assert not status.queued(Observed.of(st), 1, "waiting", T2)
 
 
 def test_failures_name_the_reason() -> None:
-    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
-    change = status.failed(st, 1, "e-g1", Reason.DEADLINE_EXCEEDED, "ran longer than 90s", T1)
+    st = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
+    change = status.failed(
+        Observed.of(st), 1, "e-g1", Reason.DEADLINE_EXCEEDED, "ran longer than 90s", T1
+    )
     assert change.event == status.Event("Warning", "DeadlineExceeded", "ran longer than 90s")
     st = apply(st, change)
     assert st["phase"] == "Failed"
@@ -120,19 +124,19 @@ def test_failures_name_the_reason() -> None:
 
 def test_invalid_spec_is_final_and_named() -> None:
     msg = "spec.model.format: 'torchscript' cannot be loaded by framework 'onnxruntime'"
-    change = status.invalid_spec({}, 1, msg, T0)
+    change = status.invalid_spec(Observed.of({}), 1, msg, T0)
     assert change.event == status.Event("Warning", "InvalidSpec", msg)
     st = apply({}, change)
     assert st["phase"] == "Failed" and st["message"] == msg
     assert cond(st, ConditionType.VALID)["status"] == "False"
     assert cond(st, ConditionType.FAILED)["reason"] == "InvalidSpec"
-    assert not status.invalid_spec(st, 1, msg, T1)
+    assert not status.invalid_spec(Observed.of(st), 1, msg, T1)
 
 
 def test_unschedulable_keeps_the_schedulers_message_once() -> None:
-    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
+    st = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
     msg = "0/6 nodes are available: 3 Insufficient nvidia.com/gpu."
-    change = status.unschedulable(st, 1, "e-g1", msg, T1)
+    change = status.unschedulable(Observed.of(st), 1, "e-g1", msg, T1)
     assert change.event == status.Event("Warning", "Unschedulable", msg)
     st = apply(st, change)
     assert st["phase"] == "Pending" and st["message"] == msg
@@ -142,15 +146,15 @@ def test_unschedulable_keeps_the_schedulers_message_once() -> None:
         "Unschedulable",
         msg,
     )
-    assert not status.unschedulable(st, 1, "e-g1", msg, T2)
-    st = apply(st, status.scheduled(st, 1, "e-g1", "a100-kwok-0", T2))
+    assert not status.unschedulable(Observed.of(st), 1, "e-g1", msg, T2)
+    st = apply(st, status.scheduled(Observed.of(st), 1, "e-g1", "a100-kwok-0", T2))
     assert cond(st, ConditionType.SCHEDULED)["status"] == "True"
     assert st["message"] == "pod assigned to node a100-kwok-0"
 
 
 def test_a_new_generation_moves_the_run_to_history_newest_first() -> None:
     st = run_to_success({}, 1, "e-g1")
-    st = apply(st, status.job_created(st, 2, "e-g2", "e-results", None, T0))
+    st = apply(st, status.job_created(Observed.of(st), 2, "e-g2", "e-results", None, T0))
     assert st["phase"] == "Pending" and st["observedGeneration"] == 2
     for gone in ("results", "summary", "runId", "completionTime", "traceID"):
         assert gone not in st
@@ -165,7 +169,7 @@ def test_a_new_generation_moves_the_run_to_history_newest_first() -> None:
         }
     ]
     st = run_to_success(st, 2, "e-g2")
-    st = apply(st, status.queued(st, 3, "waiting", T0))
+    st = apply(st, status.queued(Observed.of(st), 3, "waiting", T0))
     assert [h["generation"] for h in st["history"]] == [2, 1]
     assert st["phase"] == "Queued"
 
@@ -178,10 +182,10 @@ def test_history_is_bounded() -> None:
 
 
 def test_a_stale_jobs_events_are_ignored() -> None:
-    st = apply({}, status.job_created({}, 2, "e-g2", "e-results", None, T0))
-    assert not status.running(st, 1, "e-g1", T1)
-    assert not status.succeeded(st, 1, "e-g1", outcome(), T1)
-    assert not status.unschedulable(st, 1, "e-g1", "no", T1)
+    st = apply({}, status.job_created(Observed.of({}), 2, "e-g2", "e-results", None, T0))
+    assert not status.running(Observed.of(st), 1, "e-g1", T1)
+    assert not status.succeeded(Observed.of(st), 1, "e-g1", outcome(), T1)
+    assert not status.unschedulable(Observed.of(st), 1, "e-g1", "no", T1)
 
 
 def test_uri_credentials_never_reach_status_conditions_or_events() -> None:
@@ -189,11 +193,13 @@ def test_uri_credentials_never_reach_status_conditions_or_events() -> None:
     # StatusChange and Event is redacted when it is made.
     secret = "https://alice:s3cret@models.example/m.onnx?X-Amz-Signature=sig123&v=1"
     shown = "https://REDACTED@models.example/m.onnx?X-Amz-Signature=REDACTED&v=1"
-    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
+    st = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
     failure = Outcome(status="Failed", run_id="r", generation=1, error=f"GET {secret} failed")
     changes = [
-        status.failed(st, 1, "e-g1", Reason.EVALUATION_FAILED, f"GET {secret}: 403", T1, failure),
-        status.invalid_spec({}, 1, f"spec.model.uri: {secret!r} is not allowed", T0),
+        status.failed(
+            Observed.of(st), 1, "e-g1", Reason.EVALUATION_FAILED, f"GET {secret}: 403", T1, failure
+        ),
+        status.invalid_spec(Observed.of({}), 1, f"spec.model.uri: {secret!r} is not allowed", T0),
         status.StatusChange({"nested": [{"message": secret}]}, status.Event("Normal", "X", secret)),
     ]
     for change in changes:
@@ -205,10 +211,10 @@ def test_uri_credentials_never_reach_status_conditions_or_events() -> None:
 
 
 def test_a_disrupted_pod_sends_the_run_back_to_pending_once_until_its_replacement_runs() -> None:
-    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
-    st = apply(st, status.running(st, 1, "e-g1", T0))
+    st = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
+    st = apply(st, status.running(Observed.of(st), 1, "e-g1", T0))
     msg = "evaluation pod e-g1-abcde on node n was disrupted (DeletionByPodGC: PodGC: gone)"
-    change = status.pod_disrupted(st, 1, "e-g1", msg, T1)
+    change = status.pod_disrupted(Observed.of(st), 1, "e-g1", msg, T1)
     assert change.event == status.Event("Warning", "PodDisrupted", msg)
     st = apply(st, change)
     assert st["phase"] == "Pending" and st["message"] == msg and st["startTime"] == T0
@@ -218,24 +224,28 @@ def test_a_disrupted_pod_sends_the_run_back_to_pending_once_until_its_replacemen
         "PodDisrupted",
         msg,
     )
-    assert not status.pod_disrupted(st, 1, "e-g1", msg, T2)  # the same pod's next event
-    again = apply(st, status.running(st, 1, "e-g1", T2))  # the replacement runs
+    assert not status.pod_disrupted(
+        Observed.of(st), 1, "e-g1", msg, T2
+    )  # the same pod's next event
+    again = apply(st, status.running(Observed.of(st), 1, "e-g1", T2))  # the replacement runs
     assert again["phase"] == "Running" and cond(again, ConditionType.RUNNING)["status"] == "True"
     done = run_to_success({}, 1, "e-g1")
-    assert not status.pod_disrupted(done, 1, "e-g1", msg, T2)  # a finished run stays finished
-    assert not status.pod_disrupted(st, 1, "e-g0", msg, T2)  # another Job's pod
+    assert not status.pod_disrupted(
+        Observed.of(done), 1, "e-g1", msg, T2
+    )  # a finished run stays finished
+    assert not status.pod_disrupted(Observed.of(st), 1, "e-g0", msg, T2)  # another Job's pod
 
 
 def test_a_run_replaced_before_it_ended_is_kept_in_history_with_the_phase_it_had() -> None:
     """Spec edits in quick succession: generation 1 was Running, generation 2 only Pending
     when each was replaced; both stay in history, newest first, without a completion time.
     A generation that never had a Job leaves nothing (it never ran)."""
-    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
-    st = apply(st, status.running(st, 1, "e-g1", T1))
+    st = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
+    st = apply(st, status.running(Observed.of(st), 1, "e-g1", T1))
     assert st["phase"] == "Running"
-    st = apply(st, status.job_created(st, 2, "e-g2", "e-results", None, T1))
-    st = apply(st, status.queued(st, 3, "waiting", T2))
-    st = apply(st, status.job_created(st, 4, "e-g4", "e-results", None, T2))
+    st = apply(st, status.job_created(Observed.of(st), 2, "e-g2", "e-results", None, T1))
+    st = apply(st, status.queued(Observed.of(st), 3, "waiting", T2))
+    st = apply(st, status.job_created(Observed.of(st), 4, "e-g4", "e-results", None, T2))
     assert [(h["generation"], h["phase"]) for h in st["history"]] == [
         (2, "Pending"),
         (1, "Running"),
@@ -246,9 +256,11 @@ def test_a_run_replaced_before_it_ended_is_kept_in_history_with_the_phase_it_had
 def test_a_failure_after_the_job_completed_says_the_pod_was_placed() -> None:
     """A pod may end before its run was shown Running (a simulated node, a fast crash): the
     Job's completion says it was on a node."""
-    st = apply({}, status.job_created({}, 1, "e-g1", "e-results", None, T0))
-    change = status.failed(st, 1, "e-g1", "ResultsMissing", "no results", T1, placed=True)
+    st = apply({}, status.job_created(Observed.of({}), 1, "e-g1", "e-results", None, T0))
+    change = status.failed(
+        Observed.of(st), 1, "e-g1", "ResultsMissing", "no results", T1, placed=True
+    )
     kinds = {c["type"]: c for c in apply(st, change)["conditions"]}
     assert kinds["Scheduled"]["status"] == "True" and kinds["Failed"]["status"] == "True"
-    unplaced = apply(st, status.failed(st, 1, "e-g1", "JobDeleted", "gone", T1))
+    unplaced = apply(st, status.failed(Observed.of(st), 1, "e-g1", "JobDeleted", "gone", T1))
     assert "Scheduled" not in {c["type"] for c in unplaced["conditions"]}

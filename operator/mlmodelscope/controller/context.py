@@ -34,7 +34,8 @@ CONFLICT_ATTEMPTS: Final = 5
 """Status writes tried before a conflict (409) is left to the caller's retry."""
 
 EventPoster = Callable[[Mapping[str, Any], status.Event], None]
-StatusFn = Callable[[Mapping[str, Any]], status.StatusChange]
+StatusFn = Callable[[status.Observed], status.StatusChange]
+"""A status transition: the change to make to the status as read (:mod:`.status`)."""
 
 
 def always() -> bool:
@@ -103,6 +104,7 @@ class Context:
         name: str,
         compute: StatusFn,
         known: Mapping[str, Any] | None = None,
+        observed: status.Observed | None = None,
     ) -> tuple[dict[str, Any] | None, status.StatusChange]:
         """Apply ``compute(current status)`` to the live object and post its event.
 
@@ -117,6 +119,10 @@ class Context:
         again; if that is outdated the patch gets 409 and the next attempt reads. A change
         computed as nothing from it writes nothing and reads nothing.
 
+        ``compute`` gets each status it is computed from read once (:class:`.status.Observed`);
+        ``observed``: the caller's read of ``known``'s status, used instead of parsing it again
+        while that is the status at hand.
+
         Returns the evaluation as read (None when gone or being deleted) and the change.
         """
         path = evaluation_path(namespace, name)
@@ -130,7 +136,9 @@ class Context:
                 if current is None or current["metadata"].get("deletionTimestamp"):
                     return None, status.NO_CHANGE
                 evaluation: dict[str, Any] = current
-                change = compute(evaluation.get("status") or {})
+                raw = evaluation.get("status")
+                read = observed if observed is not None and observed.reads(raw) else None
+                change = compute(read or status.Observed.of(raw))
                 if not change.patch:
                     break
                 try:

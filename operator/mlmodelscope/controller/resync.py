@@ -41,22 +41,25 @@ def resync_one(
     Jobs once instead of once per evaluation; a Job missing there is read again (it may have
     been created after the listing)."""
     meta = evaluation["metadata"]
-    current = evaluation.get("status") or {}
     generation = int(meta.get("generation") or 1)
-    if meta.get("deletionTimestamp") or not status.is_current(current, generation):
+    if meta.get("deletionTimestamp"):
+        return Handled.NOTHING_TO_DO
+    observed = status.Observed.of(evaluation.get("status"))
+    current = observed.typed
+    if current.observed_generation != generation:
         return Handled.NOTHING_TO_DO  # its create/update handler owns it
-    if current.get("phase") not in UNFINISHED or not current.get("jobName"):
+    if status.phase_named(current) not in UNFINISHED or not current.job_name:
         return Handled.NOTHING_TO_DO
     namespace = str(meta["namespace"])
-    job_name = str(current["jobName"])
+    job_name = current.job_name
     job = (listed or {}).get((namespace, job_name))
     if job is None:
         job = ctx.kube.get_or_none(job_path(namespace, job_name))
     if job is None:
-        return handle_job.job_vanished(ctx, evaluation)
+        return handle_job.job_vanished(ctx, evaluation, current)
     if not names.owned_by(job, meta.get("uid")):
         return Handled.NOT_OURS
-    return handle_job.job_changed(job, ctx, listed=evaluation)
+    return handle_job.job_changed(job, ctx, listed=evaluation, observed=observed)
 
 
 class EvaluationResync(Periodic):

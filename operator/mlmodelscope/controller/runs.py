@@ -153,7 +153,7 @@ def finish(
             status.job_created(
                 st, generation, job_name, names.results_configmap_name(name), None, now()
             )
-            if not status.is_current(st, generation) or not st.get("jobName")
+            if st.typed.observed_generation != generation or not st.typed.job_name
             else status.NO_CHANGE
         ),
     )

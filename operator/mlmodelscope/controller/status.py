@@ -15,6 +15,11 @@ it waits, :func:`kueue_waiting` puts Kueue's own reason (from the Job's Workload
 Conditions follow metav1.Condition; ``Succeeded`` and ``Failed`` appear
 only when a run ends and are removed when a new generation starts, so
 ``kubectl wait --for=condition=Succeeded`` always waits for the current spec's run.
+
+Each transition reads the status it starts from as :class:`Observed`: its guards decide on the
+typed :class:`EvaluationStatus`, parsed once per read, and its patch, keyed by the CRD's
+camelCase names, carries over the raw conditions and history it does not change, exactly as
+they were written (another writer's condition included).
 """
 
 from __future__ import annotations
@@ -34,8 +39,8 @@ from mlmodelscope.spec.status import (
     EvaluationStatus,
     Phase,
     RecordState,
+    RecordStatus,
     RunRecord,
-    Summary,
 )
 
 MESSAGE_LIMIT: Final = 4096
@@ -43,7 +48,6 @@ HISTORY_LIMIT: Final = 10
 TERMINAL: Final = (Phase.SUCCEEDED, Phase.FAILED)
 UNFINISHED: Final = (Phase.QUEUED, Phase.PENDING, Phase.RUNNING)
 """Phases of a run that has not ended."""
-PHASES: Final = tuple(p.value for p in Phase)
 
 
 class ConditionType:
@@ -187,25 +191,17 @@ def _conditions_of(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return list(status.get("conditions") or [])
 
 
+# -------------------------------------------------------------------------------- raw reads
+# For callers that hold only the raw dict and decide on it without a reconcile: the watch's
+# triage of every event, the listings' filters, a check of the answer to a write.
+
+
 def condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     return next((c for c in _conditions_of(status) if c.get("type") == kind), None)
 
 
 def is_current(status: Mapping[str, Any], generation: int) -> bool:
     return status.get("observedGeneration") == generation
-
-
-def waits_for_a_node(status: Mapping[str, Any], generation: int, job_name: str) -> bool:
-    """The status shows the scheduler's "unschedulable" for this run's pod (the pod handler
-    keeps it current: it turns True when the pod is bound)."""
-    found = condition(status, ConditionType.SCHEDULED)
-    return (
-        is_current(status, generation)
-        and status.get("jobName") == job_name
-        and found is not None
-        and found.get("status") == "False"
-        and found.get("reason") == Reason.UNSCHEDULABLE
-    )
 
 
 def is_terminal(status: Mapping[str, Any], generation: int) -> bool:
@@ -250,36 +246,78 @@ def typed_condition(st: EvaluationStatus, kind: str) -> Condition | None:
     return next((c for c in st.conditions if c.type == kind), None)
 
 
-def _history_record(status: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The run ``status`` describes, for history: one that had a Job, whether it ended or was
+@dataclass(frozen=True)
+class Observed:
+    """An evaluation's ``.status`` as one read found it: ``typed`` for the transitions' guards,
+    ``raw`` for what a patch carries over unchanged (conditions, history), so a write keeps
+    them exactly as they were written."""
+
+    raw: Mapping[str, Any]
+    typed: EvaluationStatus
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any] | None) -> Observed:
+        """``raw`` (None: no status yet) with its typed read (:func:`read_status`)."""
+        raw = raw if raw is not None else {}
+        return cls(raw, read_status(raw))
+
+    def reads(self, raw: Mapping[str, Any] | None) -> bool:
+        """This is the read of ``raw`` (the same object, or both empty): no need to parse it
+        again."""
+        return self.raw is raw or not (self.raw or raw)
+
+
+def ended(st: EvaluationStatus, generation: int) -> bool:
+    """The run of ``generation`` has ended (Succeeded or Failed)."""
+    return st.observed_generation == generation and phase_named(st) in TERMINAL
+
+
+def waits_for_a_node(st: EvaluationStatus, generation: int, job_name: str) -> bool:
+    """The status shows the scheduler's "unschedulable" for this run's pod (the pod handler
+    keeps it current: it turns True when the pod is bound)."""
+    found = typed_condition(st, ConditionType.SCHEDULED)
+    return (
+        st.observed_generation == generation
+        and st.job_name == job_name
+        and found is not None
+        and found.status == "False"
+        and found.reason == Reason.UNSCHEDULABLE
+    )
+
+
+def _active(st: EvaluationStatus, generation: int, job_name: str) -> bool:
+    """The status describes the not-yet-finished run of this Job (Queued only when the Job
+    exists and waits for Kueue)."""
+    return (
+        st.observed_generation == generation
+        and st.job_name == job_name
+        and phase_named(st) in UNFINISHED
+    )
+
+
+def _history_record(st: EvaluationStatus) -> dict[str, Any] | None:
+    """The run ``st`` describes, for history: one that had a Job, whether it ended or was
     replaced by a spec edit before it did (then with the phase it had, Pending, Queued or
     Running, and no completion time), so edits in quick succession leave a trace of each run
     they cut short."""
-    generation = status.get("observedGeneration")
-    phase = status.get("phase")
-    if not isinstance(generation, int) or phase not in PHASES or not status.get("jobName"):
+    phase = phase_named(st)
+    if st.observed_generation is None or phase is None or not st.job_name:
         return None
-    try:
-        summary = Summary.model_validate(status.get("summary") or {})
-    except ValueError:
-        summary = Summary()
     record = RunRecord(
-        generation=generation,
-        run_id=status.get("runId"),
-        phase=Phase(phase),
-        completion_time=status.get("completionTime"),
-        summary=summary,
+        generation=st.observed_generation,
+        run_id=st.run_id,
+        phase=phase,
+        completion_time=st.completion_time,
+        summary=st.summary,
     )
     return record.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def _begin_run(
-    status: Mapping[str, Any], generation: int
-) -> tuple[dict[str, Any], list[Mapping[str, Any]]]:
+def _begin_run(status: Observed, generation: int) -> tuple[dict[str, Any], list[Mapping[str, Any]]]:
     """When ``generation`` is new: move the previous run into history (newest first, at most
     10) and clear the run fields. Returns the patch part and the conditions to start from."""
-    if is_current(status, generation):
-        return {}, _conditions_of(status)
+    if status.typed.observed_generation == generation:
+        return {}, _conditions_of(status.raw)
     patch: dict[str, Any] = {
         "results": None,
         "summary": None,
@@ -292,51 +330,50 @@ def _begin_run(
         "record": None,
         "startup": None,
     }
-    record = _history_record(status)
+    record = _history_record(status.typed)
     if record is not None:
         history = [
-            h for h in status.get("history") or [] if h.get("generation") != record["generation"]
+            h
+            for h in status.raw.get("history") or []
+            if h.get("generation") != record["generation"]
         ]
         patch["history"] = [record, *history][:HISTORY_LIMIT]
-    conditions = [c for c in _conditions_of(status) if c.get("type") not in RUN_CONDITIONS]
+    conditions = [c for c in _conditions_of(status.raw) if c.get("type") not in RUN_CONDITIONS]
     return patch, conditions
 
 
 # ------------------------------------------------------------------------------- transitions
 
 
-def invalid_spec(
-    status: Mapping[str, Any], generation: int, message: str, timestamp: str
-) -> StatusChange:
+def invalid_spec(status: Observed, generation: int, message: str, timestamp: str) -> StatusChange:
     """Failed/InvalidSpec: the spec cannot be run as written; ``message`` names the fields."""
     return _refused(status, generation, Reason.INVALID_SPEC, message, timestamp)
 
 
-def policy_denied(
-    status: Mapping[str, Any], generation: int, message: str, timestamp: str
-) -> StatusChange:
+def policy_denied(status: Observed, generation: int, message: str, timestamp: str) -> StatusChange:
     """Failed/PolicyDenied: the operator's policy refuses what the spec asks for (an image, a
     Secret, a claim, a toleration); ``message`` names the field, the value and the setting."""
     return _refused(status, generation, Reason.POLICY_DENIED, message, timestamp)
 
 
 def _refused(
-    status: Mapping[str, Any], generation: int, reason: str, message: str, timestamp: str
+    status: Observed, generation: int, reason: str, message: str, timestamp: str
 ) -> StatusChange:
     """Failed before any Job, Valid=False, for ``reason``; nothing to write when this
     generation already ended so (the handler sees the same spec again)."""
-    failed = condition(status, ConditionType.FAILED)
-    if is_terminal(status, generation) and failed is not None and failed.get("reason") == reason:
+    st = status.typed
+    failed = typed_condition(st, ConditionType.FAILED)
+    if ended(st, generation) and failed is not None and failed.reason == reason:
         return NO_CHANGE
     return _failed_before_start(status, generation, reason, ConditionType.VALID, message, timestamp)
 
 
 def job_rejected(
-    status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
+    status: Observed, generation: int, job_name: str, message: str, timestamp: str
 ) -> StatusChange:
     """Failed/JobRejected: the API server refused to create the Job (``message`` is its own
     answer). The run never started, so nothing but the status records it."""
-    if is_terminal(status, generation):
+    if ended(status.typed, generation):
         return NO_CHANGE
     text = f"the API server rejected Job {job_name}: {message}"
     return _failed_before_start(
@@ -345,7 +382,7 @@ def job_rejected(
 
 
 def _failed_before_start(
-    status: Mapping[str, Any],
+    status: Observed,
     generation: int,
     reason: str,
     first: str,
@@ -375,15 +412,15 @@ def _failed_before_start(
     return StatusChange(patch, Event("Warning", reason, _clip(message)))
 
 
-def queued(
-    status: Mapping[str, Any], generation: int, message: str, timestamp: str
-) -> StatusChange:
+def queued(status: Observed, generation: int, message: str, timestamp: str) -> StatusChange:
     """Queued: valid, but a concurrency limit holds it back (message says which)."""
-    if is_current(status, generation) and status.get("phase") != Phase.QUEUED.value:
+    st = status.typed
+    current = st.observed_generation == generation
+    was_queued = current and phase_named(st) is Phase.QUEUED
+    if current and not was_queued:
         return NO_CHANGE  # already started or finished: never go back to Queued
-    was_queued = is_current(status, generation) and status.get("phase") == Phase.QUEUED.value
-    old = condition(status, ConditionType.QUEUED)
-    if was_queued and old is not None and old.get("message") == message:
+    old = typed_condition(st, ConditionType.QUEUED)
+    if was_queued and old is not None and old.message == message:
         return NO_CHANGE
     patch, conditions = _begin_run(status, generation)
     patch.update(
@@ -405,7 +442,7 @@ def queued(
 
 
 def job_created(
-    status: Mapping[str, Any],
+    status: Observed,
     generation: int,
     job_name: str,
     results_configmap: str,
@@ -414,18 +451,13 @@ def job_created(
 ) -> StatusChange:
     """Pending: admitted, the Job exists (written only after the API server created it, so a
     rejected Job never shows as created), the pod is not running yet."""
-    if is_current(status, generation) and status.get("phase") not in (
-        Phase.QUEUED.value,
-        Phase.PENDING.value,
-        None,
-    ):
-        return NO_CHANGE
-    if (
-        is_current(status, generation)
-        and status.get("phase") == Phase.PENDING.value
-        and status.get("jobName") == job_name
-    ):
-        return NO_CHANGE
+    st = status.typed
+    if st.observed_generation == generation:
+        phase = phase_named(st)
+        if phase not in (Phase.QUEUED, Phase.PENDING, None):
+            return NO_CHANGE
+        if phase is Phase.PENDING and st.job_name == job_name:
+            return NO_CHANGE
     patch, conditions = _begin_run(status, generation)
     message = f"created Job {job_name}"
     patch.update(
@@ -450,16 +482,6 @@ def job_created(
     return StatusChange(patch, Event("Normal", Reason.JOB_CREATED, message))
 
 
-def _active(status: Mapping[str, Any], generation: int, job_name: str) -> bool:
-    """The status describes the not-yet-finished run of this Job (Queued only when the Job
-    exists and waits for Kueue)."""
-    return (
-        is_current(status, generation)
-        and status.get("jobName") == job_name
-        and status.get("phase") in (Phase.QUEUED.value, Phase.PENDING.value, Phase.RUNNING.value)
-    )
-
-
 def suspended_message(job_name: str, queue: str | None) -> str:
     if queue:
         return f"waiting for Kueue admission in queue {queue} (Job {job_name} is suspended)"
@@ -467,7 +489,7 @@ def suspended_message(job_name: str, queue: str | None) -> str:
 
 
 def waiting_for_kueue(
-    status: Mapping[str, Any],
+    status: Observed,
     generation: int,
     job_name: str,
     results_configmap: str,
@@ -477,20 +499,18 @@ def waiting_for_kueue(
 ) -> StatusChange:
     """Queued with a Job: the Job is suspended until Kueue admits it from ``queue`` (or, after
     running, Kueue evicted it and will admit it again). Not a slot of the operator's limits."""
-    if is_current(status, generation) and (
-        status.get("phase") in TERMINAL
-        or (status.get("jobName") not in (None, job_name) and status.get("phase") is not None)
+    st = status.typed
+    current = st.observed_generation == generation
+    phase = phase_named(st)
+    if current and (
+        phase in TERMINAL or (st.job_name not in (None, job_name) and phase is not None)
     ):
         return NO_CHANGE
     message = suspended_message(job_name, queue)
     reason = Reason.WAITING_FOR_KUEUE if queue else Reason.JOB_SUSPENDED
-    was_queued = (
-        is_current(status, generation)
-        and status.get("phase") == Phase.QUEUED.value
-        and status.get("jobName") == job_name
-    )
-    old = condition(status, ConditionType.QUEUED)
-    if was_queued and old is not None and old.get("status") == "True":
+    was_queued = current and phase is Phase.QUEUED and st.job_name == job_name
+    old = typed_condition(st, ConditionType.QUEUED)
+    if was_queued and old is not None and old.status == "True":
         return NO_CHANGE  # keeps Kueue's reason (kueue_waiting) across repeated Job events
     patch, conditions = _begin_run(status, generation)
     patch.update(
@@ -528,7 +548,7 @@ def kueue_message(queue: str | None, detail: str, evicted: bool = False) -> str:
 
 
 def kueue_waiting(
-    status: Mapping[str, Any],
+    status: Observed,
     generation: int,
     job_name: str,
     queue: str | None,
@@ -542,20 +562,21 @@ def kueue_waiting(
     cpu ..."; ``evicted``: an Evicted reason such as ``Preempted``). They become the ``Queued``
     and ``Running`` conditions' reason and the message. Only while the status shows this Job
     waiting; an Event (a Warning for an eviction) only when the reason changes."""
-    if not _active(status, generation, job_name) or status.get("phase") != Phase.QUEUED.value:
+    st = status.typed
+    if not _active(st, generation, job_name) or phase_named(st) is not Phase.QUEUED:
         return NO_CHANGE
-    old = condition(status, ConditionType.QUEUED)
-    if old is None or old.get("status") != "True":
+    old = typed_condition(st, ConditionType.QUEUED)
+    if old is None or old.status != "True":
         return NO_CHANGE
     if len(reason) > 1024 or not _CONDITION_REASON.match(reason):
         reason = Reason.WAITING_FOR_KUEUE
     message = _clip(kueue_message(queue, detail, evicted))
-    if old.get("reason") == reason and old.get("message") == message:
+    if old.reason == reason and old.message == message:
         return NO_CHANGE
     patch = {
         "message": message,
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [
                 Cond(ConditionType.QUEUED, "True", reason, message),
                 Cond(ConditionType.RUNNING, "False", reason, message),
@@ -565,26 +586,25 @@ def kueue_waiting(
         ),
     }
     event = None
-    if old.get("reason") != reason:
+    if old.reason != reason:
         event = Event("Warning" if evicted else "Normal", reason, message)
     return StatusChange(patch, event)
 
 
-def unsuspended(
-    status: Mapping[str, Any], generation: int, job_name: str, timestamp: str
-) -> StatusChange:
+def unsuspended(status: Observed, generation: int, job_name: str, timestamp: str) -> StatusChange:
     """Pending again: the suspended Job was let go (Kueue admitted it); its pod comes next."""
-    if not _active(status, generation, job_name) or status.get("phase") != Phase.QUEUED.value:
+    st = status.typed
+    if not _active(st, generation, job_name) or phase_named(st) is not Phase.QUEUED:
         return NO_CHANGE
-    queued_cond = condition(status, ConditionType.QUEUED) or {}
+    queued_cond = typed_condition(st, ConditionType.QUEUED)
     # Any reason but JobSuspended (no queue label) is Kueue's: WaitingForKueue or its own.
-    by_kueue = queued_cond.get("reason") not in (None, Reason.JOB_SUSPENDED)
+    by_kueue = queued_cond is not None and queued_cond.reason not in ("", Reason.JOB_SUSPENDED)
     message = f"{'Kueue admitted' if by_kueue else 'unsuspended'} Job {job_name}"
     patch = {
         "phase": Phase.PENDING.value,
         "message": message,
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [
                 Cond(ConditionType.QUEUED, "False", Reason.ADMITTED, message),
                 Cond(ConditionType.RUNNING, "False", Reason.ADMITTED, message),
@@ -597,22 +617,19 @@ def unsuspended(
 
 
 def unschedulable(
-    status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
+    status: Observed, generation: int, job_name: str, message: str, timestamp: str
 ) -> StatusChange:
     """The scheduler cannot place the pod; keep its message (it says which resource is short)."""
-    old = condition(status, ConditionType.SCHEDULED)
-    if not _active(status, generation, job_name):
+    st = status.typed
+    if not _active(st, generation, job_name):
         return NO_CHANGE
-    if (
-        old is not None
-        and old.get("reason") == Reason.UNSCHEDULABLE
-        and old.get("message") == message
-    ):
+    old = typed_condition(st, ConditionType.SCHEDULED)
+    if old is not None and old.reason == Reason.UNSCHEDULABLE and old.message == message:
         return NO_CHANGE
     patch = {
         "message": _clip(message),
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [Cond(ConditionType.SCHEDULED, "False", Reason.UNSCHEDULABLE, message)],
             generation,
             timestamp,
@@ -622,21 +639,22 @@ def unschedulable(
 
 
 def scheduled(
-    status: Mapping[str, Any], generation: int, job_name: str, node: str, timestamp: str
+    status: Observed, generation: int, job_name: str, node: str, timestamp: str
 ) -> StatusChange:
-    old = condition(status, ConditionType.SCHEDULED)
-    if not _active(status, generation, job_name) or (old and old.get("status") == "True"):
+    st = status.typed
+    old = typed_condition(st, ConditionType.SCHEDULED)
+    if not _active(st, generation, job_name) or (old is not None and old.status == "True"):
         return NO_CHANGE
     message = f"pod assigned to node {node}"
     patch: dict[str, Any] = {
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED, message)],
             generation,
             timestamp,
         )
     }
-    if old is not None and old.get("reason") == Reason.UNSCHEDULABLE:
+    if old is not None and old.reason == Reason.UNSCHEDULABLE:
         patch["message"] = message
     return StatusChange(patch)
 
@@ -646,8 +664,13 @@ def shows_pod_state(
 ) -> bool:
     """The active run of ``job_name`` already says what :func:`scheduled` (``kind``
     "scheduled") or :func:`unschedulable` (the scheduler's message ``detail``) would write,
-    so the same state again changes nothing."""
-    if not _active(status, generation, job_name):
+    so the same state again changes nothing. On the raw status: the pod handler asks it of
+    the answer to its write."""
+    if not (
+        is_current(status, generation)
+        and status.get("jobName") == job_name
+        and status.get("phase") in UNFINISHED
+    ):
         return False
     old = condition(status, ConditionType.SCHEDULED) or {}
     if kind == "scheduled":
@@ -656,23 +679,21 @@ def shows_pod_state(
 
 
 def pod_disrupted(
-    status: Mapping[str, Any], generation: int, job_name: str, message: str, timestamp: str
+    status: Observed, generation: int, job_name: str, message: str, timestamp: str
 ) -> StatusChange:
     """Kubernetes took the run's pod away (its node deleted, an eviction): no agent runs, so
     back to Pending until the Job's replacement pod runs, saying why; once per message."""
-    old = condition(status, ConditionType.RUNNING)
-    if not _active(status, generation, job_name):
+    st = status.typed
+    if not _active(st, generation, job_name):
         return NO_CHANGE
-    if old is not None and (old.get("reason"), old.get("message")) == (
-        Reason.POD_DISRUPTED,
-        message,
-    ):
+    old = typed_condition(st, ConditionType.RUNNING)
+    if old is not None and old.reason == Reason.POD_DISRUPTED and old.message == message:
         return NO_CHANGE
     patch = {
         "phase": Phase.PENDING.value,
         "message": _clip(message),
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [Cond(ConditionType.RUNNING, "False", Reason.POD_DISRUPTED, message)],
             generation,
             timestamp,
@@ -681,21 +702,20 @@ def pod_disrupted(
     return StatusChange(patch, Event("Warning", Reason.POD_DISRUPTED, _clip(message)))
 
 
-def running(
-    status: Mapping[str, Any], generation: int, job_name: str, timestamp: str
-) -> StatusChange:
+def running(status: Observed, generation: int, job_name: str, timestamp: str) -> StatusChange:
     """Running: the agent's pod is up. No Event: the phase, ``startTime`` and the ``Running``
     condition say so, and the pod's own Events say when its container started, as a Job posts
     none when its pods run."""
-    if not _active(status, generation, job_name) or status.get("phase") == Phase.RUNNING.value:
+    st = status.typed
+    if not _active(st, generation, job_name) or phase_named(st) is Phase.RUNNING:
         return NO_CHANGE
     message = f"evaluation pod of Job {job_name} is running"
     patch = {
         "phase": Phase.RUNNING.value,
-        "startTime": status.get("startTime") or timestamp,
+        "startTime": st.start_time or timestamp,
         "message": message,
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [
                 Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED),
                 Cond(ConditionType.RUNNING, "True", Reason.POD_RUNNING, message),
@@ -742,20 +762,21 @@ def _outcome_fields(outcome: Outcome | None) -> dict[str, Any]:
 
 
 def succeeded(
-    status: Mapping[str, Any], generation: int, job_name: str, outcome: Outcome, timestamp: str
+    status: Observed, generation: int, job_name: str, outcome: Outcome, timestamp: str
 ) -> StatusChange:
     """Succeeded: the Job completed and the agent's results are in."""
-    if not _active(status, generation, job_name):
+    st = status.typed
+    if not _active(st, generation, job_name):
         return NO_CHANGE
     message = _headline(outcome)
     patch = {
         "phase": Phase.SUCCEEDED.value,
-        "startTime": status.get("startTime") or timestamp,
+        "startTime": st.start_time or timestamp,
         "completionTime": timestamp,
         "message": message,
         **_outcome_fields(outcome),
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [
                 Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED),
                 Cond(ConditionType.RUNNING, "False", Reason.SUCCEEDED, "the evaluation finished"),
@@ -770,7 +791,7 @@ def succeeded(
 
 
 def failed(
-    status: Mapping[str, Any],
+    status: Observed,
     generation: int,
     job_name: str,
     reason: str,
@@ -782,7 +803,7 @@ def failed(
     """Failed with ``reason`` (DeadlineExceeded, BackoffLimitExceeded, ResultsMissing, ...).
     ``placed``: the run's pod was on a node (its Job completed), which the Scheduled condition
     says when no earlier transition did."""
-    if not _active(status, generation, job_name):
+    if not _active(status.typed, generation, job_name):
         return NO_CHANGE
     ran = [Cond(ConditionType.SCHEDULED, "True", Reason.SCHEDULED)] if placed else []
     patch = {
@@ -791,7 +812,7 @@ def failed(
         "message": _clip(message),
         **_outcome_fields(outcome),
         "conditions": merge_conditions(
-            _conditions_of(status),
+            _conditions_of(status.raw),
             [
                 *ran,
                 Cond(ConditionType.RUNNING, "False", reason, message),
@@ -808,26 +829,24 @@ def failed(
 # ------------------------------------------------------------------------ the results store
 
 
-def _names_run(status: Mapping[str, Any], generation: int, run_id: str | None) -> bool:
+def _names_run(st: EvaluationStatus, generation: int, run_id: str | None) -> bool:
     """The status still describes the finished run ``run_id`` of ``generation``."""
-    return is_terminal(status, generation) and status.get("runId") == run_id
+    return ended(st, generation) and st.run_id == run_id
 
 
-def _record_of(status: Mapping[str, Any], run_id: str | None) -> Mapping[str, Any]:
-    """``status.record`` when it is about ``run_id`` (else empty)."""
-    record = status.get("record") or {}
-    return record if record.get("runId") == run_id else {}
+def _record_of(st: EvaluationStatus, run_id: str | None) -> RecordStatus | None:
+    """``status.record`` when it is about ``run_id``."""
+    return st.record if st.record is not None and st.record.run_id == run_id else None
 
 
-def recorded(
-    status: Mapping[str, Any], generation: int, run_id: str, timestamp: str
-) -> StatusChange:
+def recorded(status: Observed, generation: int, run_id: str, timestamp: str) -> StatusChange:
     """Recorded: the store holds the run (newly, or it already did). Announced by an Event only
     when it had been Pending: the common case says nothing beyond Succeeded."""
-    old = _record_of(status, run_id)
-    if not _names_run(status, generation, run_id) or old.get("state") == RecordState.RECORDED:
+    old = _record_of(status.typed, run_id)
+    state = old.state if old is not None else None
+    if not _names_run(status.typed, generation, run_id) or state is RecordState.RECORDED:
         return NO_CHANGE
-    attempts = int(old.get("attempts") or 0) + 1
+    attempts = (old.attempts if old is not None else 0) + 1
     patch = {
         "record": {
             "state": RecordState.RECORDED.value,
@@ -838,41 +857,41 @@ def recorded(
         }
     }
     event = None
-    if old.get("state") == RecordState.PENDING:
+    if state is RecordState.PENDING:
         message = f"run {run_id} recorded in the results store after {attempts} attempts"
         event = Event("Normal", Reason.RECORDED, message)
     return StatusChange(patch, event)
 
 
-def record_pending(
-    status: Mapping[str, Any], generation: int, run_id: str, message: str
-) -> StatusChange:
+def record_pending(status: Observed, generation: int, run_id: str, message: str) -> StatusChange:
     """Pending: the store failed (``message`` says how); the result waits to be retried. A
     Warning Event when it becomes Pending, not on every retry."""
-    old = _record_of(status, run_id)
-    if not _names_run(status, generation, run_id) or old.get("state") == RecordState.RECORDED:
+    old = _record_of(status.typed, run_id)
+    state = old.state if old is not None else None
+    if not _names_run(status.typed, generation, run_id) or state is RecordState.RECORDED:
         return NO_CHANGE
     patch = {
         "record": {
             "state": RecordState.PENDING.value,
             "runId": run_id,
             "recordedAt": None,
-            "attempts": int(old.get("attempts") or 0) + 1,
+            "attempts": (old.attempts if old is not None else 0) + 1,
             "message": _clip(message),
         }
     }
-    was_pending = old.get("state") == RecordState.PENDING
+    was_pending = state is RecordState.PENDING
     event = None if was_pending else Event("Warning", Reason.RECORD_PENDING, _clip(message))
     return StatusChange(patch, event)
 
 
 def not_recorded(
-    status: Mapping[str, Any], generation: int, run_id: str | None, message: str
+    status: Observed, generation: int, run_id: str | None, message: str
 ) -> StatusChange:
     """NotRecorded: there is nothing the store can take (no full result document for this run,
     or the store rejects it); ``message`` says which."""
-    old = _record_of(status, run_id)
-    if not _names_run(status, generation, run_id) or old.get("state") in (
+    old = _record_of(status.typed, run_id)
+    state = old.state if old is not None else None
+    if not _names_run(status.typed, generation, run_id) or state in (
         RecordState.RECORDED,
         RecordState.NOT_RECORDED,
     ):
@@ -881,7 +900,7 @@ def not_recorded(
         "state": RecordState.NOT_RECORDED.value,
         "runId": run_id,
         "recordedAt": None,
-        "attempts": int(old.get("attempts") or 0),
+        "attempts": old.attempts if old is not None else 0,
         "message": _clip(message),
     }
     return StatusChange({"record": record}, Event("Warning", Reason.NOT_RECORDED, _clip(message)))

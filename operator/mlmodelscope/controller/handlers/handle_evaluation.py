@@ -234,10 +234,7 @@ def decide(seen: Seen, found: Found = NOTHING_FOUND) -> Decision | Need:
         return Decision((Nothing(Skip.GONE),))
     if seen.latest_generation != seen.generation:
         return Decision((Nothing(Skip.STALE),))
-    current = seen.status
-    if current.observed_generation == seen.generation and (
-        status.phase_named(current) in status.TERMINAL
-    ):
+    if status.ended(seen.status, seen.generation):
         # Before the spec is read: a Model deleted since cannot touch a past run.
         return Decision((Nothing(Skip.FINISHED),))
     if Need.SPEC not in found.read:

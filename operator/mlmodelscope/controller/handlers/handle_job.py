@@ -388,12 +388,14 @@ def job_changed(
     ctx: Context,
     deleted: bool = False,
     listed: Mapping[str, Any] | None = None,
+    observed: status.Observed | None = None,
 ) -> Handled:
     """React to one Job event: read, :func:`decide`, :func:`act`; returns what it did.
     ``listed``: the evaluation as the caller has just listed it (the resync), instead of what
-    the watch last delivered; status writes are guarded by its resourceVersion either way.
-    Neither copy has the spec (:func:`..slim.slim_evaluation`): the one decision that needs it
-    (a failed Job's) reads the evaluation again."""
+    the watch last delivered; status writes are guarded by its resourceVersion either way;
+    ``observed``: the caller's read of its status. Neither copy has the spec
+    (:func:`..slim.slim_evaluation`): the one decision that needs it (a failed Job's) reads
+    the evaluation again."""
     owner = names.owner_of(job)
     if owner is None:
         return Handled.NOT_OURS
@@ -404,27 +406,33 @@ def job_changed(
         seen = Seen(namespace, name, generation, job_name, JobState.of(job), gone=True)
         return _settle(ctx, seen, job, {}, None)
     meta = evaluation["metadata"]
+    raw = evaluation.get("status")
+    if observed is None or not observed.reads(raw):
+        observed = status.Observed.of(raw)
     seen = Seen(
         namespace,
         name,
         generation,
         job_name,
         JobState.of(job),
-        status=status.read_status(evaluation.get("status") or {}),
+        status=observed.typed,
         deleted=deleted,
         owned=names.owned_by(job, meta.get("uid")),
         latest_generation=int(meta.get("generation") or 1),
         recorder=ctx.recorder is not None,
     )
-    return _settle(ctx, seen, job, evaluation, evaluation)
+    return _settle(ctx, seen, job, evaluation, evaluation, observed)
 
 
-def job_vanished(ctx: Context, evaluation: Mapping[str, Any]) -> Handled:
+def job_vanished(
+    ctx: Context, evaluation: Mapping[str, Any], current: EvaluationStatus | None = None
+) -> Handled:
     """The evaluation's status names a Job of its current run that no longer exists (deleted
     while the operator was away, or its DELETED event was lost): finish from what the agent
-    published, else Failed/JobDeleted."""
+    published, else Failed/JobDeleted. ``current``: the caller's read of its status."""
     meta = evaluation["metadata"]
-    current = status.read_status(evaluation.get("status") or {})
+    if current is None:
+        current = status.read_status(evaluation.get("status") or {})
     seen = Seen(
         str(meta["namespace"]),
         str(meta["name"]),
@@ -443,16 +451,18 @@ def _settle(
     job: Mapping[str, Any] | None,
     evaluation: Mapping[str, Any],
     known: Mapping[str, Any] | None,
+    observed: status.Observed | None = None,
 ) -> Handled:
     """Decide, making each read the decision asks for, then act. ``known``: the evaluation
-    the status writes start from (replaced by a copy read again for its spec)."""
+    the status writes start from (replaced by a copy read again for its spec); ``observed``:
+    its status as read."""
     found = NOTHING_FOUND
     decision = decide(seen, found)
     while isinstance(decision, Need):
         found, evaluation = _read(ctx, seen, job, evaluation, decision, found)
         known = evaluation if known is not None else None
         decision = decide(seen, found)
-    return act(ctx, seen, decision, job, known)
+    return act(ctx, seen, decision, job, known, observed)
 
 
 def _read(
@@ -497,16 +507,20 @@ def act(
     decision: JobDecision,
     job: Mapping[str, Any] | None,
     known: Mapping[str, Any] | None,
+    observed: status.Observed | None = None,
 ) -> Handled:
     """Perform ``decision``'s actions in order: the one place a Job event writes. Returns what
     the event is reported as. The first status write starts from ``known`` (None: from what
-    the watch delivered), each later one from what the write before it returned."""
+    the watch delivered; ``observed``: its status as read), each later one from what the
+    write before it returned."""
     namespace, name, generation = seen.namespace, seen.name, seen.generation
     handled = decision.handled
     for action in decision.actions:
         if action in _TRANSITIONS:
             compute = _transition(action, seen, decision, ctx.clock)
-            written, change = ctx.update_status(namespace, name, compute, known=known)
+            written, change = ctx.update_status(
+                namespace, name, compute, known=known, observed=observed
+            )
             known = written or known
             if action is JobAction.SUCCEED:
                 instrument.results_collected(namespace)

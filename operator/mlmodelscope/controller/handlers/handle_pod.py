@@ -122,8 +122,9 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     if owner is None or not job_name:
         return PodAction.NOTHING.value
     namespace, name, generation = owner
-    current = (ctx.watched.get(namespace, name) or {}).get("status") or {}
-    refused = _shows_unschedulable(current, generation, job_name)
+    held = ctx.watched.get(namespace, name)
+    observed = status.Observed.of((held or {}).get("status"))
+    refused = status.waits_for_a_node(observed.typed, generation, job_name)
     decision = decide(pod, shown=shown, refused=refused, deleted=deleted)
     action, detail = decision.action, decision.detail
     if decision.lost is not None:
@@ -144,12 +145,16 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             namespace,
             name,
             lambda st: status.unschedulable(st, generation, job_name, detail, ctx.clock()),
+            known=held,
+            observed=observed,
         )
     else:
         evaluation, _ = ctx.update_status(
             namespace,
             name,
             lambda st: status.scheduled(st, generation, job_name, detail, ctx.clock()),
+            known=held,
+            observed=observed,
         )
     assert state is not None
     if (
@@ -162,16 +167,6 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     ):
         ctx.pod_memo.remember(uid, state)
     return action.value
-
-
-def _shows_unschedulable(current: Mapping[str, Any], generation: int, job_name: str) -> bool:
-    """The run's status still carries the scheduler's refusal."""
-    scheduled = status.condition(current, status.ConditionType.SCHEDULED) or {}
-    return (
-        status.is_current(current, generation)
-        and current.get("jobName") == job_name
-        and scheduled.get("reason") == status.Reason.UNSCHEDULABLE
-    )
 
 
 def _write_scheduled(

@@ -28,6 +28,7 @@ from mlmodelscope.controller.runs import InvalidSpecError
 from mlmodelscope.controller.runtime.periodic import Periodic
 from mlmodelscope.spec import SpecValidationError
 from mlmodelscope.spec.manifest import ModelLookup
+from mlmodelscope.spec.status import Phase
 from mlmodelscope.spec.sweep import (
     SWEEP_PLURAL,
     EvaluationSweep,
@@ -122,7 +123,9 @@ def reconcile(ctx: Context, namespace: str, name: str, uid: str | None = None) -
         owned = dict(sweeps.owned_children(body, listed))
         conflicts: set[str] = set()
         shown_failed = {
-            row.get("name") for row in current.get("children") or [] if row.get("phase") == "Failed"
+            row.get("name")
+            for row in current.get("children") or []
+            if row.get("phase") == Phase.FAILED
         }
         created = []
         decision = sweeps.plan(sweep, children, owned, current, ctx.clock())
