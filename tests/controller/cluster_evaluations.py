@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from meval_docs import merge
 
-from mlmodelscope.contract.kube import Kube, evaluation_path, job_path
-from mlmodelscope.controller import names, sweeps
+from mlmodelscope.contract.kube import Kube, evaluation_path, job_path, sweep_path
+from mlmodelscope.controller import names
 from mlmodelscope.devcluster.cluster import Cluster
 from mlmodelscope.devcluster.pytest_plugin import wait_for
 from mlmodelscope.spec.sweep import LABEL_SWEEP
@@ -140,7 +140,7 @@ def gone(kube: Kube, path: str) -> bool:
 
 
 def get_sweep(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
-    return kube.get(sweeps.sweep_path(namespace, name))
+    return kube.get(sweep_path(namespace, name))
 
 
 def sweep_status(kube: Kube, namespace: str, name: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from fakes import FakeApiServer, FakeKube, Request
-from mlmodelscope.contract.kube import evaluation_path
+from mlmodelscope.contract.kube import evaluation_path, sweep_path
 from mlmodelscope.controller import status as evaluation_status
 from mlmodelscope.controller import sweeps
 from mlmodelscope.controller.context import Context
@@ -399,8 +399,8 @@ class Cluster:
     def __init__(self, sweep: dict[str, Any], *others: dict[str, Any]) -> None:
         self.server = FakeApiServer()
         self.server.add_namespace("team-a")
-        self.sweep_path = sweeps.sweep_path("team-a", "grid")
-        self.server.seed(sweeps.sweep_path("team-a"), sweep)
+        self.sweep_path = sweep_path("team-a", "grid")
+        self.server.seed(sweep_path("team-a"), sweep)
         for other in others:
             self.server.seed(evaluation_path("team-a"), other)
         self.since = len(self.server.watch_log)

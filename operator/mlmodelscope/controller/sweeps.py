@@ -34,7 +34,6 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from mlmodelscope import API_GROUP, API_VERSION
-from mlmodelscope.contract.kube import namespaced
 from mlmodelscope.controller import sweep_repeats
 from mlmodelscope.controller.status import (
     MESSAGE_LIMIT,
@@ -87,10 +86,6 @@ END_CONDITIONS: Final = (ConditionType.SUCCEEDED, ConditionType.FAILED)
 
 
 # ----------------------------------------------------------------------- paths and owners
-
-
-def sweep_path(namespace: str, name: str = "") -> str:
-    return namespaced(namespace, SWEEP_PLURAL, name, group=API_GROUP, version=API_VERSION)
 
 
 def all_sweeps_path() -> str:

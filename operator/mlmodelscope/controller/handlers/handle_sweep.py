@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from mlmodelscope.contract.kube import KubeError, evaluation_path
+from mlmodelscope.contract.kube import KubeError, evaluation_path, sweep_path
 from mlmodelscope.controller import model_refs, recording, sweeps
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import InvalidSpecError
@@ -104,7 +104,7 @@ def reconcile(ctx: Context, namespace: str, name: str, uid: str | None = None) -
     """Reconcile one sweep; returns what it did (for logs). Raises InvalidSpecError after
     writing Failed/InvalidSpec into the status."""
     with ctx.lock(namespace, lock_key(name)):
-        body = ctx.kube.get_or_none(sweeps.sweep_path(namespace, name))
+        body = ctx.kube.get_or_none(sweep_path(namespace, name))
         if body is None or body["metadata"].get("deletionTimestamp"):
             return "gone"
         if uid is not None and body["metadata"].get("uid") != uid:
@@ -163,7 +163,7 @@ def _write_status(ctx: Context, body: dict[str, Any], status: SweepStatus) -> di
     change = sweeps.change(body.get("status") or {}, status)
     meta = body["metadata"]
     if change.patch:
-        path = sweeps.sweep_path(meta["namespace"], meta["name"]) + "/status"
+        path = sweep_path(meta["namespace"], meta["name"]) + "/status"
         body = ctx.kube.merge_patch(path, {"status": change.patch})
     if change.event is not None:
         ctx.post_event(body, change.event)
@@ -178,7 +178,7 @@ def list_sweeps(ctx: Context) -> list[dict[str, Any]]:
     namespaced install's RBAC suffices), else cluster-wide and filtered."""
     patterns = ctx.settings.namespaces
     if patterns and all(_PLAIN_NAMESPACE.match(p) for p in patterns):
-        return [item for ns in patterns for item in ctx.kube.list(sweeps.sweep_path(ns))]
+        return [item for ns in patterns for item in ctx.kube.list(sweep_path(ns))]
     everywhere = ctx.kube.list(sweeps.all_sweeps_path())
     return [
         item
