@@ -1,18 +1,22 @@
 """The Launch page in real headless Chromium, JavaScript on: preview the YAML, launch the
 catalog's digits CNN in ONNX Runtime, and watch the launch page go from queued to succeeded
 without reloading, then follow its link to the recorded run; launch the same as a sweep over
-two batch sizes and watch the sweep and both children succeed in place. The pages' CSP is on;
-any CSP violation or script error fails the test."""
+two batch sizes and watch the sweep and both children succeed in place; cancel a running launch
+from its page and watch it turn cancelled in place. The pages' CSP is on; any CSP violation or
+script error fails the test."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from browser import opened_page, screenshot_dir
 from launch_fixtures import CATALOG
+from processes import agents_of
 from serve_fixtures import READ_TOKEN, WRITE_TOKEN
 
+from mlmodelscope.devtools.telemetry_servers import wait_until
 from mlmodelscope.server.app import ServeSettings, create_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.frameworks]
@@ -128,4 +132,57 @@ def test_launch_a_sweep_from_the_page_and_watch_it_succeed(
         )
         expect(page.locator("#cancel-form")).to_be_hidden()
         page.screenshot(path=str(shots / "launch-4-sweep-succeeded.png"), full_page=True)
+    assert problems == []
+
+
+def test_cancel_a_running_launch_from_its_page(
+    sqlite_url: str, pvc_root: Path, tmp_path: Path
+) -> None:
+    """A digits evaluation of a minute's minimum duration, cancelled from its page once the
+    page shows it running: the state turns cancelled in place and the Cancel form goes."""
+    from playwright.sync_api import expect
+
+    settings = ServeSettings(
+        store_url=sqlite_url,
+        read_token=READ_TOKEN,
+        write_token=WRITE_TOKEN,
+        catalog=(str(CATALOG),),
+    )
+    shots = screenshot_dir(tmp_path)
+    problems: list[str] = []
+    app = create_app(settings)
+    with opened_page(app, problems, f"/launch?token={READ_TOKEN}") as (base, page):
+        page.select_option('select[name="model"]', "digits-cnn")
+        page.fill('input[name="batch_sizes"]', "1")
+        page.fill('input[name="minQueryCount"]', "20")
+        page.fill('input[name="minDuration"]', "60s")
+        page.fill('input[name="warmup"]', "3")
+        page.fill('input[name="token"]', WRITE_TOKEN)
+        page.get_by_role("button", name="Launch").click()
+        page.wait_for_url(f"{base}/launches/*")
+        page.evaluate("window.notReloaded = true")
+        state = page.locator("table.launch td.state")
+        expect(state).to_have_text("running", timeout=60_000)
+        expect(page.locator("table.launch td.started")).not_to_be_empty()
+        wait_until(lambda: bool(agents_of(os.getpid())), 30, "the launch's `mlms run` process")
+
+        cancel = page.locator("#cancel-form")
+        cancel.locator('input[name="token"]').fill(WRITE_TOKEN)
+        cancel.get_by_role("button", name="Cancel launch").click()
+        expect(state).to_have_text("cancelled")
+        expect(state).to_have_class("state state-cancelled")
+        expect(cancel).to_be_hidden()
+        expect(page.locator("#cancel-error")).to_be_empty()
+        expect(page.locator("table.launch pre.message")).to_have_text("cancelled")
+        expect(page.locator("table.launch td.run")).to_have_text("not recorded yet")
+        assert page.evaluate("window.notReloaded") is True  # updated in place
+        page.screenshot(path=str(shots / "launch-cancelled.png"), full_page=True)
+
+        launch_id = page.locator("table.launch").get_attribute("data-launch-id")
+        assert app.state.launches.started == [launch_id]
+        # its worker stops the `mlms run` process long before its minute is up
+        wait_until(lambda: not agents_of(os.getpid()), 15, "the cancelled run's process gone")
+        item = page.request.get(f"{base}/api/v1/launches/{launch_id}").json()
+        assert item["state"] == "cancelled" and item["run_id"] is None
+        assert page.request.get(f"{base}/api/v1/runs").json()["total"] == 0
     assert problems == []

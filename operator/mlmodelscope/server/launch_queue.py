@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -346,6 +347,17 @@ def run_command(spec: Path, output: Path, catalog: Sequence[str]) -> list[str]:
     return command
 
 
+def dying_with_its_worker(command: list[str], setpriv: str | None) -> list[str]:
+    """``command`` run through util-linux ``setpriv --pdeathsig KILL``, so the kernel kills
+    the run when the worker thread that started it dies: a server killed without its shutdown
+    (SIGKILL, the OOM killer) leaves no run going on unrecorded. The run has a session of its
+    own (a cancel stops its group), which a signal to the server's group does not reach.
+    Without ``setpriv`` the command is unchanged."""
+    if setpriv is None:
+        return command
+    return [setpriv, "--pdeathsig", "KILL", "--", *command]
+
+
 class LaunchWorkers:
     """``workers`` threads taking queued launches, one `mlms run` process each."""
 
@@ -431,7 +443,9 @@ class LaunchWorkers:
             env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
             with log_path.open("wb") as sink:
                 process = subprocess.Popen(
-                    run_command(spec, output, self.catalog),
+                    dying_with_its_worker(
+                        run_command(spec, output, self.catalog), shutil.which("setpriv")
+                    ),
                     stdout=sink,
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
