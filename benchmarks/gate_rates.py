@@ -37,8 +37,17 @@ the (k + 1)th on against the k same-spec runs before it (false alarms), each var
 the k same-spec runs before it (detection; variants with fewer before them are left out).
 Trials overlap in their baselines, so they are less independent still than the pairs.
 
+Last, the runs are gated pooled, as ``mlms gate --sweep`` gates a cell's repeats
+(:func:`mlmodelscope.report.gate.gate_pooled`), for r = 3 and 5 (``--pool``): the same-spec
+runs, in order, split into non-overlapping groups of r (a last, shorter group left out), each
+group pooled against the group before it (false alarms); each r consecutive runs of a variant
+pooled against the r same-spec runs before them (detection). ``--repeats R`` makes the run plan
+run each variant R times in a row, so that variant groups exist; with the default 1 only the
+same-spec groups are gated. A variant's repeats share their baseline runs in every mode.
+
     .venv/bin/python benchmarks/gate_rates.py --out gate-rates.json --markdown gate-rates.md
     .venv/bin/python benchmarks/gate_rates.py --quick      # 5 same-spec pairs, 4 variants
+    .venv/bin/python benchmarks/gate_rates.py --same 62 --repeats 5  # 20 pooled trials at r = 3
     .venv/bin/python benchmarks/gate_rates.py --keep DIR   # then --from DIR: re-gate, no runs
 """
 
@@ -46,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import platform
@@ -68,6 +78,7 @@ from mlmodelscope.report.gate import (
     GateStatus,
     Thresholds,
     check,
+    gate_pooled,
     mismatches,
 )
 from mlmodelscope.report.noise import MIN_RUNS, run_verdicts
@@ -89,6 +100,8 @@ SWEEP = (10.0, 15.0, 20.0, 25.0, 30.0, 50.0, 100.0, 200.0, 400.0, 1000.0, 2000.0
 """Latency-increase and throughput-decrease thresholds (percent, both alike) re-checked."""
 KS = (3, 5)
 """Baseline runs per trial in the evaluation against several baseline runs."""
+POOLS = (3, 5)
+"""Runs per group in the pooled evaluation (``--pool``), candidate and baseline alike."""
 GOAL = 0.05
 """The issue's goal for the false-alarm rate."""
 RUN_TIMEOUT_S = 300
@@ -323,12 +336,39 @@ def groupings(kinds: Sequence[str], k: int) -> list[tuple[str, tuple[int, ...], 
     return found
 
 
-def schedule(same: int, variants: Sequence[str]) -> list[str]:
+def pooled_groupings(
+    kinds: Sequence[str], r: int
+) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """Which runs to gate pooled, ``r`` against ``r``: the same-spec runs split in order into
+    non-overlapping groups of ``r`` (a shorter last group left out), each against the group
+    before it; every ``r`` consecutive runs of a variant (non-overlapping, within a stretch of
+    that variant alone) against the ``r`` same-spec runs before them, when there are ``r``.
+    Items, by their first candidate: (kind, baseline positions, candidate positions)."""
+    if r < 2:
+        raise ValueError(f"a pooled group needs at least 2 runs, not {r}")
+    same = [position for position, kind in enumerate(kinds) if kind == SAME]
+    blocks = [tuple(same[i : i + r]) for i in range(0, len(same) - r + 1, r)]
+    found = [(SAME, before, block) for before, block in itertools.pairwise(blocks)]
+    start = 0
+    for end in range(1, len(kinds) + 1):
+        if end < len(kinds) and kinds[end] == kinds[start]:
+            continue
+        if kinds[start] != SAME:
+            before = [p for p in same if p < start][-r:]
+            for first in range(start, end - r + 1, r):
+                if len(before) == r:
+                    found.append((kinds[start], tuple(before), tuple(range(first, first + r))))
+        start = end
+    return sorted(found, key=lambda item: item[2][0])
+
+
+def schedule(same: int, variants: Sequence[str], repeats: int = 1) -> list[str]:
     """The run order: ``same + 1`` same-spec runs with the variants spread evenly among them,
-    each right after a same-spec run (never before the first)."""
+    each right after a same-spec run (never before the first) and run ``repeats`` times in a
+    row."""
     after: dict[int, list[str]] = {}
     for k, name in enumerate(variants):
-        after.setdefault(1 + (k * same) // max(len(variants), 1), []).append(name)
+        after.setdefault(1 + (k * same) // max(len(variants), 1), []).extend([name] * repeats)
     order: list[str] = []
     for i in range(same + 1):
         order += [SAME, *after.get(i, [])]
@@ -337,15 +377,19 @@ def schedule(same: int, variants: Sequence[str]) -> list[str]:
 
 @dataclass
 class Pair:
-    """A candidate gated against one baseline run, or against several."""
+    """A candidate gated against one baseline run, or against several; or several candidate
+    runs pooled."""
 
     kind: str
     """SAME, or the candidate's variant name."""
     baselines: tuple[Run, ...]
     candidate: Run
+    """The candidate run; when several are pooled, the first."""
     verdicts: list[MetricVerdict] | None
     """``None``: not comparable."""
     why_not: list[str] = field(default_factory=list)
+    candidates: tuple[Run, ...] = ()
+    """Every candidate run when several are pooled; empty for one."""
 
     @property
     def baseline(self) -> Run:
@@ -387,6 +431,34 @@ def gate_k(runs: Sequence[Run], k: int) -> list[Pair]:
     ]
 
 
+def _label(run: Run) -> str:
+    return run.document.stem
+
+
+def gate_pooled_group(kind: str, baselines: Sequence[Run], candidates: Sequence[Run]) -> Pair:
+    """``candidates`` pooled against ``baselines``, as ``mlms gate --sweep`` gates a cell's
+    repeats (:func:`~mlmodelscope.report.gate.gate_pooled` at the default thresholds); the
+    verdicts are kept for re-checking at others."""
+    result = gate_pooled(
+        [_document(c.document) for c in candidates],
+        [_document(b.document) for b in baselines],
+        Thresholds(),
+        candidate_labels=[_label(c) for c in candidates],
+        baseline_labels=[_label(b) for b in baselines],
+    )
+    found = None if result.mismatches else [c.verdict for c in result.checks]
+    why_not = [str(m) for m in result.mismatches]
+    return Pair(kind, tuple(baselines), candidates[0], found, why_not, tuple(candidates))
+
+
+def gate_r(runs: Sequence[Run], r: int) -> list[Pair]:
+    """Every trial of :func:`pooled_groupings` at ``r``, gated."""
+    return [
+        gate_pooled_group(kind, [runs[b] for b in bases], [runs[c] for c in cands])
+        for kind, bases, cands in pooled_groupings(_kinds(runs), r)
+    ]
+
+
 # ------------------------------------------------------------------------------ reporting
 
 
@@ -411,6 +483,7 @@ def pair_json(pair: Pair, thresholds: Thresholds) -> dict[str, Any]:
         "baseline_run": pair.baseline.index,
         "baseline_runs": [b.index for b in pair.baselines],
         "candidate_run": pair.candidate.index,
+        "candidate_runs": [c.index for c in pair.candidates or (pair.candidate,)],
         "status": int(status_at(pair.verdicts, thresholds)),
         "not_comparable": pair.why_not,
         "checks": [_check_json(v, thresholds) for v in pair.verdicts or []],
@@ -669,6 +742,46 @@ def k_tables(by_k: dict[int, list[Pair]]) -> str:
     return "\n".join(lines)
 
 
+def pooled_table(by_r: dict[int, list[Pair]]) -> str:
+    """Markdown: false alarms and detection at the defaults with r candidate runs pooled
+    against r baseline runs, as ``mlms gate --sweep`` gates a cell's repeats."""
+    defaults = Thresholds()
+    shown = [v for v in VARIANTS if any(p.kind == v.name for ps in by_r.values() for p in ps)]
+    lines = [
+        "Pooled, as `mlms gate --sweep` gates a cell's repeats (`report.gate.gate_pooled`: "
+        "latency and throughput by the bootstrap over runs of the ratio of the medians, top-1 "
+        "by McNemar's test of the first candidate run against the first baseline run), at the "
+        "default thresholds: the same-spec runs, in order, split into non-overlapping groups of "
+        "r, each group of r pooled against the r same-spec runs of the group before it; each r "
+        "consecutive runs of a variant pooled against the r same-spec runs before them:",
+        "",
+        "| r | same spec: gate exit 1 (false alarms) | "
+        + " | ".join(
+            f"{v.name} {'detected' if v.worsens else 'exit 1 (a pass is right)'}" for v in shown
+        )
+        + " | checks behind the false alarms |",
+        "|---:|---|" + "---|" * len(shown) + "---|",
+    ]
+    for r, pairs in by_r.items():
+        at = figures(pairs, defaults)
+        cells = []
+        for v in shown:
+            found = at["variants"].get(v.name)
+            key = "detected" if v.worsens else "exit_1"
+            cells.append(_rate_cell(found[key]) if found else "-")
+        lines.append(
+            f"| {r} | {_rate_cell(at['false_alarms'])} | "
+            + " | ".join(cells)
+            + f" | {_fired(at['false_alarm_triggers'])} |"
+        )
+    if not shown:
+        lines += [
+            "",
+            "No variant ran r times in a row (`--repeats`), so there is no detection trial.",
+        ]
+    return "\n".join(lines)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -688,6 +801,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=THREADS, help="the baseline's intra-op threads"
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each variant in a row, for the pooled detection trials",
+    )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        nargs="+",
+        default=list(POOLS),
+        metavar="R",
+        help="runs per pooled group (at least 2 each)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the result documents in this folder")
     parser.add_argument(
         "--from",
@@ -702,6 +829,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.same, args.slow, args.accuracy = 5, 1, 1
     if args.same < 1 or args.slow < 0 or args.accuracy < 0 or args.threads < 1:
         parser.error("--same and --threads must be at least 1, --slow and --accuracy at least 0")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, not {args.repeats}")
+    if any(r < 2 for r in args.pool):
+        parser.error(f"--pool: a pooled group needs at least 2 runs; got {args.pool}")
     return args
 
 
@@ -738,7 +869,9 @@ def measure(args: argparse.Namespace) -> tuple[list[Run], list[Pair], tuple[floa
     folder.mkdir(parents=True, exist_ok=True)
     try:
         specs = write_specs(folder, args.threads)
-        order = schedule(args.same, candidates(args.slow, args.accuracy, args.threads))
+        order = schedule(
+            args.same, candidates(args.slow, args.accuracy, args.threads), args.repeats
+        )
         runs: list[Run] = []
         for k, kind in enumerate(order):
             run = run_once(k, kind, specs[kind], folder)
@@ -773,7 +906,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_after = os.getloadavg()
     defaults = Thresholds()
     by_k = {k: gate_k(runs, k) for k in KS}
-    markdown = tables(pairs) + "\n\n" + k_tables(by_k)
+    by_r = {r: gate_r(runs, r) for r in args.pool}
+    markdown = tables(pairs) + "\n\n" + k_tables(by_k) + "\n\n" + pooled_table(by_r)
     what = (
         f"{len(runs)} fresh `mlms run --raw` processes (ONNX Runtime digits CNN, SingleStream "
         f"batch {' and '.join(str(b) for b in SCENARIO['batchSizes'])}, intra-op threads "
@@ -814,6 +948,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "accuracy_pairs": args.accuracy,
                 "scenario": SCENARIO,
                 "intra_op_threads": args.threads,
+                "repeats": args.repeats,
+                "pool": args.pool,
                 "variants": [v.__dict__ | {"worsens": sorted(v.worsens)} for v in VARIANTS],
             },
             "runs": [
@@ -836,6 +972,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "trials": [pair_json(p, defaults) for p in found],
                 }
                 for k, found in by_k.items()
+            },
+            "pooled": {
+                str(r): {
+                    "at_defaults": figures(found, defaults),
+                    "trials": [pair_json(p, defaults) for p in found],
+                }
+                for r, found in by_r.items()
             },
             "table_markdown": markdown,
         }

@@ -1,18 +1,24 @@
 """benchmarks/gate_rates.py's pure parts: a rate and its Clopper-Pearson interval from exit
-statuses, the gate's answer re-checked at other thresholds, and the run order and pairing.
-No measurement: the measured rates are in docs/benchmarks.md, never in a test."""
+statuses, the gate's answer re-checked at other thresholds, the run order, the pairing and
+the pooled groups; and the pooled trials gated on fixed documents made from one real run (the
+``results`` fixture), which must be the library's verdicts. No measurement: the measured rates
+are in docs/benchmarks.md, never in a test."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from scipy.stats import binomtest
 
-from mlmodelscope.report.gate import GateStatus, Thresholds
+from mlmodelscope.contract.result import ResultDocument
+from mlmodelscope.report.gate import GateStatus, Thresholds, gate_pooled
+from mlmodelscope.report.pooled import pooled_verdicts
 from mlmodelscope.report.verdicts import Metric, MetricVerdict, Outcome
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -156,3 +162,122 @@ def test_against_k_baselines_each_run_meets_the_k_same_spec_runs_before_it(
     kinds = [same, "graph-off", same, same, same, "graph-off"]
     assert gate_rates.groupings(kinds, 3) == [(same, (0, 2, 3), 4), ("graph-off", (2, 3, 4), 5)]
     assert gate_rates.groupings([same, same], 3) == []
+
+
+def test_pooled_groups_do_not_overlap_and_meet_the_same_spec_runs_before_them(
+    gate_rates: ModuleType,
+) -> None:
+    s, g, u = gate_rates.SAME, "graph-off", "unscaled"
+    kinds = [s, s, s, g, g, g, s, s, s, u, u, u, s, s]
+    assert gate_rates.pooled_groupings(kinds, 3) == [
+        (g, (0, 1, 2), (3, 4, 5)),
+        (s, (0, 1, 2), (6, 7, 8)),  # the last two same-spec runs make no group of 3
+        (u, (6, 7, 8), (9, 10, 11)),
+    ]
+    assert gate_rates.pooled_groupings(kinds, 2) == [
+        (s, (0, 1), (2, 6)),  # same-spec groups: consecutive among the same-spec runs
+        (g, (1, 2), (3, 4)),  # the third graph-off run makes no group of 2
+        (s, (2, 6), (7, 8)),
+        (u, (7, 8), (9, 10)),
+        (s, (7, 8), (12, 13)),
+    ]
+    assert gate_rates.pooled_groupings(kinds, 5) == []  # one group of 5, too few before g
+    with pytest.raises(ValueError, match="at least 2 runs"):
+        gate_rates.pooled_groupings(kinds, 1)
+
+
+def test_with_repeats_each_variant_runs_r_times_in_a_row_for_the_pooled_trials(
+    gate_rates: ModuleType,
+) -> None:
+    same = gate_rates.SAME
+    variants = gate_rates.candidates(5, 3)
+    assert gate_rates.schedule(20, variants, 1) == gate_rates.schedule(20, variants)
+    order = gate_rates.schedule(62, variants, 5)
+    assert order.count(same) == 63 and len(order) == 63 + 5 * len(variants)
+    stretches = [(order[i], i) for i in range(len(order)) if i == 0 or order[i] != order[i - 1]]
+    assert [kind for kind, _ in stretches if kind != same] == variants  # the order kept
+    for kind, first in stretches:
+        if kind != same:
+            assert order[first : first + 5] == [kind] * 5 and order[first + 5] == same
+    for r, expected in ((3, 20), (5, 11)):  # 63 same-spec runs: 21 groups of 3, 12 of 5
+        trials = gate_rates.pooled_groupings(order, r)
+        assert sum(kind == same for kind, _, _ in trials) == expected
+        for kind, bases, cands in trials:
+            assert len(bases) == len(cands) == r
+            assert all(order[b] == same for b in bases) and max(bases) < min(cands)
+            assert {order[c] for c in cands} == {kind}
+            if kind != same:  # the r same-spec runs just before the group
+                assert list(bases) == [i for i in range(cands[0]) if order[i] == same][-r:]
+        # the first variant follows two same-spec runs only: left out at r = 3 and 5
+        assert sum(kind != same for kind, _, _ in trials) == len(variants) - 1
+
+
+def test_pooling_needs_groups_of_two(gate_rates: ModuleType) -> None:
+    assert gate_rates.parse_args([]).pool == [3, 5]
+    assert gate_rates.parse_args(["--pool", "4", "--repeats", "4"]).pool == [4]
+    for bad in (["--pool", "1"], ["--repeats", "0"]):
+        with pytest.raises(SystemExit):
+            gate_rates.parse_args(bad)
+
+
+def kept_runs(
+    gate_rates: ModuleType, template: Path, folder: Path, kinds: list[str], slow: str
+) -> list[Any]:
+    """Kept documents named as the script keeps them (``NNN-KIND.json``): copies of a real run
+    with fixed headline latencies and throughput, within 2 % of each other, ``slow`` runs 2x
+    slower."""
+    data = json.loads(template.read_text())
+    for index, kind in enumerate(kinds):
+        factor = (2.0 if kind == slow else 1.0) * (1 + 0.01 * (index % 5 - 2))
+        rows = []
+        for row in data["results"]:
+            latency = row["latency_ms"]
+            latency = latency | {"p50": latency["p50"] * factor, "p99": latency["p99"] * factor}
+            rows.append(row | {"latency_ms": latency, "throughput": row["throughput"] / factor})
+        (folder / f"{index:03d}-{kind}.json").write_text(json.dumps(data | {"results": rows}))
+    return [gate_rates.Run.read(p) for p in sorted(folder.glob("*.json"))]
+
+
+def document(run: Any) -> ResultDocument:
+    return ResultDocument.model_validate_json(run.document.read_text())
+
+
+def test_pooled_verdicts_are_the_librarys_and_are_counted_per_group(
+    gate_rates: ModuleType, results: Path, tmp_path: Path
+) -> None:
+    s, g, u = gate_rates.SAME, "graph-off", "unscaled"
+    kinds = [s, s, s, g, g, g, s, s, s, u, u, u, s, s]
+    runs = kept_runs(gate_rates, results / "ort.json", tmp_path, kinds, slow=g)
+    trials = gate_rates.gate_r(runs, 3)
+    assert [(p.kind, p.candidate.index) for p in trials] == [(g, 3), (s, 6), (u, 9)]
+    for pair in trials:
+        bases = [document(b) for b in pair.baselines]
+        cands = [document(c) for c in pair.candidates]
+        labels = [c.document.stem for c in pair.candidates]
+        direct = gate_pooled(
+            cands,
+            bases,
+            Thresholds(),
+            candidate_labels=labels,
+            baseline_labels=[b.document.stem for b in pair.baselines],
+        )
+        assert direct.pooled and len(pair.candidates) == 3
+        assert pair.verdicts == pooled_verdicts(labels[0], cands, bases)
+        assert gate_rates.status_at(pair.verdicts, Thresholds()) is direct.status
+    slow = trials[0]
+    assert gate_rates.detects(slow.verdicts, Thresholds(), gate_rates.LATENCY_METRICS)
+    at = gate_rates.figures(trials, Thresholds())
+    assert (at["false_alarms"]["events"], at["false_alarms"]["trials"]) == (0, 1)
+    assert (at["variants"][g]["detected"]["events"], at["variants"][g]["detected"]["trials"]) == (
+        1,
+        1,
+    )
+    assert at["variants"][u]["exit_1"]["events"] == 0
+    table = gate_rates.pooled_table({3: trials, 5: gate_rates.gate_r(runs, 5)})
+    assert "each group of r pooled against the r same-spec runs of the group before it" in table
+    assert "| 3 | 0/1 = 0% [0%, 98%] | 1/1 = 100% [3%, 100%] | 0/1 = 0% [0%, 98%] |" in table
+    assert "| 5 | no pairs | - | - | none |" in table
+    alone = gate_rates.pooled_table({3: [p for p in trials if p.kind == s]})
+    assert "No variant ran r times in a row (`--repeats`), so there is no detection trial." in alone
+    row = gate_rates.pair_json(slow, Thresholds())
+    assert (row["baseline_runs"], row["candidate_runs"]) == ([0, 1, 2], [3, 4, 5])
