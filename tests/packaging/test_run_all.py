@@ -58,3 +58,20 @@ def test_table_lines_keeps_only_the_markdown_tables_of_an_output() -> None:
     module = run_all()
     out = "progress 1/3\n| a | b |\n|---|---|\n| 1 | 2 |\nmore text\n| c |\n|---|\n"
     assert module.table_lines(out) == "| a | b |\n|---|---|\n| 1 | 2 |\n\n| c |\n|---|"
+
+
+def test_the_analysis_doc_names_the_one_command_that_writes_its_blocks() -> None:
+    """docs/analysis.md's command lists exactly the steps that write into it, and every table in
+    it sits inside one of their blocks (nothing typed by hand)."""
+    module = run_all()
+    text = module.ANALYSIS_DOC.read_text()
+    names = [s.name for s in module.STEPS if s.doc == module.ANALYSIS_DOC]
+    assert f"benchmarks/run_all.py --only {','.join(names)}" in text
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("<!-- benchmarks/run_all.py:"):
+            inside = True
+        elif line.startswith("<!-- end:"):
+            inside = False
+        elif line.startswith("|"):
+            assert inside, f"a table row outside the generated blocks: {line[:60]}"
