@@ -1,5 +1,6 @@
-"""A real `mlms serve --launch-workers 2` killed with SIGKILL while it runs digits launches
-(issue 32), then started again on the same SQLite store: every launch ends ``succeeded`` or
+"""A real `mlms serve --launch-workers 2` runs ten digits launches, each once (issue 32); one
+killed with SIGKILL while it runs them, then started again on the same SQLite store: every
+launch ends ``succeeded`` or
 ``interrupted``, the ones still queued run after the restart, and none runs twice (a launch
 started before the kill keeps its start and its run, the store holds one run per succeeded
 launch).
@@ -114,6 +115,29 @@ def stored(store_url: str) -> dict[str, LaunchRow]:
     with open_store(store_url) as store:
         _, rows = LaunchQueue(store).page(limit=100)
     return {row.launch_id: row for row in rows}
+
+
+def test_ten_launches_on_two_workers_all_finish_once(tmp_path: Path, pvc_root: Path) -> None:
+    store_url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with mlms_serve(store_url, tmp_path, "serve.log") as served:
+        for index in range(LAUNCHES):
+            answer = served.api.post("/api/v1/launches", json=_form(index), headers=WRITE)
+            assert answer.status_code == 202, answer.text
+        most_at_once = 0
+
+        def settled() -> bool:
+            nonlocal most_at_once
+            seen = counts(launches(served.api))
+            most_at_once = max(most_at_once, seen.get("running", 0))
+            return seen.get("succeeded", 0) + seen.get("failed", 0) == LAUNCHES
+
+        wait_until(settled, 180, "ten launches ended", 0.1)
+        after = launches(served.api)
+        runs = served.api.get("/api/v1/runs", params={"limit": 100}).json()
+    assert {item["state"] for item in after.values()} == {"succeeded"}
+    assert 1 <= most_at_once <= 2
+    assert runs["total"] == LAUNCHES
+    assert {run["run_id"] for run in runs["items"]} == {i["run_id"] for i in after.values()}
 
 
 def test_a_killed_server_interrupts_its_running_launches_and_runs_the_rest_once(
