@@ -1,9 +1,8 @@
 """A real `mlms serve --launch-workers 2` runs ten digits launches, each once (issue 32); one
 killed with SIGKILL while it runs them, then started again on the same SQLite store: every
-launch ends ``succeeded`` or
-``interrupted``, the ones still queued run after the restart, and none runs twice (a launch
-started before the kill keeps its start and its run, the store holds one run per succeeded
-launch).
+launch ends ``succeeded`` or ``interrupted``, the ones still queued run after the restart,
+and none runs twice (a launch started before the kill keeps its start and its run, the store
+holds one run per succeeded launch).
 
 Each launch's `mlms run` process runs in a session of its own (so a cancel can stop its whole
 process group), which a SIGKILL of the server's process group does not reach; it is started
