@@ -666,6 +666,34 @@ def tables(pairs: Sequence[Pair]) -> str:
     return "\n".join(lines)
 
 
+def _rates_rows(
+    label: str, groups: dict[int, list[Pair]], shown: list[Variant], defaults: Thresholds
+) -> list[str]:
+    """Markdown header and rows: per group size (k baselines, r pooled runs), the false alarms
+    and each shown variant's detection (or exit 1 where a pass is right) at ``defaults``."""
+    lines = [
+        f"| {label} | same spec: gate exit 1 (false alarms) | "
+        + " | ".join(
+            f"{v.name} {'detected' if v.worsens else 'exit 1 (a pass is right)'}" for v in shown
+        )
+        + " | checks behind the false alarms |",
+        "|---:|---|" + "---|" * len(shown) + "---|",
+    ]
+    for size, pairs in groups.items():
+        at = figures(pairs, defaults)
+        cells = []
+        for v in shown:
+            found = at["variants"].get(v.name)
+            key = "detected" if v.worsens else "exit_1"
+            cells.append(_rate_cell(found[key]) if found else "-")
+        lines.append(
+            f"| {size} | {_rate_cell(at['false_alarms'])} | "
+            + " | ".join(cells)
+            + f" | {_fired(at['false_alarm_triggers'])} |"
+        )
+    return lines
+
+
 def k_tables(by_k: dict[int, list[Pair]]) -> str:
     """Markdown: false alarms and detection at the defaults against k baseline runs, and per
     check the bound that a candidate must pass (median over the same-spec trials) beside the
@@ -678,25 +706,8 @@ def k_tables(by_k: dict[int, list[Pair]]) -> str:
         "default thresholds; each same-spec run against the k same-spec runs before it, each "
         "variant against the k same-spec runs before it:",
         "",
-        "| k | same spec: gate exit 1 (false alarms) | "
-        + " | ".join(
-            f"{v.name} {'detected' if v.worsens else 'exit 1 (a pass is right)'}" for v in shown
-        )
-        + " | checks behind the false alarms |",
-        "|---:|---|" + "---|" * len(shown) + "---|",
     ]
-    for k, pairs in by_k.items():
-        at = figures(pairs, defaults)
-        cells = []
-        for v in shown:
-            found = at["variants"].get(v.name)
-            key = "detected" if v.worsens else "exit_1"
-            cells.append(_rate_cell(found[key]) if found else "-")
-        lines.append(
-            f"| {k} | {_rate_cell(at['false_alarms'])} | "
-            + " | ".join(cells)
-            + f" | {_fired(at['false_alarm_triggers'])} |"
-        )
+    lines += _rates_rows("k", by_k, shown, defaults)
     slow = [v for v in shown if v.worsens == LATENCY_METRICS]
     lines += [
         "",
@@ -755,25 +766,8 @@ def pooled_table(by_r: dict[int, list[Pair]]) -> str:
         "r, each group of r pooled against the r same-spec runs of the group before it; each r "
         "consecutive runs of a variant pooled against the r same-spec runs before them:",
         "",
-        "| r | same spec: gate exit 1 (false alarms) | "
-        + " | ".join(
-            f"{v.name} {'detected' if v.worsens else 'exit 1 (a pass is right)'}" for v in shown
-        )
-        + " | checks behind the false alarms |",
-        "|---:|---|" + "---|" * len(shown) + "---|",
     ]
-    for r, pairs in by_r.items():
-        at = figures(pairs, defaults)
-        cells = []
-        for v in shown:
-            found = at["variants"].get(v.name)
-            key = "detected" if v.worsens else "exit_1"
-            cells.append(_rate_cell(found[key]) if found else "-")
-        lines.append(
-            f"| {r} | {_rate_cell(at['false_alarms'])} | "
-            + " | ".join(cells)
-            + f" | {_fired(at['false_alarm_triggers'])} |"
-        )
+    lines += _rates_rows("r", by_r, shown, defaults)
     if not shown:
         lines += [
             "",
