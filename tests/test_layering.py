@@ -25,7 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "telemetry": {"spec", "contract", "agent", "analysis"},  # the leveled correction
     "controller": {"spec", "contract", "store"},  # records finished runs (lazily: `store` extra)
     "devcluster": {"spec", "contract", "agent"},  # builds the example models it serves
-    "devtools": {"spec", "contract", "agent", "telemetry", "devcluster", "zoo"},  # gpukit
+    "devtools": {"spec", "contract", "agent", "telemetry", "devcluster", "zoo", "analysis"},
     "report": {"spec", "contract", "store", "analysis"},
     "store": {"spec", "contract"},
     "server": {"spec", "contract", "store", "report", "analysis", "agent"},  # Try: agent.trial

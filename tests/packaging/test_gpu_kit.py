@@ -82,14 +82,44 @@ def test_cpu_dry_run_writes_valid_results_with_gpu_steps_skipped(tmp_path: Path)
     assert profiled["status"] == "skipped" and profiled["reason"] in ("no ncu", NO_GPU)
     assert profiled["data"]["target"]["returncode"] == 0  # the profiled program ran (CPU)
     assert len(profiled["data"]["kernels"]) == 3  # the sample CSV through the parser
-    not_yet = {n["name"] for n in document["not_yet"]}
-    assert not_yet >= {"benanza-gpu", "dlbricks-gpu"} and "ncu-metrics" not in not_yet
+    assert document["not_yet"] == []
+    layered = steps["ncu-layers"]
+    assert layered["status"] == "skipped" and layered["reason"] in ("no ncu", NO_GPU)
+    assert layered["data"]["target"]["returncode"] == 0 and layered["data"]["layers"] == 174
+    assert [r["layer"] for r in layered["data"]["by_layer"]] == [0, 1, 2]
+    assert all(r["bound"] and r["of_roof_pct"] is not None for r in layered["data"]["by_layer"])
+    for name in ("eval-resnet50", "eval-bert_base"):  # the batch-1 suspects, each round's p50
+        suspects = steps[name]["data"]["suspects"]
+        assert suspects["order"] == "psp spp pps" and suspects["sampler_ran"] is False
+        assert all(len(v) == 3 for v in suspects["p50_us"].values())
+    benanza = steps["benanza-gpu"]
+    assert (benanza["status"], benanza["reason"]) == ("skipped", NO_GPU)
+    assert benanza["data"]["errors"] == {}
+    for key in ("resnet50-b1", "bert_base-b1"):
+        model = benanza["data"]["models"][key]
+        assert model["fp16_layers_match"] and model["bound"]["conditions"]["not_timed"] == {}
+        labels = {row["label"] for row in model["bound"]["rows"]}
+        assert labels == {f"pytorch-cuda ({v})" for v in model["end_to_end"]}
+        rows = model["bound"]["rows"]
+        assert len(labels) == 6 and all(r["layers_run"] == r["layers_total"] for r in rows)
+        kinds = {s["kind"] for s in model["suggestions"]}
+        assert kinds >= {"tensor cores", "algorithm search"}
+    assert benanza["data"]["models"]["resnet50-b1"]["fused_ms"]  # torch.fx traces ResNet-50
+    assert "fused fp32" in benanza["data"]["models"]["bert_base-b1"]["not_run"]  # not BERT
+    dlbricks = steps["dlbricks-gpu"]
+    assert (dlbricks["status"], dlbricks["data"]["errors"]) == ("skipped", {})
+    estimated = {(e["model"], e["batch_size"]) for e in dlbricks["data"]["estimates"]}
+    assert estimated == {(m, b) for m in ("resnet50", "bert_base") for b in (1, 2)}
+    assert all(e["layers_timed"] == e["layers"] for e in dlbricks["data"]["estimates"])
     summary = (out / "summary.txt").read_text()
     assert "eval-resnet50: skipped (no GPU)" in summary
     assert "interleaved SingleStream batch 1, AB BA AB: overhead median" in summary
     assert "energy SingleStream batch 1: agent none (no NVML energy counter)" in summary
     assert "sample CSV (the parser's dry run; made-up figures): 3 launches of 2 kernels" in summary
-    assert "results.json: valid" in summary
+    assert "results.json: valid" in summary and "not yet: none" in summary
+    assert "resnet50-b1: bound " in summary and "algorithm search: fp32: cuDNN search" in summary
+    assert "resnet50 batch 2: 174 layers, 54 bricks, estimate " in summary
+    assert "suspects batch 1 (psp spp pps): bare p50 " in summary
     files = list(out.iterdir())
     assert len(files) <= MAX_FILES
     assert all(f.stat().st_size <= MAX_FILE_BYTES for f in files)
@@ -422,7 +452,7 @@ def test_the_committed_gpu_run_is_valid_and_quoted_as_measured() -> None:
         assert problems(document) == [], results
         assert document["environment"]["cuda_available"] is True, results
         statuses = {s["name"]: s["status"] for s in document["steps"]}
-        assert set(statuses) >= {"facts", "eval-resnet50", "eval-bert_base", "trace"}, results
+        assert "facts" in statuses and len(statuses) > 1, results  # --only runs some
         assert set(statuses.values()) == {"ok"}, (results, statuses)
         assert document["gpu"], results
         docs = (ROOT / "docs" / "gpu.md").read_text()

@@ -25,6 +25,10 @@ class Device:
     """Memory bandwidth, bytes/s."""
     source: str
     conditions: dict[str, Any] = field(default_factory=dict)
+    tensor_tf32_flops: float | None = None
+    """Dense TF32 Tensor Core FLOP/s (no sparsity), where the datasheet gives it."""
+    boost_clock_hz: float | None = None
+    """The SM clock the datasheet's peaks hold at (compute peaks scale with the clock)."""
 
 
 GPUS: dict[str, Device] = {
@@ -42,8 +46,11 @@ GPUS: dict[str, Device] = {
             "NVIDIA-H100-80GB-HBM3",
             67e12,
             3.35e12,
-            "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 teraFLOPS, GPU memory "
-            "bandwidth 3.35 TB/s), https://www.nvidia.com/en-us/data-center/h100/",
+            "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 teraFLOPS, TF32 Tensor "
+            "Core 989 teraFLOPS with sparsity, so 494.7 dense; GPU memory bandwidth 3.35 TB/s; "
+            "max boost clock 1,980 MHz), https://www.nvidia.com/en-us/data-center/h100/",
+            tensor_tf32_flops=494.7e12,
+            boost_clock_hz=1.98e9,
         ),
         Device(
             "Tesla-T4",

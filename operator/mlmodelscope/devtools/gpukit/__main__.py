@@ -1,4 +1,4 @@
-"""``python -m mlmodelscope.devtools.gpukit prepare | run OUT [--work DIR] | step NAME ...``.
+"""``python -m mlmodelscope.devtools.gpukit prepare | run OUT [--work D] [--only A,B] | step N``.
 
 ``prepare`` downloads the bundle and prints the remote call; ``run`` is the command the GPU
 machine runs (and CI's dry run); ``step`` is one step, started by ``run`` in its own process.
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run every step, results into OUT")
     run.add_argument("out", type=Path)
     run.add_argument("--work", type=Path, help="scratch folder (default .gpukit/work)")
+    run.add_argument("--only", help="these steps (comma-separated names), after facts")
     step = commands.add_parser("step", help="one step (started by run)")
     step.add_argument("name")
     step.add_argument("--work", type=Path, required=True)
@@ -31,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_prepare(ROOT)
     if args.command == "run":
+        from mlmodelscope.devtools.gpukit.driver import chosen
         from mlmodelscope.devtools.gpukit.driver import run as run_kit
 
-        return run_kit(args.out.resolve(), ROOT, args.work.resolve() if args.work else None)
+        work = args.work.resolve() if args.work else None
+        return run_kit(args.out.resolve(), ROOT, work, steps=chosen(args.only))
     from mlmodelscope.devtools.gpukit.steps import STEPS
 
     STEPS[args.name](args.work, not args.cpu)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mlmodelscope.devtools.gpukit.energy import Energy, Reading, combine, window_energy
 from mlmodelscope.devtools.gpukit.plans import CPU_THREADS, Plan
 
@@ -95,6 +97,7 @@ class BareLoop:
         self.module.eval()
         self.data = synthetic_array((plan.samples, *meta["dims"]), DType(meta["dtype"]), seed=0)
         self.energy = Energy(enabled=gpu)
+        self._staging: dict[tuple[int, ...], Any] = {}
 
     def _sync(self) -> None:
         if self.gpu:
@@ -121,6 +124,25 @@ class BareLoop:
             return timed_calls(
                 self.host, self.batches(b), WARMUP, plan.bare_s, plan.min_queries, self.energy
             )
+
+    def pinned(self, x: Any) -> object:
+        """The host round trip through a pinned staging tensor (page-locked on a GPU): the
+        batch is copied into it, then sent to the device without a pageable bounce."""
+        torch = self.torch
+        staging = self._staging.get(x.shape)
+        if staging is None:
+            staging = torch.empty(x.shape, dtype=torch.from_numpy(x).dtype, pin_memory=self.gpu)
+            self._staging[x.shape] = staging
+        np.copyto(staging.numpy(), x)  # one memcpy (torch's copy_ may wake its thread pool)
+        out = self.module(staging.to(self.device, non_blocking=True))
+        self._sync()
+        return out.cpu().numpy()
+
+    def window(self, call: Callable[[Any], object], b: int) -> Timed:
+        """One window of ``call`` at batch ``b`` (no energy)."""
+        plan = self.plan
+        with self.torch.inference_mode():
+            return timed_calls(call, self.batches(b), WARMUP, plan.bare_s, plan.min_queries)
 
     def row(self, scenario: str, b: int) -> dict[str, Any]:
         """Both windows at one batch size, summarized."""
@@ -239,4 +261,41 @@ def interleaved_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "overhead_spread_us": max(diffs) - min(diffs),
         "goal_us": goal,
         "meets_goal": median <= goal,
+    }
+
+
+SUSPECTS = ("plain", "sampler", "pinned")
+"""The batch-1 suspects' windows: the bare round trip as it is, with the agent's NVML sampler
+thread running beside it (10 Hz, as in ``mlms run``), and through pinned staging."""
+
+
+def suspect_rounds(
+    loop: BareLoop, rounds: int, sampler: Callable[[], Any] | None
+) -> dict[str, Any]:
+    """Batch 1, the three :data:`SUSPECTS` windows per round in rotating order, each round's
+    p50 per window and the medians: does the sampler thread, or pageable copies, cost what
+    the agent's batch-1 queries cost beyond the bare loop's? ``sampler`` makes a started
+    sampler (a context manager); None: no NVML here, the sampler window runs without one."""
+    per: dict[str, list[float]] = {name: [] for name in SUSPECTS}
+    order_log = []
+    calls = {"plain": loop.host, "sampler": loop.host, "pinned": loop.pinned}
+    for r in range(rounds):
+        order = SUSPECTS[r % 3 :] + SUSPECTS[: r % 3]
+        order_log.append("".join(n[0] for n in order))
+        for name in order:
+            if name == "sampler" and sampler is not None:
+                with sampler():
+                    timed = loop.window(calls[name], 1)
+            else:
+                timed = loop.window(calls[name], 1)
+            per[name].append(statistics.median(timed.ns) / 1e3)
+    medians = {name: statistics.median(v) for name, v in per.items()}
+    return {
+        "batch_size": 1,
+        "order": " ".join(order_log),
+        "p50_us": per,
+        "median_p50_us": medians,
+        "sampler_minus_plain_us": medians["sampler"] - medians["plain"],
+        "pinned_minus_plain_us": medians["pinned"] - medians["plain"],
+        "sampler_ran": sampler is not None,
     }

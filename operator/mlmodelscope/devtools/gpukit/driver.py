@@ -40,12 +40,27 @@ class Step:
 
 
 STEPS: Final = (
-    Step("facts", 40, "device, driver, CUDA, cuDNN, torch; packages; the CLI imports"),
-    Step("eval-resnet50", 140, "mlms run ResNet-50 224 px, SingleStream and Offline, vs bare"),
-    Step("eval-bert_base", 130, "mlms run BERT-base seq 128, SingleStream and Offline, vs bare"),
-    Step("trace", 70, "library-level tracing (CUPTI kernels), leveled correction"),
-    Step("ncu-metrics", 100, "Nsight Compute on ResNet-50 batch 1's top kernels"),
+    Step("facts", 20, "device, driver, CUDA, cuDNN, torch; packages; the CLI imports"),
+    Step("benanza-gpu", 45, "each layer alone in FP32/TF32/FP16, cuDNN search off/on; bound"),
+    Step("dlbricks-gpu", 30, "DLBricks: the sum of bricks against the model, batch 1 and 32"),
+    Step("eval-resnet50", 100, "mlms run ResNet-50 224 px, SingleStream and Offline, vs bare"),
+    Step("eval-bert_base", 100, "mlms run BERT-base seq 128, SingleStream and Offline, vs bare"),
+    Step("trace", 45, "library-level tracing (CUPTI kernels), leveled correction"),
+    Step("ncu-metrics", 55, "Nsight Compute on ResNet-50 batch 1's top kernels"),
+    Step("ncu-layers", 85, "Nsight Compute on every kernel of ResNet-50, under its layer"),
 )
+
+
+def chosen(only: str | None) -> tuple[Step, ...]:
+    """The steps ``--only`` names, in the kit's order, after ``facts`` (which every run needs:
+    it says whether there is a GPU); all of them without ``--only``."""
+    if not only:
+        return STEPS
+    names = {n.strip() for n in only.split(",") if n.strip()}
+    unknown = names - {s.name for s in STEPS}
+    if unknown:
+        raise SystemExit(f"--only: no step {sorted(unknown)}; the steps: {[s.name for s in STEPS]}")
+    return tuple(s for s in STEPS if s.name == "facts" or s.name in names)
 
 
 def _now() -> str:
@@ -131,13 +146,19 @@ def summary(document: dict[str, Any]) -> str:
         lines += [_energy_line(row) for row in step["data"].get("energy", [])]
         if step["data"].get("interleaved", {}).get("overhead_median_us") is not None:
             lines.append(_interleaved_line(step["data"]["interleaved"]))
-        for zoo, entry in step["data"].get("models", {}).items():
+        if step["data"].get("suspects"):
+            lines.append(_suspects_line(step["data"]["suspects"]))
+        traced = step["data"].get("models", {}) if step["name"] == "trace" else {}
+        for zoo, entry in traced.items():
             correction = (entry.get("tracing") or {}).get("levels", {})
             kernels = entry.get("top_kernels") or []
             head = kernels[0]["name"][:60] if kernels else "no kernels"
             lines.append(f"    {zoo}: levels {sorted(correction)}; top kernel {head}")
         lines += _ncu_lines(step["data"]) if step["name"] == "ncu-metrics" else []
-    lines.append("not yet: " + ", ".join(n["name"] for n in document["not_yet"]))
+        lines += _layers_lines(step["data"]) if step["name"] == "ncu-layers" else []
+        lines += _benanza_lines(step["data"]) if step["name"] == "benanza-gpu" else []
+        lines += [_dlbricks_line(e) for e in step["data"].get("estimates", [])]
+    lines.append("not yet: " + (", ".join(n["name"] for n in document["not_yet"]) or "none"))
     problems_found = problems(document)
     lines.append("results.json: " + ("valid" if not problems_found else f"{problems_found}"))
     return "\n".join(lines) + "\n"
@@ -168,6 +189,16 @@ def _interleaved_line(data: dict[str, Any]) -> str:
     )
 
 
+def _suspects_line(data: dict[str, Any]) -> str:
+    p50 = data["median_p50_us"]
+    return (
+        f"    suspects batch 1 ({data['order']}): bare p50 {p50['plain']:.1f} µs, with the "
+        f"NVML sampler {data['sampler_minus_plain_us']:+.1f} µs"
+        + ("" if data["sampler_ran"] else " (no NVML: not running)")
+        + f", pinned staging {data['pinned_minus_plain_us']:+.1f} µs"
+    )
+
+
 def _ncu_lines(data: dict[str, Any]) -> list[str]:
     kernels = data.get("by_kernel") or []
     launches = sum(k["launches"] for k in kernels)
@@ -186,6 +217,63 @@ def _ncu_lines(data: dict[str, Any]) -> list[str]:
             + (f"occupancy {occupancy:.0f} %" if occupancy is not None else "occupancy none")
         )
     return lines
+
+
+def _layers_lines(data: dict[str, Any]) -> list[str]:
+    rows = data.get("by_layer") or []
+    lines = [
+        f"    {data.get('source')}: {data.get('launches', len(rows))} launches under "
+        f"{len(rows)} of {data.get('layers')} layers"
+    ]
+    roofs = data.get("rooflines")
+    if roofs and roofs.get("seconds"):
+        lines.append(
+            f"    roofline: {roofs['memory_bound_pct']:.1f} % of {roofs['seconds'] * 1e6:.1f} µs "
+            f"in memory-bound layers, {roofs['of_roof_pct_time_weighted']:.1f} % of the roof "
+            "reached (time-weighted)"
+        )
+    for row in sorted(rows, key=lambda r: -(r["duration_s"] or 0.0))[:3]:
+        flops, intensity = row.get("flop_per_s"), row.get("arithmetic_intensity_flop_per_byte")
+        lines.append(
+            f"    layer {row['layer']} {row.get('description')}: "
+            f"{(row['duration_s'] or 0) * 1e6:.1f} µs in {row['launches']} kernels, "
+            + (f"{flops / 1e12:.2f} TFLOP/s, " if flops is not None else "FLOP/s none, ")
+            + (f"{intensity:.2f} FLOP/B" if intensity is not None else "FLOP/B none")
+        )
+    return lines
+
+
+def _benanza_lines(data: dict[str, Any]) -> list[str]:
+    lines = []
+    for key, model in data.get("models", {}).items():
+        bound = model["bound"]
+        per = ", ".join(f"{p} {ms:.3f}" for p, ms in bound["bound_ms_per_precision"].items())
+        wall = {v: e["wall_ms"] for v, e in model["end_to_end"].items()}
+        best = min(wall, key=lambda v: wall[v])
+        device = model["end_to_end"][best]["device_ms"]
+        lines.append(
+            f"    {key}: bound {bound['bound_ms']:.3f} ms ({per}); best end to end {best!r} "
+            f"{wall[best]:.3f} ms, device {device:.3f} ms; {model['layers']} layers, "
+            f"{model['bricks']} bricks"
+        )
+        shown = {next(iter(wall), best), best}  # per-variant kinds: the first and the best
+        lines += [
+            f"      {s['kind']}: {s['sentence']}"
+            for s in model["suggestions"]
+            if s.get("variant", best) in shown
+        ]
+    return lines
+
+
+def _dlbricks_line(e: dict[str, Any]) -> str:
+    return (
+        f"    {e['model']} batch {e['batch_size']}: {e['layers']} layers, {e['bricks']} bricks, "
+        f"estimate {e['estimate_ms']:.3f} ms (corrected {e['estimate_corrected_ms']:.3f}), "
+        f"measured {e['measured_ms']:.3f} ms, error {e['error_pct']:+.1f} % "
+        f"(corrected {e['error_corrected_pct']:+.1f} %); device: layers "
+        f"{e['device']['layers_ms']:.3f} ms, model {e['device']['model_ms']:.3f} ms "
+        f"({e['device']['error_pct']:+.1f} %)"
+    )
 
 
 def write(out: Path, document: dict[str, Any], logs: dict[str, str]) -> None:

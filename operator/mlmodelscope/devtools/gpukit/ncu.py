@@ -109,12 +109,13 @@ def command(
     launch_count: int,
     name_regex: str | None,
     program: list[str],
+    nvtx: bool = False,
 ) -> list[str]:
     """The ``ncu`` command line: CSV of the raw page in base units to ``log``, profiling only
     between cudaProfilerStart and Stop, at most ``launch_count`` launches."""
     line = [ncu, "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log)]
     line += ["--profile-from-start", "off", "--launch-count", str(launch_count)]
-    line += ["--metrics", ",".join(metrics)]
+    line += ["--metrics", ",".join(metrics), *(["--nvtx"] if nvtx else [])]
     if name_regex:
         line += ["--kernel-name-base", "function", "--kernel-name", f"regex:{name_regex}"]
     return [*line, *program]
@@ -177,9 +178,23 @@ def _parse_wide(header: list[str], rows: list[list[str]]) -> list[dict[str, Any]
             unit = units[i] or _BASE_UNITS.get(header[i], "")
             metrics[header[i]] = None if value is None else value * _scale(unit)
         launches.append(
-            {"id": int(cells["ID"]), "kernel": cells.get("Kernel Name", ""), "metrics": metrics}
+            {
+                "id": int(cells["ID"]),
+                "kernel": cells.get("Kernel Name", ""),
+                "metrics": metrics,
+                "layer": layer_of(row),
+            }
         )
     return launches
+
+
+LAYER = re.compile(r"mlms-layer-(\d+)")
+
+
+def layer_of(cells: Iterable[str]) -> int | None:
+    """The layer index of the innermost ``mlms-layer-N`` NVTX range a row names (None)."""
+    found = [int(m) for cell in cells for m in LAYER.findall(cell)]
+    return found[-1] if found else None
 
 
 def _parse_long(header: list[str], rows: list[list[str]]) -> list[dict[str, Any]]:
@@ -190,7 +205,12 @@ def _parse_long(header: list[str], rows: list[list[str]]) -> list[dict[str, Any]
             continue
         launch = launches.setdefault(
             int(cells["ID"]),
-            {"id": int(cells["ID"]), "kernel": cells.get("Kernel Name", ""), "metrics": {}},
+            {
+                "id": int(cells["ID"]),
+                "kernel": cells.get("Kernel Name", ""),
+                "metrics": {},
+                "layer": layer_of(row),
+            },
         )
         value = _number(cells.get("Metric Value", ""))
         scaled = None if value is None else value * _scale(cells.get("Metric Unit", ""))
@@ -214,6 +234,7 @@ def kernel_record(launch: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": launch["id"],
         "kernel": launch["kernel"],
+        "layer": launch.get("layer"),
         "duration_s": seconds,
         "flops": flops,
         "flops_fp32": fp32,
@@ -227,6 +248,17 @@ def kernel_record(launch: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _weighted(group: list[dict[str, Any]], key: str, seconds: float | None) -> float | None:
+    """``key``'s mean over the group's launches, weighted by their durations."""
+    return _ratio(
+        _sum(
+            None if r.get(key) is None or r["duration_s"] is None else r[key] * r["duration_s"]
+            for r in group
+        ),
+        seconds,
+    )
+
+
 def _sum(values: Iterable[float | None]) -> float | None:
     items = list(values)
     return None if any(v is None for v in items) else sum(v for v in items if v is not None)
@@ -238,20 +270,35 @@ def by_kernel(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         groups.setdefault(record["kernel"], []).append(record)
+    return _grouped(groups, "kernel")
+
+
+def by_layer(records: list[dict[str, Any]], layers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Launches under one layer's NVTX range together (the same sums and ratios as
+    :func:`by_kernel`), each named by ``layers[i]`` (``description``, ``signature``), in
+    layer order; the kernels of a layer are listed by name."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for record in records:
+        if record.get("layer") is not None:
+            groups.setdefault(record["layer"], []).append(record)
+    rows = _grouped(groups, "layer")
+    for row in rows:
+        named = layers[row["layer"]] if row["layer"] < len(layers) else {}
+        row["description"] = named.get("description")
+        row["signature"] = named.get("signature")
+        row["kernels"] = sorted({r["kernel"] for r in groups[row["layer"]]})
+    return sorted(rows, key=lambda r: r["layer"])
+
+
+def _grouped(groups: dict[Any, list[dict[str, Any]]], key: str) -> list[dict[str, Any]]:
     out = []
     for name, group in groups.items():
         seconds = _sum(r["duration_s"] for r in group)
         flops = _sum(r["flops"] for r in group)
         dram = _sum(r["dram_bytes"] for r in group)
-        weighted = _sum(
-            None
-            if r["achieved_occupancy_pct"] is None or r["duration_s"] is None
-            else r["achieved_occupancy_pct"] * r["duration_s"]
-            for r in group
-        )
         out.append(
             {
-                "kernel": name,
+                key: name,
                 "launches": len(group),
                 "duration_s": seconds,
                 "flops": flops,
@@ -259,7 +306,9 @@ def by_kernel(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "arithmetic_intensity_flop_per_byte": _ratio(flops, dram),
                 "flop_per_s": _ratio(flops, seconds),
                 "dram_bytes_per_s": _ratio(dram, seconds),
-                "achieved_occupancy_pct": _ratio(weighted, seconds),
+                "achieved_occupancy_pct": _weighted(group, "achieved_occupancy_pct", seconds),
+                "flops_tensor_tf32": _sum(r.get("flops_tensor_tf32") for r in group),
+                "sm_clock_hertz": _weighted(group, "sm_clock_hertz", seconds),
             }
         )
     return sorted(out, key=lambda r: -(r["duration_s"] or 0.0))

@@ -52,11 +52,51 @@ class NcuPlan:
     warmup: int = 5
     top_kernels: int = 5
     launch_count: int = 40
-    timeout_s: float = 70.0
-    step_s: float = 85.0
-    """The step's own budget from its start-up on (its driver limit is 100 s): a second
+    timeout_s: float = 38.0
+    step_s: float = 48.0
+    """The step's own budget from its start-up on (its driver limit is 55 s): a second
     ``ncu`` run (without the name filter, when the first matched no kernel) starts only with
     20 s of it left."""
 
 
 NCU_PLAN = NcuPlan()
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """A per-layer step (``benanza-gpu``, ``dlbricks-gpu``): which zoo models at which batch
+    sizes, each brick and whole model timed ``runs`` times after ``warmup`` calls."""
+
+    models: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    small: bool
+    runs: int
+    warmup: int
+
+
+BENANZA_PLANS = {
+    True: LayerPlan(("resnet50", "bert_base"), (1,), False, 20, 5),
+    False: LayerPlan(("resnet50", "bert_base"), (1,), True, 3, 1),
+}
+"""Benanza's plan on the GPU (True) and in the CPU variant (False)."""
+DLBRICKS_PLANS = {
+    True: LayerPlan(("resnet50", "bert_base"), (1, 32), False, 20, 5),
+    False: LayerPlan(("resnet50", "bert_base"), (1, 2), True, 3, 1),
+}
+
+
+@dataclass(frozen=True)
+class NcuLayersPlan:
+    """The ``ncu-layers`` step: every kernel of one forward of ``zoo`` (eager, torch's
+    defaults) with its layer's NVTX range, at most ``launch_count`` launches."""
+
+    zoo: str = "resnet50"
+    batch_size: int = 1
+    warmup: int = 5
+    launch_count: int = 400
+    timeout_s: float = 70.0
+    step_s: float = 80.0
+    """The step's own budget from its start-up on (its driver limit is 85 s)."""
+
+
+NCU_LAYERS_PLAN = NcuLayersPlan()

@@ -18,10 +18,7 @@ ENVIRONMENT_KEYS: Final = ("device", "driver", "cuda", "cudnn", "torch", "python
 """Every step's environment has these keys (None where there is no GPU or no torch)."""
 NO_GPU: Final = "no GPU"
 
-NOT_YET: Final = (
-    ("benanza-gpu", "Benanza micro-benchmarks per layer: cuDNN algorithms, FP32/TF32/FP16"),
-    ("dlbricks-gpu", "DLBricks' estimate from bricks against the measured model"),
-)
+NOT_YET: Final[tuple[tuple[str, str], ...]] = ()
 """Issue 29's GPU measurements this kit does not make yet: listed in every results document."""
 
 

@@ -30,7 +30,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from mlmodelscope.devtools.gpukit import ncu, ncu_target
+from mlmodelscope.devtools.gpukit import ncu, ncu_layers_target, ncu_target, rooflines
 from mlmodelscope.devtools.gpukit.bare import (
     BareLoop,
     energy_rows,
@@ -38,46 +38,22 @@ from mlmodelscope.devtools.gpukit.bare import (
     merge_bare,
     overhead,
     round_order,
+    suspect_rounds,
 )
 from mlmodelscope.devtools.gpukit.energy import agent_energy, metered_windows
-from mlmodelscope.devtools.gpukit.environment import environment, packages, profiling, tools
+from mlmodelscope.devtools.gpukit.environment import packages, profiling, tools
+from mlmodelscope.devtools.gpukit.layersteps import benanza_gpu, dlbricks_gpu
 from mlmodelscope.devtools.gpukit.plans import (
     CPU_PLANS,
     CPU_THREADS,
     GPU_PLANS,
+    NCU_LAYERS_PLAN,
     NCU_PLAN,
     TRACE_QUERIES,
     Plan,
 )
-from mlmodelscope.devtools.gpukit.record import NO_GPU, StepRecord
-
-BLOCKED = ("tensorflow", "keras")
-
-
-class Writer:
-    """A step's record, rewritten to ``<work>/<name>.json`` on every ``save``."""
-
-    def __init__(self, work: Path, name: str, gpu: bool) -> None:
-        self.path = work / f"{name}.json"
-        self.started = time.monotonic()
-        self.record = StepRecord(name, "ok" if gpu else "skipped", environment=environment())
-        if not gpu:
-            self.record.reason = NO_GPU
-            self.record.data["variant"] = "cpu-tiny"
-
-    def save(self, **data: Any) -> None:
-        self.record.data.update(data)
-        self.record.seconds = round(time.monotonic() - self.started, 2)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.record.to_dict(), indent=1, default=str) + "\n")
-        tmp.replace(self.path)
-
-
-def block_frameworks() -> None:
-    """Make TensorFlow unimportable, as on the GPU machine (``import tensorflow`` fails)."""
-    for name in BLOCKED:
-        sys.modules[name] = None  # type: ignore[assignment]
-
+from mlmodelscope.devtools.gpukit.record import NO_GPU
+from mlmodelscope.devtools.gpukit.writer import BLOCKED, Writer, block_frameworks, fail_if
 
 # ------------------------------------------------------------------------------- facts
 
@@ -275,7 +251,20 @@ def evaluate(work: Path, gpu: bool, zoo: str) -> None:
         except Exception as exc:  # recorded; what ran before stands
             errors["interleaved"] = f"{type(exc).__name__}: {exc}"
             writer.save(errors=errors)
+        try:
+            writer.save(suspects=suspect_rounds(loop, plan.rounds, nvml_sampler()))
+        except Exception as exc:  # recorded; what ran before stands
+            errors["suspects"] = f"{type(exc).__name__}: {exc}"
+            writer.save(errors=errors)
     fail_if(errors)
+
+
+def nvml_sampler() -> Callable[[], Any] | None:
+    """The agent's own NVML sampler (10 Hz) as a factory of started samplers; None: no NVML."""
+    from mlmodelscope.telemetry.nvml import GpuSampler, nvml_source
+
+    source = nvml_source()
+    return None if source is None else (lambda: GpuSampler(source))
 
 
 def interleaved(
@@ -312,13 +301,6 @@ def interleaved(
         )
         writer.save(interleaved={"partial": True, "rounds": rounds})
     return {"scenario": "SingleStream", "batch_size": 1, **interleaved_summary(rounds)}
-
-
-def fail_if(errors: dict[str, str]) -> None:
-    """End the step with a non-zero exit naming the first error (its data is saved)."""
-    if errors:
-        key, message = next(iter(errors.items()))
-        raise SystemExit(f"{key}: {message}"[:500])
 
 
 # ----------------------------------------------------------------------------- tracing
@@ -457,6 +439,82 @@ def ncu_metrics(work: Path, gpu: bool) -> None:
     writer.save(source=None)
 
 
+def ncu_layers(work: Path, gpu: bool) -> None:
+    """Nsight Compute on every kernel of one eager forward of ResNet-50 at batch 1, each
+    kernel placed under its layer by the layer's NVTX range (:mod:`.ncu_layers_target`):
+    per layer the kernels' time, FLOPs and DRAM bytes, whose ratio places it on the roofline.
+    Without ``ncu`` or a GPU: skipped, the program run on the CPU and the sample CSV's
+    launches put under made-up layers through the same grouping."""
+    writer = Writer(work, "ncu-layers", gpu)
+    plan = NCU_LAYERS_PLAN
+    deadline = time.monotonic() + plan.step_s
+    layers_file = work / "ncu-layers-layers.json"
+    target = Path(ncu_layers_target.__file__)
+    program = [sys.executable, str(target), plan.zoo, str(plan.batch_size)]
+    program += [str(plan.warmup if gpu else 1), str(layers_file)]
+    tool = shutil.which("ncu")
+    writer.save(plan=asdict(plan))
+    if tool is None or not gpu:
+        writer.record.status, writer.record.reason = "skipped", "no ncu" if tool is None else NO_GPU
+        exit_code = ncu_layers_target.main([*program[2:], "cpu"])
+        layers = json.loads(layers_file.read_text())
+        sample = [ncu.kernel_record(launch) for launch in ncu.parse_csv(ncu.SAMPLE_CSV)]
+        for i, record in enumerate(sample):
+            record["layer"] = i % len(layers)
+        device = rooflines.gpu("NVIDIA H100 80GB HBM3")  # the sample's roofs: any datasheet row
+        assert device is not None
+        placed = [rooflines.place(row, device) for row in ncu.by_layer(sample, layers)]
+        writer.save(
+            target={"returncode": exit_code},
+            source="sample CSV (the parser's dry run; made-up figures and layers)",
+            layers=len(layers),
+            by_layer=placed,
+            rooflines=rooflines.summary(placed),
+        )
+        return
+    _, query, _ = run_bounded([tool, "--query-metrics"], work, 20)
+    metrics, left_out = ncu.choose_metrics(query)
+    log = work / "ncu-layers.csv"
+    log.unlink(missing_ok=True)
+    line = ncu.command(tool, log, metrics, plan.launch_count, None, program, nvtx=True)
+    left = deadline - time.monotonic()
+    code, output, seconds = run_bounded(line, work, min(plan.timeout_s, left))
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    if not ncu.parse_csv(text) and ncu.parse_csv(output):
+        text = output
+        log.write_text(output)
+    records = [ncu.kernel_record(launch) for launch in ncu.parse_csv(text)]
+    layers = json.loads(layers_file.read_text()) if layers_file.is_file() else []
+    reason = ncu.problem(output + "\n" + text)
+    attempt = {"command": line, "returncode": code, "seconds": seconds, "output": output[-1500:]}
+    raw = work / f"ncu-{plan.zoo}-layers.csv"
+    if text:
+        raw.write_text(text)
+    writer.save(
+        metrics=metrics,
+        metrics_left_out=left_out,
+        attempt=attempt,
+        layers=len(layers),
+        launches=len(records),
+        launches_without_layer=sum(1 for r in records if r.get("layer") is None),
+        by_layer=ncu.by_layer(records, layers),
+        artifacts=[raw.name] if text else [],
+        source="ncu",
+    )
+    device = rooflines.gpu(writer.record.environment.get("device"))
+    if device is not None:
+        placed = [rooflines.place(row, device) for row in writer.record.data["by_layer"]]
+        writer.save(
+            device_peaks=asdict(device), by_layer=placed, rooflines=rooflines.summary(placed)
+        )
+    if not records:
+        writer.record.status = "failed"
+        writer.record.reason = reason or (
+            f"ncu stopped after {seconds:.0f} s" if code is None else "ncu profiled no kernel"
+        )
+        writer.save()
+
+
 def trace_top_kernels(work: Path, zoo: str) -> list[dict[str, Any]]:
     """The trace step's top kernels of ``zoo`` from its saved record ([] without)."""
     saved = work / "trace.json"
@@ -527,4 +585,7 @@ STEPS: dict[str, Callable[[Path, bool], None]] = {
     "eval-bert_base": eval_bert_base,
     "trace": trace,
     "ncu-metrics": ncu_metrics,
+    "ncu-layers": ncu_layers,
+    "benanza-gpu": benanza_gpu,
+    "dlbricks-gpu": dlbricks_gpu,
 }
