@@ -123,9 +123,13 @@ def test_cpu_dry_run_writes_valid_results_with_gpu_steps_skipped(tmp_path: Path)
     files = list(out.iterdir())
     assert len(files) <= MAX_FILES
     assert all(f.stat().st_size <= MAX_FILE_BYTES for f in files)
-    assert {"results.json", "summary.txt", "trace-resnet50.trace.json.gz"} <= {
-        f.name for f in files
-    }
+    assert {f.name for f in files} == {
+        "results.json", "summary.txt", "steps.log", "gpu-resnet50.json", "gpu-resnet50.trace.json"
+    }  # fmt: skip
+    fixture = json.loads((out / "gpu-resnet50.json").read_text())
+    assert fixture["tracing"]["trace_file"] == "gpu-resnet50.trace.json"
+    cut = models["resnet50"]["fixture"]
+    assert cut["queries_per_pass"] == 2 and cut["spans"] < cut["spans_whole"]
 
 
 def test_a_step_past_its_limit_is_stopped_and_the_run_goes_on(tmp_path: Path) -> None:
