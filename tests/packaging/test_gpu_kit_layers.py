@@ -180,7 +180,8 @@ def test_rows_are_placed_on_either_side_of_the_ridge() -> None:
 def test_only_runs_the_named_steps_after_facts() -> None:
     names = [s.name for s in driver.chosen("ncu-layers, benanza-gpu")]
     assert names == ["facts", "benanza-gpu", "ncu-layers"]
-    assert driver.chosen(None) == driver.STEPS
+    assert driver.chosen(None) == driver.STEPS  # `rounds` only when named
+    assert [s.name for s in driver.chosen("rounds")] == ["facts", "rounds"]
     with pytest.raises(SystemExit, match=r"--only: no step \['bogus'\]"):
         driver.chosen("bogus")
 
@@ -211,3 +212,37 @@ def test_the_committed_layer_run_matches_its_csv_and_docs_quote_its_rooflines() 
     ):
         rendered = "\n".join(rooflines.table([rooflines.place(r, device) for r in rows], name))
         assert rendered in docs, name
+
+
+ROUNDS_RUN = ROOT / "benchmarks" / "gpu" / "2026-11-27-h100-rounds"
+
+
+def rounds_table() -> str:
+    """The rounds run's per-model interval and test, as docs/gpu.md states them."""
+    import numpy as np
+    from scipy import stats
+
+    document = json.loads((ROUNDS_RUN / "results.json").read_text())
+    step = next(s for s in document["steps"] if s["name"] == "rounds")
+    lines = [
+        "| model | rounds | median agent − bare | 95 % interval of the median "
+        "| Wilcoxon p | goal |",
+        "|---|---|---|---|---|---|",
+    ]
+    for zoo, data in step["data"]["models"].items():
+        diffs = np.array([r["overhead_us"] for r in data["rounds"]])
+        interval = stats.bootstrap(
+            (diffs,), np.median, n_resamples=9999, method="percentile", random_state=0
+        ).confidence_interval
+        p = stats.wilcoxon(diffs).pvalue
+        lines.append(
+            f"| {zoo} | {len(diffs)} | {np.median(diffs):+.1f} µs | [{interval.low:+.1f}, "
+            f"{interval.high:+.1f}] µs | {p:.2f} | {data['goal_us']:.1f} µs |"
+        )
+    return "\n".join(lines)
+
+
+def test_the_rounds_run_is_stated_with_its_interval_and_test() -> None:
+    """docs/gpu.md's table of the eleven-round run is what scipy computes from the file."""
+    docs = (ROOT / "docs" / "gpu.md").read_text()
+    assert rounds_table() in docs

@@ -51,16 +51,24 @@ STEPS: Final = (
 )
 
 
+EXTRA_STEPS: Final = (
+    Step("rounds", 150, "SingleStream batch 1 in 11 interleaved rounds, ResNet-50 and BERT"),
+)
+"""Steps a run makes only when ``--only`` names them (not within :data:`TOTAL_S`)."""
+
+
 def chosen(only: str | None) -> tuple[Step, ...]:
-    """The steps ``--only`` names, in the kit's order, after ``facts`` (which every run needs:
-    it says whether there is a GPU); all of them without ``--only``."""
+    """The steps ``--only`` names, in the kit's order (:data:`EXTRA_STEPS` last), after
+    ``facts`` (which every run needs: it says whether there is a GPU); without ``--only``
+    the kit's steps."""
     if not only:
         return STEPS
+    every = (*STEPS, *EXTRA_STEPS)
     names = {n.strip() for n in only.split(",") if n.strip()}
-    unknown = names - {s.name for s in STEPS}
+    unknown = names - {s.name for s in every}
     if unknown:
-        raise SystemExit(f"--only: no step {sorted(unknown)}; the steps: {[s.name for s in STEPS]}")
-    return tuple(s for s in STEPS if s.name == "facts" or s.name in names)
+        raise SystemExit(f"--only: no step {sorted(unknown)}; the steps: {[s.name for s in every]}")
+    return tuple(s for s in every if s.name == "facts" or s.name in names)
 
 
 def _now() -> str:
@@ -146,6 +154,10 @@ def summary(document: dict[str, Any]) -> str:
         lines += [_energy_line(row) for row in step["data"].get("energy", [])]
         if step["data"].get("interleaved", {}).get("overhead_median_us") is not None:
             lines.append(_interleaved_line(step["data"]["interleaved"]))
+        for zoo, rounded in (
+            step["data"].get("models", {}) if step["name"] == "rounds" else {}
+        ).items():
+            lines.append(f"    {zoo}:" + _interleaved_line(rounded).removeprefix("   "))
         if step["data"].get("suspects"):
             lines.append(_suspects_line(step["data"]["suspects"]))
         traced = step["data"].get("models", {}) if step["name"] == "trace" else {}

@@ -100,3 +100,7 @@ class NcuLayersPlan:
 
 
 NCU_LAYERS_PLAN = NcuLayersPlan()
+
+
+ROUNDS = {True: 11, False: 3}
+"""The ``rounds`` step's interleaved rounds per model on the GPU (True) and in the CPU variant."""

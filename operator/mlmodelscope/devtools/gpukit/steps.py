@@ -49,6 +49,7 @@ from mlmodelscope.devtools.gpukit.plans import (
     GPU_PLANS,
     NCU_LAYERS_PLAN,
     NCU_PLAN,
+    ROUNDS,
     TRACE_QUERIES,
     Plan,
 )
@@ -256,6 +257,28 @@ def evaluate(work: Path, gpu: bool, zoo: str) -> None:
         except Exception as exc:  # recorded; what ran before stands
             errors["suspects"] = f"{type(exc).__name__}: {exc}"
             writer.save(errors=errors)
+    fail_if(errors)
+
+
+def rounds(work: Path, gpu: bool) -> None:
+    """Only SingleStream batch 1 in :data:`ROUNDS` interleaved rounds (agent, bare loop
+    alternating), ResNet-50 then BERT-base: enough rounds for an interval on the median
+    difference, which three rounds per evaluation step cannot give."""
+    writer = Writer(work, "rounds", gpu)
+    block_frameworks()
+    models: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for zoo in ("resnet50", "bert_base"):
+        base = (GPU_PLANS if gpu else CPU_PLANS)[zoo]
+        plan = replace(base, single_stream=(1,), offline=(), rounds=ROUNDS[gpu])
+        try:
+            model, meta = build_torchscript(plan, work)
+            loop = BareLoop(plan, model, meta, gpu)
+            loop.host_window(1)  # the bare side's first window: cuDNN's choices, clocks
+            models[zoo] = interleaved(plan, model, meta, gpu, loop, work, writer)
+        except Exception as exc:  # recorded; the next model still runs
+            errors[zoo] = f"{type(exc).__name__}: {exc}"
+        writer.save(models=models, errors=errors)
     fail_if(errors)
 
 
@@ -634,4 +657,5 @@ STEPS: dict[str, Callable[[Path, bool], None]] = {
     "ncu-layers": ncu_layers,
     "benanza-gpu": benanza_gpu,
     "dlbricks-gpu": dlbricks_gpu,
+    "rounds": rounds,
 }
