@@ -37,7 +37,7 @@ from mlmodelscope.contract.metric import NOT_MEASURED as SHOWN
 from mlmodelscope.contract.metric import format_cost, format_energy
 from mlmodelscope.contract.result import EnergyResult, EvaluationSummary, _rounded
 from mlmodelscope.spec.evaluation import Scenario
-from mlmodelscope.spec.status import BatchResult
+from mlmodelscope.spec.status import BatchResult, IntervalMs
 
 # ------------------------------------------------------------------------------ pure parts
 
@@ -337,11 +337,18 @@ def test_rows_without_the_fields_still_load_and_summaries_round_them() -> None:
     old = BatchResult.model_validate({"batchSize": 1, "scenario": "SingleStream"})
     assert (old.joules_per_inference, old.cost_per_1000) == (None, None)
     row = BatchResult(
-        batch_size=1, scenario="Offline", joules_per_inference=0.0123456789, cost_per_1000=1 / 3
+        batch_size=1,
+        scenario="Offline",
+        joules_per_inference=0.0123456789,
+        cost_per_1000=1 / 3,
+        p50_interval_ms=IntervalMs(estimate=2 / 3, low=0.61234567, high=None, repetitions=2),
     )
     summary = EvaluationSummary(status="Succeeded", results=[row])
     rounded = _rounded(summary.results[0])
     assert (rounded.joules_per_inference, rounded.cost_per_1000) == (0.0123457, 0.333333)
+    interval = rounded.p50_interval_ms
+    assert interval is not None and (interval.estimate, interval.low) == (0.666667, 0.612346)
+    assert (interval.high, interval.repetitions) == (None, 2)
 
 
 def test_reports_format_efficiency_or_say_not_measured() -> None:

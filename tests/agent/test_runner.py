@@ -135,6 +135,10 @@ def test_repetitions_record_each_repetition_and_an_interval(
     assert found["results"][0]["latency_ms"]["p50"] == pytest.approx(
         m["latency"]["percentiles_s"]["p50"] * 1e3
     )  # the headline row is still the median repetition's
+    interval = found["results"][0]["p50_interval_ms"]  # and carries the interval, in ms
+    assert (interval["repetitions"], interval["confidence_level"]) == (3, 0.95)
+    for key in ("estimate", "low", "high"):
+        assert interval[key] == pytest.approx(spread["p50_s"][key] * 1e3), key
 
 
 def failed_run(tmp_path: Path, doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -237,6 +237,27 @@ def test_the_aggregate_holds_each_childs_numbers_and_ends_succeeded() -> None:
     assert all(c.observed_generation == 1 for c in st.conditions)
 
 
+def test_a_childs_in_process_interval_is_in_its_row() -> None:
+    """A child run with scenario.repetitions has its p50 interval in status.results[0]; the
+    sweep's row carries it, and a malformed one is left out rather than failing the sweep."""
+    body = sweep_body()
+    interval = {"estimate": 0.21, "low": 0.2, "high": 0.23, "confidenceLevel": 0.95}
+    results = [{**SUCCEEDED_STATUS["results"][0], "p50IntervalMs": {**interval, "repetitions": 3}}]
+    done = [child(body, NAMES[0], "Succeeded", **{**SUCCEEDED_STATUS, "results": results})]
+    done.append(child(body, NAMES[1], "Succeeded", **SUCCEEDED_STATUS))
+    broken = [{**results[0], "p50IntervalMs": {"low": "slow"}}]
+    done.append(child(body, NAMES[2], "Succeeded", **{**SUCCEEDED_STATUS, "results": broken}))
+    rows = decide(body, done).status.children
+    with_interval = rows[0].p50_interval_ms
+    assert with_interval is not None
+    assert (with_interval.estimate, with_interval.low, with_interval.high) == (0.21, 0.2, 0.23)
+    assert with_interval.repetitions == 3
+    assert rows[1].p50_interval_ms is None and rows[2].p50_interval_ms is None
+    assert rows[2].p50_ms == rows[1].p50_ms  # the rest of the broken row stands
+    dumped = rows[0].model_dump(mode="json", by_alias=True, exclude_none=True)
+    assert dumped["p50IntervalMs"] == {**interval, "repetitions": 3}
+
+
 def test_a_sweep_over_tasks_shows_each_childs_metric_by_name() -> None:
     """Rows of a sweep whose models entries have their own task: each row names its child's
     primary metric (summary.metric) next to its value; top1 only where the child has one."""

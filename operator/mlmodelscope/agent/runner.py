@@ -44,7 +44,7 @@ from mlmodelscope.agent.startup import Timeline
 from mlmodelscope.contract.redact import redact_text
 from mlmodelscope.contract.result import CostInfo, ResultError
 from mlmodelscope.spec import LoadedEvaluation, SpecError, parse_duration
-from mlmodelscope.spec.status import BatchResult, LatencySummary
+from mlmodelscope.spec.status import BatchResult, IntervalMs, LatencySummary
 
 
 class EvaluationError(RuntimeError):
@@ -77,6 +77,24 @@ def write_document(document: dict[str, Any], path: Path) -> None:
     Path(tmp.name).replace(path)
 
 
+def p50_interval_ms(spread: dict[str, Any] | None) -> IntervalMs | None:
+    """The spread's p50 (seconds) as the row's interval in ms; None without repetitions."""
+    if not spread:
+        return None
+    p50 = spread["p50_s"]
+
+    def ms(value: float | None) -> float | None:
+        return None if value is None else value * 1e3
+
+    return IntervalMs(
+        estimate=p50["estimate"] * 1e3,
+        low=ms(p50.get("low")),
+        high=ms(p50.get("high")),
+        confidence_level=spread.get("confidence_level"),
+        repetitions=spread.get("repetitions"),
+    )
+
+
 def headline(
     measurement: dict[str, Any],
     accuracy: dict[str, Any] | None,
@@ -102,6 +120,7 @@ def headline(
             p99=pct.get("p99", 0.0) * 1e3,
             mean=measurement["latency"]["mean_s"] * 1e3,
         ),
+        p50_interval_ms=p50_interval_ms(measurement.get("spread")),
         throughput=measurement["throughput_samples_per_s"],
         qps=measurement["qps"],
         top1=None if accuracy is None else accuracy["top1"],

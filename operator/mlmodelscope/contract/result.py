@@ -874,9 +874,15 @@ def _rounded(row: BatchResult) -> BatchResult:
     latency = row.latency_ms.model_copy(
         update={k: r(getattr(row.latency_ms, k)) for k in ("p50", "p90", "p99", "mean")}
     )
+    interval = row.p50_interval_ms
+    if interval is not None:
+        interval = interval.model_copy(
+            update={k: r(getattr(interval, k)) for k in ("estimate", "low", "high")}
+        )
     return row.model_copy(
         update={
             "latency_ms": latency,
+            "p50_interval_ms": interval,
             "throughput": r(row.throughput),
             "qps": r(row.qps),
             "top1": r(row.top1),

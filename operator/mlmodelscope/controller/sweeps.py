@@ -42,7 +42,7 @@ from mlmodelscope.controller.status import (
     StatusChange,
     merge_conditions,
 )
-from mlmodelscope.spec.status import Phase
+from mlmodelscope.spec.status import IntervalMs, Phase
 from mlmodelscope.spec.sweep import (
     LABEL_SWEEP,
     SWEEP_KIND,
@@ -179,6 +179,16 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _interval(value: Any) -> IntervalMs | None:
+    """A child's p50 interval from its status (None when absent or not one)."""
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return IntervalMs.model_validate(value)
+    except ValidationError:
+        return None
+
+
 def child_row(child: SweepChild, existing: Mapping[str, Any] | None) -> SweepChildStatus:
     """One row of ``status.children``: the matrix entry, and the child's numbers when it
     exists (its summary and first result row)."""
@@ -211,6 +221,7 @@ def child_row(child: SweepChild, existing: Mapping[str, Any] | None) -> SweepChi
             "batch_size": int(batch_size) if isinstance(batch_size, int) else row.batch_size,
             "p50_ms": _number(summary.get("p50Ms")),
             "p99_ms": _number((first.get("latencyMs") or {}).get("p99")),
+            "p50_interval_ms": _interval(first.get("p50IntervalMs")),
             "throughput": _number(summary.get("throughput")),
             "top1": _number(summary.get("top1")),
             "metric": summary.get("metric") if isinstance(summary.get("metric"), str) else None,

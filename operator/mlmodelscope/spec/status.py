@@ -60,6 +60,22 @@ class LatencySummary(SpecModel):
     """Mean latency (ms)."""
 
 
+class IntervalMs(SpecModel):
+    """A latency over a measurement's repetitions (scenario.repetitions 2 or more): the mean
+    of the repetitions' figures and its bootstrap confidence interval, in milliseconds."""
+
+    estimate: float
+    """The mean over the repetitions (ms)."""
+    low: float | None = None
+    """The interval's lower end (ms); absent when none could be drawn (no scipy)."""
+    high: float | None = None
+    """The interval's upper end (ms)."""
+    confidence_level: float | None = None
+    """The interval's confidence level (0.95 by default)."""
+    repetitions: int | None = None
+    """How many repetitions the mean and interval are over."""
+
+
 class BatchResult(SpecModel):
     """The headline numbers of one batch size: a row of the result document's ``results``
     (serialized by field name, snake_case), of the agent's compact summary, and of
@@ -72,6 +88,9 @@ class BatchResult(SpecModel):
     """Scenario type."""
     latency_ms: LatencySummary = LatencySummary()
     """Query latency quantiles."""
+    p50_interval_ms: IntervalMs | None = None
+    """With scenario.repetitions 2 or more: the repetitions' mean p50 and its bootstrap
+    confidence interval (the result document's measurements[].spread.p50_s, in ms)."""
     throughput: float | None = None
     """Samples per second."""
     qps: float | None = None

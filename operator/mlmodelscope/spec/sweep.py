@@ -60,7 +60,7 @@ from mlmodelscope.spec.manifest import (
     resolve_evaluation,
     resolve_model,
 )
-from mlmodelscope.spec.status import Condition, Phase
+from mlmodelscope.spec.status import Condition, IntervalMs, Phase
 
 SWEEP_KIND: Final = "EvaluationSweep"
 SWEEP_PLURAL: Final = "evaluationsweeps"
@@ -447,6 +447,9 @@ class SweepChildStatus(SpecModel):
     """Median latency (ms) of that batch size."""
     p99_ms: float | None = None
     """99th percentile latency (ms)."""
+    p50_interval_ms: IntervalMs | None = None
+    """With the child's scenario.repetitions 2 or more: its repetitions' mean p50 and the
+    bootstrap interval of that mean, inside its one pod (its status.results[0])."""
     throughput: float | None = None
     """Samples per second."""
     top1: float | None = None
