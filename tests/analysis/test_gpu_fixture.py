@@ -85,3 +85,17 @@ def test_mlms_analyze_and_the_dashboard_read_the_gpu_run(tmp_path: Path) -> None
             page = client.get(f"/runs/{document['run_id']}/analysis")
             assert page.status_code == 200, page.text
             assert "Residuals" in page.text and "aten::_convolution" in page.text
+
+
+def test_the_agent_measured_energy_with_nvml_on_the_gpu() -> None:
+    """The agent's own energy per inference (issue 31) on a real GPU: NVML's board counter
+    around the reported window, in the measurement and in the headline row."""
+    document = json.loads(DOCUMENT.read_text())
+    (measurement,) = document["measurements"]
+    energy = measurement["energy"]
+    assert (energy["method"], energy["source"], energy["reason"]) == ("nvml", "GPU 0", None)
+    assert energy["seconds"] >= 1.0 and energy["samples"] > 0
+    assert energy["joules_per_inference"] == pytest.approx(energy["joules"] / energy["samples"])
+    row = document["results"][0]
+    assert row["energy_method"] == "nvml"
+    assert row["joules_per_inference"] == pytest.approx(energy["joules_per_inference"])
