@@ -31,7 +31,7 @@ WARMUP = 10
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -64,7 +64,7 @@ def timed_calls(
     for i in range(warmup):
         call(batches[i % len(batches)])
     latencies: list[int] = []
-    with _gc_paused():
+    with gc_paused():
         start = meter.read()
         end_s = time.monotonic() + min_s
         while len(latencies) < min_n or time.monotonic() < end_s:

@@ -19,7 +19,6 @@ Without CUDA both are the wall time. Numbers are medians of ``runs`` calls after
 from __future__ import annotations
 
 import contextlib
-import gc
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +27,8 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from mlmodelscope.devtools.gpukit.bare import gc_paused
 
 _cuda: Any = torch.cuda  # untyped in some torch releases
 PRECISIONS = ("fp32", "tf32", "fp16")
@@ -198,17 +199,6 @@ class Timing:
     wall_min_ms: float
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _device_ms(call: Callable[[], Any], runs: int, fill_cycles: int) -> list[float]:
     starts = [_cuda.Event(enable_timing=True) for _ in range(runs)]
     ends = [_cuda.Event(enable_timing=True) for _ in range(runs)]
@@ -236,7 +226,7 @@ def time_call(
     call: Callable[[], Any], runs: int, warmup: int, cuda: bool, fill_cycles: int = FILL_CYCLES
 ) -> Timing:
     """Device and wall medians of ``call`` (see the module's docstring)."""
-    with torch.inference_mode(), _gc_paused():
+    with torch.inference_mode(), gc_paused():
         for _ in range(warmup):
             call()
         if cuda:
