@@ -385,7 +385,7 @@ def trace(work: Path, gpu: bool) -> None:
 FIXTURE_MODEL = "resnet50"
 FIXTURE_QUERIES = 2
 """The trace step's fixture: this model's result document and its trace, each traced pass
-cut to its first queries (the whole trace of 20 queries per level is 10,000 spans)."""
+cut to its first queries, small enough to commit."""
 
 
 def trimmed(trace: dict[str, Any], queries: int) -> dict[str, Any]:
