@@ -17,11 +17,9 @@ the untraced latency (the leveled correction, ``correction`` per batch size).
 
 from __future__ import annotations
 
-import gc
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +31,7 @@ from mlmodelscope.agent.profilers import (
     ProfiledRun,
     ProfilingUnavailableError,
 )
+from mlmodelscope.agent.scenarios import gc_paused
 from mlmodelscope.analysis.xsp import OpSample, correct
 from mlmodelscope.telemetry.tracing import ATTR, EvaluationTracer
 
@@ -72,18 +71,6 @@ def _p50(values: Sequence[int]) -> float | None:
     return percentile_of_sorted(np.sort(np.asarray(values, dtype=np.int64)), 50.0) / 1e9
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class LeveledPasses:
     """Runs the untraced baseline and the traced passes for one batch size."""
 
@@ -121,7 +108,7 @@ class LeveledPasses:
         predict, post, clock = self.backend.predict, self.postprocess, self.clock
         times: list[int] = []
         calls: list[int] = []
-        with _gc_paused():
+        with gc_paused(True):
             for q in range(WARMUP_QUERIES + self.count):
                 query = self.queries[q % len(self.queries)]
                 t0 = clock()
@@ -179,7 +166,7 @@ class LeveledPasses:
         calls = 0
         if profiler is not None:
             profiler.start()
-        with _gc_paused():
+        with gc_paused(True):
             for q in range(WARMUP_QUERIES + self.count):
                 k = q % len(self.queries)
                 query = self.queries[k]
