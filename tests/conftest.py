@@ -63,6 +63,30 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[Any]:
     _fail_if_strict(outcome.get_result())
 
 
+def _needs_cluster(item: pytest.Item) -> bool:
+    return item.get_closest_marker("cluster") is not None or "cluster" in getattr(
+        item, "fixturenames", ()
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (``make test`` runs ``-n 2``): every test that
+    needs the dev cluster is one work unit, run first and in order by one worker (the cluster
+    and its real node are one per machine), while the other worker takes the rest file by file.
+    The cluster tests mostly wait on the control plane and the node, so the CPU-bound files fill
+    those waits. Without xdist the order and the tests are unchanged."""
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return
+    on_cluster = [item for item in items if _needs_cluster(item)]
+    rest = [item for item in items if not _needs_cluster(item)]
+    for item in on_cluster:
+        item.add_marker(pytest.mark.xdist_group("cluster"))
+    for item in rest:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    items[:] = on_cluster + rest
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_results_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """`mlms run` records every run in the user's store by default: point this session (and
