@@ -48,6 +48,7 @@ same-spec groups are gated. A variant's repeats share their baseline runs in eve
     .venv/bin/python benchmarks/gate_rates.py --out gate-rates.json --markdown gate-rates.md
     .venv/bin/python benchmarks/gate_rates.py --quick      # 5 same-spec pairs, 4 variants
     .venv/bin/python benchmarks/gate_rates.py --same 62 --repeats 5  # 20 pooled trials at r = 3
+    .venv/bin/python benchmarks/gate_rates.py --same 104 --repeats 5  # 20 at r = 5: run_all --full
     .venv/bin/python benchmarks/gate_rates.py --keep DIR   # then --from DIR: re-gate, no runs
 """
 

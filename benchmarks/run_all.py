@@ -84,7 +84,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("store-listing", "store_listing.py", (), markdown_flag=False, full_only=True),
     Step("gate-rates", "gate_rates.py", ("--quick",), quick_only=True),
-    Step("gate-rates", "gate_rates.py", ("--same", "62", "--repeats", "5"), full_only=True),
+    Step("gate-rates", "gate_rates.py", ("--same", "104", "--repeats", "5"), full_only=True),
     Step("analysis-zoo", "analysis_zoo.py", ("--quick",), doc=ANALYSIS_DOC),
     Step("benanza-measured", "benanza_measured.py", ("--quick",), doc=ANALYSIS_DOC),
     Step("xsp-residual", "xsp_residual.py", ("--quick",), doc=PIPELINE_DOC),
