@@ -16,9 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mlmodelscope.tensorflow_import import before_tensorflow
+
 if TYPE_CHECKING:
     from mlmodelscope.devcluster.cluster import Cluster
     from mlmodelscope.devtools.images import Built
+
+# Tests import TensorFlow directly, and PyTorch's exporters (which load Triton) after it.
+before_tensorflow()
 
 pytest_plugins = [
     "mlmodelscope.devcluster.pytest_plugin",

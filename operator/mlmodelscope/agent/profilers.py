@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from mlmodelscope.tensorflow_import import before_tensorflow
+
 OpKind = Literal["layer", "kernel", "memcpy", "memset"]
 AttrValue = str | int | float | bool
 
@@ -573,6 +575,7 @@ class TfProfiler(FrameworkProfiler):
         return self._fresh(inputs)
 
     def start(self) -> None:
+        before_tensorflow()
         import tensorflow as tf
 
         self._fresh = self._make_predict()
@@ -585,6 +588,7 @@ class TfProfiler(FrameworkProfiler):
         self._running = True
 
     def annotate(self, index: int) -> contextlib.AbstractContextManager[None]:
+        before_tensorflow()
         import tensorflow as tf
 
         cm: contextlib.AbstractContextManager[None] = tf.profiler.experimental.Trace(
@@ -595,6 +599,7 @@ class TfProfiler(FrameworkProfiler):
     def stop(self) -> list[ProfiledRun]:
         if not self._running or self._dir is None:
             return []
+        before_tensorflow()
         import tensorflow as tf
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -609,6 +614,7 @@ class TfProfiler(FrameworkProfiler):
 
     def close(self) -> None:
         if self._running:
+            before_tensorflow()
             import tensorflow as tf
 
             with contextlib.suppress(Exception):

@@ -66,6 +66,7 @@ from mlmodelscope.analysis.measuredbound import (
     describe,
     measured_bound,
 )
+from mlmodelscope.tensorflow_import import before_tensorflow
 
 FRAMEWORKS = ("onnxruntime", "pytorch", "tensorflow")
 ORT_LEVELS = {
@@ -216,6 +217,7 @@ def torch_call(prog: Program) -> Call | str:
 
 
 def tf_call(prog: Program, nhwc: bool, function: bool) -> Call | str:
+    before_tensorflow()
     import tensorflow as tf
 
     fns = _lowered(prog, lambda s: tf_node(s.op, s.attrs, s.operands, nhwc, len(s.outputs)))
@@ -280,6 +282,7 @@ def set_threads(frameworks: Sequence[str], threads: int) -> dict[str, dict[str, 
             "inter_op_threads": torch.get_num_interop_threads(),
         }
     if "tensorflow" in frameworks:
+        before_tensorflow()
         import tensorflow as tf
 
         with contextlib.suppress(RuntimeError):
@@ -302,6 +305,7 @@ def framework_version(framework: str) -> str:
         import torch
 
         return str(torch.__version__)
+    before_tensorflow()
     import tensorflow as tf
 
     return str(tf.__version__)

@@ -24,6 +24,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from mlmodelscope.tensorflow_import import before_tensorflow
+
 REVISION: Final = 2
 """The lowering's revision, part of the stack a PyTorch or TensorFlow brick timing is stored
 under (:func:`.implementations.implementation_stack`): raised whenever a lowering computes
@@ -476,6 +478,7 @@ def tf_node(
 ) -> NodeFn | str:
     """``op`` as TensorFlow calls (to run inside a ``tf.function``), NHWC where ``nhwc``; or
     why it has no faithful lowering here."""
+    before_tensorflow()
     import tensorflow as tf
 
     shape = tuple(operands[0].value.shape) if operands else ()
@@ -506,6 +509,7 @@ def _tf_dense(
     nhwc: bool,
 ) -> NodeFn | str:
     """The compute ops (convolutions, pools, matrix products, elementwise, normalization)."""
+    before_tensorflow()
     import tensorflow as tf
 
     shape = tuple(operands[0].value.shape) if operands else ()
@@ -671,6 +675,7 @@ def _tf_dense(
 
 def _tf_constant_as(operand: Operand, rank: int) -> Getter:
     """A constant laid out to broadcast against an NHWC value of ``rank``."""
+    before_tensorflow()
     import tensorflow as tf
 
     tensor = tf.constant(_to_nhwc(operand.value, rank))
@@ -680,6 +685,7 @@ def _tf_constant_as(operand: Operand, rank: int) -> Getter:
 def _tf_layer_norm(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
     """``tf.nn.moments`` then ``tf.nn.batch_normalization`` over the dimensions from ``axis``
     on: what Keras' LayerNormalization computes."""
+    before_tensorflow()
     import tensorflow as tf
 
     reason = NOT_NHWC.format(op=node.op) if nhwc and node.rank == 4 else None
@@ -702,6 +708,7 @@ def _tf_layer_norm(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | s
 def _tf_gather(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
     """``tf.gather``; constant negative indices are wrapped at lowering, since TensorFlow
     range-checks indices on the CPU and rejects negative ones."""
+    before_tensorflow()
     import tensorflow as tf
 
     indices = np.asarray(node.operands[1].value)
@@ -720,6 +727,7 @@ def _tf_gather(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
 
 
 def _tf_concat(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
+    before_tensorflow()
     import tensorflow as tf
 
     axis = _nhwc_axis(_axis(node.attrs["axis"], node.rank), nhwc and node.rank == 4)
@@ -727,6 +735,7 @@ def _tf_concat(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
 
 
 def _tf_shape(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
+    before_tensorflow()
     import tensorflow as tf
 
     if nhwc and node.rank == 4:
@@ -739,6 +748,7 @@ def _tf_shape(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
 
 
 def _tf_cast(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
+    before_tensorflow()
     import tensorflow as tf
 
     dtype = _np_dtype(int(node.attrs["to"]))
@@ -753,6 +763,7 @@ def _tf_reshape_to(
     target: tuple[int, ...], node: Node, args: Sequence[Getter], nhwc: bool
 ) -> NodeFn | str:
     """``tf.reshape`` to ``target``; not where a 4-D value (in or out) is NHWC."""
+    before_tensorflow()
     import tensorflow as tf
 
     if nhwc and 4 in (node.rank, len(target)):
@@ -779,6 +790,7 @@ def _tf_slice(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
 
 
 def _tf_split(node: Node, args: Sequence[Getter], nhwc: bool) -> NodeFn | str:
+    before_tensorflow()
     import tensorflow as tf
 
     axis, sizes = _split(node)

@@ -21,6 +21,7 @@ from typing import Any
 
 from mlmodelscope.agent.digits import MANIFEST, build_once
 from mlmodelscope.agent.sources import default_cache_dir
+from mlmodelscope.tensorflow_import import before_tensorflow
 from mlmodelscope.zoo.registry import ZooEntry, entry, torch_factory
 
 FORMATS = {
@@ -185,6 +186,7 @@ def _export_savedmodel(
     builder = getattr(keras.applications, str(zoo_entry.keras))
     model = builder(weights=None, input_shape=(r, r, 3), classes=1000)
     model.export(str(path), format="tf_saved_model", verbose=False)
+    before_tensorflow()
     import tensorflow as tf
 
     serve = tf.saved_model.load(str(path)).signatures["serving_default"]

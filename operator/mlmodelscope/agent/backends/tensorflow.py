@@ -27,6 +27,7 @@ from mlmodelscope.agent.backends.base import (
     UnloadableModelError,
 )
 from mlmodelscope.spec.evaluation import Device, EvaluationSpec, ModelFormat
+from mlmodelscope.tensorflow_import import before_tensorflow
 
 if TYPE_CHECKING:
     from mlmodelscope.agent.profilers import FrameworkProfiler
@@ -55,6 +56,7 @@ def import_tensorflow() -> Any:
         import tensorflow
 
         return tensorflow
+    before_tensorflow()
     debug = os.environ.setdefault(LOG_LEVEL_VAR, QUIET_LEVEL).strip() == "0"
     with contextlib.nullcontext() if debug else _stderr_without(NOTICES):
         import tensorflow
