@@ -74,22 +74,30 @@ def _needs_cluster(item: pytest.Item) -> bool:
     )
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cluster-tests",
+        choices=("all", "only", "none"),
+        default="all",
+        help="run every test (all), only those that need the dev cluster (marked cluster or "
+        "using its fixture), or none of those; make test runs `only` and `none` side by side",
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (``make test`` runs ``-n 2``): every test that
-    needs the dev cluster is one work unit, run first and in order by one worker (the cluster
-    and its real node are one per machine), while the other worker takes the rest file by file.
-    The cluster tests mostly wait on the control plane and the node, so the CPU-bound files fill
-    those waits. Without xdist the order and the tests are unchanged."""
-    if getattr(config.option, "dist", "no") != "loadgroup":
+    """``--cluster-tests only|none`` keeps the tests that need the dev cluster, or the others.
+    The cluster tests mostly wait on the control plane and the node, so ``make test`` runs the
+    two halves in two processes at once; one cluster per machine holds the real node, so the
+    cluster half stays in one process."""
+    choice = config.getoption("cluster_tests", "all")
+    if choice == "all":
         return
-    on_cluster = [item for item in items if _needs_cluster(item)]
-    rest = [item for item in items if not _needs_cluster(item)]
-    for item in on_cluster:
-        item.add_marker(pytest.mark.xdist_group("cluster"))
-    for item in rest:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-    items[:] = on_cluster + rest
+    want = choice == "only"
+    kept = [item for item in items if _needs_cluster(item) == want]
+    dropped = [item for item in items if _needs_cluster(item) != want]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
 
 
 @pytest.fixture(autouse=True, scope="session")
