@@ -57,7 +57,8 @@ COPY images/constraints-images.txt images/
 # Only what the agent runs (tests/packaging/test_images.py runs exactly these files): not the
 # operator (controller/), the dev cluster or the developer tools.
 COPY operator/mlmodelscope/__init__.py operator/mlmodelscope/__main__.py \
-     operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed operator/mlmodelscope/
+     operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed \
+     operator/mlmodelscope/tensorflow_import.py operator/mlmodelscope/
 COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
 COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
 COPY operator/mlmodelscope/agent/ operator/mlmodelscope/agent/

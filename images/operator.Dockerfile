@@ -21,7 +21,8 @@ COPY pyproject.toml README.md constraints.txt ./
 # Only what the operator runs (tests/packaging/test_images.py imports exactly these files): not
 # the agent, its telemetry, the dev cluster or the developer tools.
 COPY operator/mlmodelscope/__init__.py operator/mlmodelscope/__main__.py \
-     operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed operator/mlmodelscope/
+     operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed \
+     operator/mlmodelscope/tensorflow_import.py operator/mlmodelscope/
 COPY operator/mlmodelscope/spec/ operator/mlmodelscope/spec/
 COPY operator/mlmodelscope/contract/ operator/mlmodelscope/contract/
 COPY operator/mlmodelscope/controller/ operator/mlmodelscope/controller/
