@@ -26,7 +26,7 @@ stage "crd up to date" "$VENV/bin/mlms" crd --check
 # pytest in two processes at once: the tests that need the dev cluster in this one, in order
 # (one cluster per machine holds the real node), and the others beside it, whose CPU work fills
 # the cluster tests' waits on the control plane and the node (`--cluster-tests`,
-# tests/conftest.py). The second one's output follows the first's. Exit status 5 (nothing
+# tests/cluster_split.py). The second one's output follows the first's. Exit status 5 (nothing
 # selected, e.g. a path given with no cluster test in it) counts as a pass when the other ran.
 pytest_halves() {
   local beside="$GO_LOGS/pytest-beside.log" rc=0 rc_beside=0 pid

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from cluster_split import keep_half
 from mlmodelscope.tensorflow_import import before_tensorflow
 
 if TYPE_CHECKING:
@@ -68,12 +69,6 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[Any]:
     _fail_if_strict(outcome.get_result())
 
 
-def _needs_cluster(item: pytest.Item) -> bool:
-    return item.get_closest_marker("cluster") is not None or "cluster" in getattr(
-        item, "fixturenames", ()
-    )
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--cluster-tests",
@@ -85,19 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--cluster-tests only|none`` keeps the tests that need the dev cluster, or the others.
-    The cluster tests mostly wait on the control plane and the node, so ``make test`` runs the
-    two halves in two processes at once; one cluster per machine holds the real node, so the
-    cluster half stays in one process."""
-    choice = config.getoption("cluster_tests", "all")
-    if choice == "all":
-        return
-    want = choice == "only"
-    kept = [item for item in items if _needs_cluster(item) == want]
-    dropped = [item for item in items if _needs_cluster(item) != want]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-    items[:] = kept
+    keep_half(config, items)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,5 +1,5 @@
-"""`--cluster-tests only|none` (tests/conftest.py): `make test` runs the tests that need the dev
-cluster in one process and the others beside it in a second."""
+"""`--cluster-tests only|none` (tests/cluster_split.py): `make test` runs the tests that need
+the dev cluster in one process and the others beside it in a second."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from conftest import pytest_collection_modifyitems
+from cluster_split import keep_half
 
 
 @dataclass
@@ -61,6 +61,6 @@ def test_the_choice_keeps_one_half_in_order_and_reports_the_rest_deselected(
     choice: str, kept: list[str], deselected: list[str]
 ) -> None:
     config, items = _Config(choice), _items()
-    pytest_collection_modifyitems(cast(pytest.Config, config), cast(list[pytest.Item], items))
+    keep_half(cast(pytest.Config, config), cast(list[pytest.Item], items))
     assert _names(items) == kept
     assert _names(config.deselected) == deselected
