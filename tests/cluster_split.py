@@ -21,7 +21,10 @@ def keep_half(config: pytest.Config, items: list[pytest.Item]) -> None:
     if choice == "all":
         return
     want = choice == "only"
-    dropped = [item for item in items if needs_cluster(item) != want]
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if needs_cluster(item) == want else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-    items[:] = [item for item in items if needs_cluster(item) == want]
+    items[:] = kept
