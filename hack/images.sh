@@ -23,3 +23,12 @@ images_build() {
 stage "debian packages (docker.io, mmdebstrap)" ensure_debs 'docker.io:/usr/sbin/dockerd' mmdebstrap
 stage "docker engine" images_engine
 stage "images (cpu, cached)" images_build
+
+# The images pushed by digest into the dev registry's data (a registry started for the push:
+# no cluster yet), so the real node pulls them without a push inside the tests; an image id
+# pushed before is not pushed again (python -m mlmodelscope.devtools.publish --images-only).
+images_push() {
+  local ca=${MLMS_BUILD_CA_BUNDLE:-${PIP_CERT:-}} args=()
+  [ -n "$ca" ] && [ -f "$ca" ] && args+=(--ca-bundle "$ca")
+  "$PY" -m mlmodelscope.devtools.publish --images-only "${args[@]}"
+}

@@ -6,6 +6,7 @@ cd "$ROOT"
 VENV="${MLMS_VENV:-$ROOT/.venv}"
 PY="$VENV/bin/python"
 STAGES=()
+BACKGROUND_PIDS=()  # stopped on exit while still running (a stage failed before their wait)
 
 # stage NAME CMD...: run CMD, print how long it took, remember it for the summary.
 stage() {
@@ -19,7 +20,11 @@ stage() {
 }
 
 summary() {
-  local rc=$?
+  local rc=$? pid
+  for pid in "${BACKGROUND_PIDS[@]}"; do
+    pkill -TERM -P "$pid" 2>/dev/null || true  # its children first: pytest under nice
+    kill "$pid" 2>/dev/null && echo "stopped background pid $pid"
+  done
   printf '\n==> stage times\n'
   for line in "${STAGES[@]}"; do echo "  $line"; done
   printf '  %-34s %5ss\n' total "$SECONDS"

@@ -158,3 +158,26 @@ def test_an_archive_without_an_oci_index_is_refused(server: Server) -> None:
     empty.seek(0)
     with pytest.raises(registry.RegistryError, match="not an image archive"):
         registry.push_archive(server.address, "tests/empty", empty)
+
+
+def test_serving_pushes_into_the_data_a_later_registry_restores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make test` pushes the images before its cluster exists (`registry.serving`, through
+    ``publish --images-only``); the cluster's registry then serves them from the same data."""
+    if shutil.which("go") is None and not registry.is_built():
+        pytest.skip("the registry needs Go to build (or a prebuilt cache)")
+    monkeypatch.setattr(registry, "data_dir", lambda: tmp_path / "registry")
+    image = pause_image(b"not run", marker=uuid.uuid4().hex)
+    with registry.serving() as address:
+        pushed = registry.push_archive(address, "tests/pause", io.BytesIO(image.archive), tag="v1")
+    with registry.client(address) as reg:
+        assert not reg.ping()  # stopped with the block
+    later = Server(registry.ensure_registry(), tmp_path / "registry", tmp_path / "later.log")
+    later.start()
+    try:
+        _, digest = _get(f"http://{later.address}/v2/tests/pause/manifests/v1")
+        assert digest == pushed.digest == image.manifest_digest
+    finally:
+        later.stop()
+    assert list((tmp_path / "registry" / "tmp").iterdir()) == []  # its log went with it

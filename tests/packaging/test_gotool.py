@@ -5,10 +5,15 @@ Helm's stamp reads as it did before the logic was shared (a cache built then sta
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from mlmodelscope.devcluster import buildlock
 from mlmodelscope.devtools import actionlint, gotool, helm
 
 TOOL = gotool.GoTool(
@@ -62,3 +67,41 @@ def test_an_old_go_is_refused(tmp_path: Path) -> None:
         gotool.check_go(TOOL, str(go), {"PATH": "/usr/bin:/bin"})
     go.write_text("#!/bin/sh\necho go1.26.0\n")
     assert gotool.check_go(TOOL, str(go), {"PATH": "/usr/bin:/bin"}) == "go1.26.0"
+
+
+HOLD_THEN_BUILD = """
+import json, sys, time
+from pathlib import Path
+from mlmodelscope.devcluster.buildlock import build_lock
+binary, stamp, fingerprint = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+with build_lock("demo"):
+    print("holding", flush=True)
+    time.sleep(1.0)
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    binary.write_text("#!/bin/sh\\n")
+    stamp.write_text(json.dumps({"fingerprint": fingerprint}))
+"""
+
+
+def test_a_build_in_another_process_is_waited_for_not_repeated(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make test` starts tests beside the Go builds: a test that needs a tool still being
+    built waits on its lock and then finds it built (no `go` on PATH: a second build fails)."""
+    paths = [str(TOOL.binary()), str(TOOL.stamp()), TOOL.fingerprint()]
+    other = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THEN_BUILD, *paths],
+        env={**os.environ, "MLMS_CACHE_DIR": str(cache)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert other.stdout is not None and other.stdout.readline() == "holding\n"
+    monkeypatch.setenv("PATH", str(cache))
+    said: list[str] = []
+    started = time.monotonic()
+    assert gotool.build(TOOL, log=said.append) == 0.0
+    assert time.monotonic() - started > 0.5
+    assert other.wait(timeout=30) == 0
+    assert said[0].startswith("waiting for the build of demo that another process runs")
+    assert said[1].startswith("  demo: waited ")
+    assert buildlock.lock_path("demo") == cache / "locks" / "build-demo.lock"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from mlmodelscope.devcluster import versions as v
+from mlmodelscope.devcluster.buildlock import build_lock
 
 Log = Callable[[str], None]
 
@@ -384,6 +385,11 @@ def _build_one(component: str, root: Path, bin_dir: Path, log: Log) -> None:
         raise ValueError(f"unknown component {component!r}")
 
 
+def lock_name(component: str) -> str:
+    """Components built from one wrapper module share its lock (and its go.mod)."""
+    return "kubernetes" if component in KUBE_BUILT else component
+
+
 def build(
     components: Sequence[str] = v.ALL_COMPONENTS,
     *,
@@ -403,14 +409,18 @@ def build(
     ver = check_go()
     log(f"building {', '.join(todo)} with {ver} into {bin_dir} (cold builds take a while)")
     for i, component in enumerate(todo, 1):
-        log(f"[{i}/{len(todo)}] {component}")
-        started = time.monotonic()
-        _stamp(bin_dir, component).unlink(missing_ok=True)
-        _build_one(component, root, bin_dir, log)
-        took = time.monotonic() - started
-        result.seconds[component] = took
-        stamp = {"fingerprint": fingerprint(component), "go": ver, "seconds": round(took, 1)}
-        _stamp(bin_dir, component).write_text(json.dumps(stamp))
+        with build_lock(lock_name(component), log):
+            if not force and is_built(component, bin_dir):  # another process built it meanwhile
+                result.cached.append(component)
+                continue
+            log(f"[{i}/{len(todo)}] {component}")
+            started = time.monotonic()
+            _stamp(bin_dir, component).unlink(missing_ok=True)
+            _build_one(component, root, bin_dir, log)
+            took = time.monotonic() - started
+            result.seconds[component] = took
+            stamp = {"fingerprint": fingerprint(component), "go": ver, "seconds": round(took, 1)}
+            _stamp(bin_dir, component).write_text(json.dumps(stamp))
         log(f"[{i}/{len(todo)}] {component} built in {_fmt(took)}")
     log(f"built {len(todo)} component(s) in {_fmt(result.total_seconds)}")
     return result

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from mlmodelscope.devcluster import versions
 from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.buildlock import build_lock
 
 Log = Callable[[str], None]
 HACK: Path = Path(__file__).resolve().parents[3] / "hack"
@@ -73,6 +74,12 @@ class SourceTool:
         """Compile into the tool cache; the seconds it took (0.0 when up to date)."""
         if not force and self.is_built():
             return 0.0
+        with build_lock(self.name, log):
+            if not force and self.is_built():  # another process built it meanwhile
+                return 0.0
+            return self._build(log)
+
+    def _build(self, log: Log) -> float:
         if not (self.source_dir / "main.go").is_file():
             raise SourceBuildError(f"no sources at {self.source_dir} (a source checkout builds it)")
         go = shutil.which("go")

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import http.client
 import json
+import socket
 import subprocess
 import sys
 import tarfile
@@ -116,6 +117,38 @@ def ensure_registry(log: Log = _stderr) -> Path:
 
 def argv(binary: Path, address: str, root: Path) -> list[str]:
     return [str(binary), f"--address={address}", f"--root={root}"]
+
+
+@contextlib.contextmanager
+def serving(log: Log = _stderr, timeout_s: float = 30.0) -> Iterator[str]:
+    """The registry on a free loopback port over `data_dir` for the block, without a cluster;
+    yields its address. What is pushed stays in the data, which the next cluster's registry
+    restores at its start: `make test` pushes the images this way before its cluster exists."""
+    binary = ensure_registry(log)
+    root = data_dir()
+    (root / "tmp").mkdir(parents=True, exist_ok=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    with tempfile.TemporaryFile(dir=root / "tmp") as out:
+        proc = subprocess.Popen(argv(binary, address, root), stdout=out, stderr=out)
+        try:
+            deadline = time.monotonic() + timeout_s
+            with client(address) as reg:
+                while not reg.ping():
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        out.seek(0)
+                        tail = out.read().decode(errors="replace")[-2000:]
+                        raise RegistryError(f"the registry at {address} did not start:\n{tail}")
+                    time.sleep(0.1)
+            yield address
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def hosts_toml(address: str) -> str:

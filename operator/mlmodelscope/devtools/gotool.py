@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.buildlock import build_lock
 from mlmodelscope.devcluster.versions import cache_base
 
 Log = Callable[[str], None]
@@ -95,6 +96,13 @@ def build(tool: GoTool, *, force: bool = False, log: Log = stderr_log) -> float:
     """Compile ``tool`` into the tool cache; return the seconds it took (0.0 when cached)."""
     if is_built(tool) and not force:
         return 0.0
+    with build_lock(tool.name, log):
+        if is_built(tool) and not force:  # another process built it meanwhile
+            return 0.0
+        return _build(tool, log)
+
+
+def _build(tool: GoTool, log: Log) -> float:
     go = shutil.which("go")
     if go is None:
         want = ".".join(map(str, tool.go_min))

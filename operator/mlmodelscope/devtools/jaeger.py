@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.buildlock import build_lock
 from mlmodelscope.devcluster.versions import cache_base
 
 JAEGER_MODULE: Final = "github.com/jaegertracing/jaeger"
@@ -112,6 +113,14 @@ def build_jaeger(*, force: bool = False, log: Log | None = None) -> Path:
     binary = jaeger_binary()
     if not force and is_built():
         return binary
+    with build_lock("jaeger", say):
+        if not force and is_built():  # another process built it meanwhile
+            return binary
+        _build(binary, say)
+    return binary
+
+
+def _build(binary: Path, say: Log) -> None:
     go = _go()
     base = jaeger_dir()
     base.mkdir(parents=True, exist_ok=True)
@@ -134,7 +143,6 @@ def build_jaeger(*, force: bool = False, log: Log | None = None) -> Path:
     (base / "stamp.json").write_text(json.dumps(stamp))
     shutil.rmtree(src, ignore_errors=True)  # 40 MB of source the binary no longer needs
     say(f"built Jaeger {JAEGER_VERSION} in {took:.0f}s → {binary}")
-    return binary
 
 
 def _stderr(msg: str) -> None:

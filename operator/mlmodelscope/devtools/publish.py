@@ -11,7 +11,8 @@ the chart deploys by digest, under the registry's name the real node's container
       --plain-http -f <values file>
 
 ``python -m mlmodelscope.devtools.publish --values FILE`` builds what is not up to date,
-pushes, writes FILE and prints that command.
+pushes, writes FILE and prints that command. ``--images-only`` pushes the images alone, through
+a registry started for the push on the dev registry's data, before any cluster runs (`make test`).
 """
 
 from __future__ import annotations
@@ -141,7 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from mlmodelscope.devtools import images
 
     parser = argparse.ArgumentParser(prog="python -m mlmodelscope.devtools.publish")
-    parser.add_argument("--values", type=Path, required=True, help="the values file to write")
+    parser.add_argument("--values", type=Path, help="the values file to write")
+    parser.add_argument(
+        "--images-only",
+        action="store_true",
+        help="push the CPU images only, through a registry started for the push on the dev "
+        "registry's data (no cluster needed; a later cluster's pods pull them without a push)",
+    )
     parser.add_argument(
         "--run-dir",
         type=Path,
@@ -150,6 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--ca-bundle", type=Path, help="a CA bundle pip trusts in the build")
     args = parser.parse_args(argv)
+    if args.images_only:
+        return _push_images_only(args.ca_bundle)
+    if args.values is None:
+        parser.error("--values is required (or --images-only)")
     try:
         cluster = Cluster.attach(args.run_dir or default_run_dir(), log=_stderr)
         address = cluster.registry_address
@@ -168,6 +179,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.values.write_text(yaml.safe_dump(values, sort_keys=True))
     _stderr(f"pushed {len(pushed)} image(s) and {chart.url}:{chart.version} ({chart.digest})")
     sys.stdout.write(install_command(chart, args.values) + "\n")
+    return 0
+
+
+def _push_images_only(ca_bundle: Path | None) -> int:
+    from mlmodelscope.devtools import images
+
+    try:
+        built = images.build(ca_bundle=ca_bundle)
+        docker = images.docker_cli(images.ensure_engine())
+        with registry.serving(log=_stderr) as address:
+            cli = ["env", f"DOCKER_HOST={docker.host}", docker.cli]
+            pushed = push_images(address, built, cli, log=_stderr)
+    except (images.ImageBuildError, registry.RegistryError) as exc:
+        _stderr(str(exc))
+        return 1
+    cached = sum(p.cached for p in pushed.values())
+    _stderr(f"{len(pushed)} image(s) in {registry.data_dir()} ({cached} pushed before)")
     return 0
 
 
