@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.build import build_flags, go_env
 from mlmodelscope.devcluster.buildlock import build_lock
 from mlmodelscope.devcluster.versions import cache_base
 
@@ -111,7 +111,7 @@ def _build(tool: GoTool, log: Log) -> float:
     bin_dir.mkdir(parents=True, exist_ok=True)
     env = go_env(GOBIN=str(bin_dir), GOFLAGS="-buildvcs=false")
     go_version = check_go(tool, go, env)
-    cmd = [go, "install", "-trimpath", "-ldflags", tool.ldflags, f"{tool.package}@{tool.version}"]
+    cmd = [go, "install", *build_flags(tool.ldflags), f"{tool.package}@{tool.version}"]
     if shutil.which("nice"):
         cmd = ["nice", "-n", "10", *cmd]
     log(f"building {tool.name} {tool.version} with {go_version} into {bin_dir} (cold: minutes)")

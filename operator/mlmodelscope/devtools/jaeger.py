@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from mlmodelscope.devcluster.build import go_env
+from mlmodelscope.devcluster.build import build_flags, go_env
 from mlmodelscope.devcluster.buildlock import build_lock
 from mlmodelscope.devcluster.versions import cache_base
 
@@ -133,7 +133,7 @@ def _build(binary: Path, say: Log) -> None:
     src = base / "src"
     _copy_writable(src_dir, src)
     binary.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", "-trimpath", "-ldflags", _ldflags(), "-o", str(binary), JAEGER_PACKAGE]
+    cmd = [go, "build", *build_flags(_ldflags()), "-o", str(binary), JAEGER_PACKAGE]
     _run(cmd, src, say)
     took = time.monotonic() - started
     go_version = subprocess.run(
