@@ -177,3 +177,30 @@ def test_what_a_pod_event_needs_is_decided_without_a_request(
 ) -> None:
     decision = handle_pod.decide(event, shown=shown, refused=refused, deleted=deleted)
     assert decision.action is handle_pod.PodAction[action]
+
+
+def test_a_refusal_seen_before_the_status_names_the_job_is_offered_again() -> None:
+    """The scheduler can refuse the pod before the reconcile that created its Job has written
+    the Job's name into the status, and it need not change the pod again: the refusal is
+    offered again (1 s, doubling) until the status names the Job, then written once."""
+    ctx, kube = world(job_name=None)
+    waiting = pod(unschedulable="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    outcome = handle_pod.pod_changed(waiting, ctx)
+    assert outcome == "unschedulable, offered again once the run's status names its Job"
+    assert PATCHES not in kube.requests and ctx.retries.pending() == 1
+    FakeKube(kube.server).merge_patch(f"{PATH}/status", {"status": {"jobName": "e-g1"}})
+    wait_for("the refusal written", lambda: kube.requests.get(PATCHES) == 1, 10)
+    scheduled = [c for c in stored_status(kube)["conditions"] if c["type"] == "Scheduled"]
+    assert (scheduled[0]["status"], scheduled[0]["reason"]) == ("False", "Unschedulable")
+    assert "Insufficient nvidia.com/gpu" in scheduled[0]["message"]
+    assert ctx.retries.pending() == 0
+    ctx.retries.stop()
+
+
+def test_a_refusal_of_an_older_generations_pod_is_not_offered_again() -> None:
+    ctx, kube = world(job_name=None)
+    edited = FakeKube(kube.server).merge_patch(PATH, {"spec": {"edited": True}})
+    assert edited["metadata"]["generation"] == 2
+    waiting = pod(unschedulable="0/3 nodes are available")
+    assert handle_pod.pod_changed(waiting, ctx) == "unschedulable"
+    assert PATCHES not in kube.requests and ctx.retries.pending() == 0

@@ -31,6 +31,9 @@ from mlmodelscope.controller.pod_memo import STARTED_PHASES, PodMemo
 
 SCHEDULED_GRACE_SECONDS: Final = 5.0
 """How long a placed pod may take to run before its placement is written on its own."""
+REFUSAL_TRIES: Final = 6
+"""How often a pod's refusal by the scheduler is offered to its run's status while that status
+names no Job yet, 1 s after the first, doubling (:func:`_before_its_job`)."""
 
 
 def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -108,10 +111,13 @@ def decide(pod: Mapping[str, Any], *, shown: bool, refused: bool, deleted: bool)
     return PodDecision(PodAction.SCHEDULED_LATER, detail)
 
 
-def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> str:
+def pod_changed(
+    pod: Mapping[str, Any], ctx: Context, deleted: bool = False, *, attempt: int = 0
+) -> str:
     """React to one evaluation pod event (:func:`decide`, then act); returns what it did (for
     logs). A scheduling state the evaluation's status was seen to show for this pod is not
-    read again (``ctx.pod_memo``): most pod events repeat "scheduled"."""
+    read again (``ctx.pod_memo``): most pod events repeat "scheduled". ``attempt``: how often
+    this refusal was offered before (:data:`REFUSAL_TRIES`)."""
     owner = owner_of(pod)
     state = scheduling_state(pod)
     job_name = ((pod.get("metadata") or {}).get("labels") or {}).get(JOB_NAME_LABEL)
@@ -148,6 +154,15 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
             known=held,
             observed=observed,
         )
+        if evaluation is not None and _before_its_job(evaluation, generation):
+            if uid and attempt + 1 < REFUSAL_TRIES:
+                again = dict(pod)
+                ctx.retries.call(
+                    ("refused", uid),
+                    2.0**attempt,
+                    lambda: pod_changed(again, ctx, attempt=attempt + 1),
+                )
+            return "unschedulable, offered again once the run's status names its Job"
     else:
         evaluation, _ = ctx.update_status(
             namespace,
@@ -167,6 +182,18 @@ def pod_changed(pod: Mapping[str, Any], ctx: Context, deleted: bool = False) -> 
     ):
         ctx.pod_memo.remember(uid, state)
     return action.value
+
+
+def _before_its_job(evaluation: Mapping[str, Any], generation: int) -> bool:
+    """The pod's generation is the evaluation's, but the status names no Job of it yet: the
+    reconcile that created the Job has not written its status, and the scheduler, which can
+    refuse the pod first, may not change the pod again for the refusal to be seen later."""
+    current = int((evaluation.get("metadata") or {}).get("generation") or 1)
+    shown = status.Observed.of(evaluation.get("status")).typed
+    return current == generation and (
+        (shown.observed_generation or 0) < generation
+        or (shown.observed_generation == generation and not shown.job_name)
+    )
 
 
 def _write_scheduled(
