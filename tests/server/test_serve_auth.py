@@ -103,7 +103,7 @@ def test_a_write_token_alone_leaves_reads_open(
     assert client.get("/api/v1/runs").status_code == 200
     assert client.post("/api/v1/runs", json=new_document(docs)).status_code == 401
     written = client.post("/api/v1/runs", json=new_document(docs), headers=bearer(WRITE))
-    assert written.status_code == 201
+    assert written.status_code == 201, written.text
 
 
 def test_require_read_guards_any_router(make_client: ClientFactory) -> None:
