@@ -29,8 +29,8 @@ stage "crd up to date" "$VENV/bin/mlms" crd --check
 # devcluster/buildlock.py), and the tests that need the dev cluster start once the Go builds
 # are done, in order, in one process (one cluster per machine holds the real node)
 # (`--cluster-tests`, tests/cluster_split.py). Both run at nice 19, below the Go builds' 10:
-# the first takes little more than what the builds leave (at nice 10 beside them it slowed
-# the control plane's build by a fifth), and the two halves share the CPU evenly after.
+# the first takes little more than what the builds leave idle, and the two halves share the
+# CPU evenly after.
 # The first's output follows the second's. Exit status 5 (nothing selected, e.g. a path given
 # with no cluster test in it) counts as a pass when the other ran.
 BESIDE_LOG="$GO_LOGS/pytest-beside.log"

@@ -168,9 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _stderr(f"no dev cluster running: {exc} (start one: mlms dev-cluster up --real-node)")
         return 1
     try:
-        built = images.build(ca_bundle=args.ca_bundle)
-        docker = images.docker_cli(images.ensure_engine())
-        pushed = push_images(address, built, ["env", f"DOCKER_HOST={docker.host}", docker.cli])
+        built, docker = _built_images(args.ca_bundle)
+        pushed = push_images(address, built, docker)
         chart = push_chart(address, helm_tool.ensure_helm(log=_stderr))
     except (images.ImageBuildError, registry.RegistryError, PublishError) as exc:
         _stderr(str(exc))
@@ -182,15 +181,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _built_images(ca_bundle: Path | None) -> tuple[list[Built], list[str]]:
+    """Every CPU image built (or found up to date), and the Docker CLI argv that saves them."""
+    from mlmodelscope.devtools import images
+
+    built = images.build(ca_bundle=ca_bundle)
+    docker = images.docker_cli(images.ensure_engine())
+    return built, ["env", f"DOCKER_HOST={docker.host}", docker.cli]
+
+
 def _push_images_only(ca_bundle: Path | None) -> int:
     from mlmodelscope.devtools import images
 
     try:
-        built = images.build(ca_bundle=ca_bundle)
-        docker = images.docker_cli(images.ensure_engine())
+        built, docker = _built_images(ca_bundle)
         with registry.serving(log=_stderr) as address:
-            cli = ["env", f"DOCKER_HOST={docker.host}", docker.cli]
-            pushed = push_images(address, built, cli, log=_stderr)
+            pushed = push_images(address, built, docker, log=_stderr)
     except (images.ImageBuildError, registry.RegistryError) as exc:
         _stderr(str(exc))
         return 1

@@ -156,11 +156,10 @@ def pod_changed(
         )
         if evaluation is not None and _before_its_job(evaluation, generation):
             if uid and attempt + 1 < REFUSAL_TRIES:
-                again = dict(pod)
                 ctx.retries.call(
                     ("refused", uid),
                     2.0**attempt,
-                    lambda: pod_changed(again, ctx, attempt=attempt + 1),
+                    lambda: pod_changed(pod, ctx, attempt=attempt + 1),
                 )
             return "unschedulable, offered again once the run's status names its Job"
     else:
