@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 # background, and collect them after the installs. They need only the standard library, so the
 # system Python runs them before the venv exists. shellcheck: actionlint checks the release
 # workflow's scripts with it.
-stage "go builds started (control plane, kueue, jaeger, helm, actionlint, registry, dns)" start_go_builds
+stage "go builds started (control plane, helm, actionlint, registry, dns; kueue, jaeger late)" start_go_builds
 stage "debian packages (prometheus, pushgateway, postgresql, chromium, shellcheck, the real node's)" ensure_debs \
   prometheus prometheus-pushgateway 'postgresql:/usr/lib/postgresql/*/bin/postgres' chromium shellcheck \
   containerd 'runc:/usr/sbin/runc' 'containernetworking-plugins:/usr/lib/cni/bridge' \
@@ -25,12 +25,13 @@ stage "mypy" "$VENV/bin/mypy"
 stage "crd up to date" "$VENV/bin/mlms" crd --check
 
 # pytest in two processes: the tests that need no cluster start now, beside the Go builds'
-# last minutes (a test that needs a tool still being built waits on its build lock:
-# devcluster/buildlock.py), and the tests that need the dev cluster start once the Go builds
-# are done, in order, in one process (one cluster per machine holds the real node)
-# (`--cluster-tests`, tests/cluster_split.py). Both run at nice 19, below the Go builds' 10:
-# the first takes little more than what the builds leave idle, and the two halves share the
-# CPU evenly after.
+# last minutes, and the tests that need the dev cluster start once what the cluster runs is
+# built, in order, in one process (one cluster per machine holds the real node)
+# (`--cluster-tests`, tests/cluster_split.py). Kueue and Jaeger may still be building: each
+# half runs their tests last, and a test that finds one building waits on its build lock
+# (devcluster/buildlock.py). The cluster's half runs at nice 15, above the late builds'
+# 17 (its control plane waits on no compile), the other half at nice 19, below both: it takes
+# what they leave.
 # The first's output follows the second's. Exit status 5 (nothing selected, e.g. a path given
 # with no cluster test in it) counts as a pass when the other ran.
 BESIDE_LOG="$GO_LOGS/pytest-beside.log"
@@ -48,7 +49,7 @@ start_beside() {
 }
 pytest_halves() {
   local rc=0 rc_beside=0
-  nice -n 19 "$PY" -m pytest -q --durations=15 --cluster-tests=only "$@" || rc=$?
+  nice -n 15 "$PY" -m pytest -q --durations=15 --cluster-tests=only "$@" || rc=$?
   wait "$BESIDE_PID" || rc_beside=$?
   BACKGROUND_PIDS=()
   printf '\n==> pytest beside it: the tests that need no cluster (log %s)\n' "$BESIDE_LOG"
@@ -62,5 +63,6 @@ pytest_halves() {
 # Strict: a test that would skip because a real part is missing fails instead (tests/conftest.py).
 export MLMS_STRICT_TESTS=1
 stage "pytest started: the tests that need no cluster" start_beside "$@"
-stage "go builds finished" wait_go_builds
+stage "go builds for the cluster finished" wait_go_builds cluster
 stage "pytest: the cluster's tests, then both halves' output" pytest_halves "$@"
+stage "late go builds finished (kueue, jaeger)" wait_go_builds late

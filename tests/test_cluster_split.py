@@ -64,3 +64,16 @@ def test_the_choice_keeps_one_half_in_order_and_reports_the_rest_deselected(
     keep_half(cast(pytest.Config, config), cast(list[pytest.Item], items))
     assert _names(items) == kept
     assert _names(config.deselected) == deselected
+
+
+def test_a_half_runs_the_files_that_need_a_late_tool_last_and_whole() -> None:
+    config = _Config("none")
+    items = [
+        _Item("tests/telemetry/test_t.py::test_traces", fixturenames=("jaeger",)),
+        _Item("tests/agent/test_a.py::test_one"),
+        _Item("tests/telemetry/test_t.py::test_plain", fixturenames=("tmp_path",)),
+        _Item("tests/controller/test_k.py::test_queued", fixturenames=("kueue", "tmp_path")),
+        _Item("tests/agent/test_b.py::test_two"),
+    ]
+    keep_half(cast(pytest.Config, config), cast(list[pytest.Item], items))
+    assert _names(items) == ["test_one", "test_two", "test_traces", "test_plain", "test_queued"]
