@@ -90,9 +90,16 @@ def _stderr(msg: str) -> None:
     sys.stderr.flush()
 
 
-def build_flags(ldflags: str) -> list[str]:
-    """The flags of every Go build here: no local paths, no DWARF, the given link flags."""
-    return ["-trimpath", NO_DWARF, "-ldflags", ldflags]
+NO_INLINE: Final = "-gcflags=all=-l -dwarf=false"
+"""The test tools that answer a test's handful of requests (Kueue, Jaeger, Helm, actionlint)
+also compile without inlining: less compile work for a program a little slower where nothing
+is timed (docs/dev-cluster.md). Not in a fingerprint either."""
+
+
+def build_flags(ldflags: str, *, inline: bool = True) -> list[str]:
+    """The flags of every Go build here: no local paths, no DWARF, the given link flags;
+    ``inline=False`` for a test tool (:data:`NO_INLINE`)."""
+    return ["-trimpath", NO_DWARF if inline else NO_INLINE, "-ldflags", ldflags]
 
 
 def kube_ldflags() -> str:
@@ -383,7 +390,7 @@ def _build_one(component: str, root: Path, bin_dir: Path, log: Log) -> None:
         sums = (src / "go.sum").read_text().splitlines()
         if not set(v.KUEUE_SUMS) <= set(sums):
             raise BuildError(f"go.sum of {src} lost the pinned Kueue checksums {v.KUEUE_SUMS}")
-        cmd = [go, "build", "-v", *build_flags("-s -w"), "-o", str(out)]
+        cmd = [go, "build", "-v", *build_flags("-s -w", inline=False), "-o", str(out)]
         _run([*cmd, "sigs.k8s.io/kueue/cmd/kueue"], cwd=src, log=log, label=component, env=env)
     elif component == "pause":
         src = root / "src" / "pause"

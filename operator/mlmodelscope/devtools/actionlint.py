@@ -24,6 +24,7 @@ ACTIONLINT: Final = gotool.GoTool(
     package="github.com/rhysd/actionlint/cmd/actionlint",
     version=ACTIONLINT_VERSION,
     go_min=(1, 25),  # actionlint v1.7.12's go.mod: `go 1.25.0`
+    inline=False,
 )
 
 

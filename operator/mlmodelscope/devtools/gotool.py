@@ -49,6 +49,8 @@ class GoTool:
     go_min: tuple[int, int]
     """The ``go`` line of the tool's go.mod; GOTOOLCHAIN=local forbids downloading one."""
     ldflags: str = "-s -w"
+    inline: bool = True
+    """False for a test tool, compiled without inlining (``build.NO_INLINE``)."""
 
     def tool_dir(self) -> Path:
         """``<cache>/tools/<name>-<version>`` (the cache honours ``MLMS_CACHE_DIR``)."""
@@ -111,7 +113,8 @@ def _build(tool: GoTool, log: Log) -> float:
     bin_dir.mkdir(parents=True, exist_ok=True)
     env = go_env(GOBIN=str(bin_dir), GOFLAGS="-buildvcs=false")
     go_version = check_go(tool, go, env)
-    cmd = [go, "install", *build_flags(tool.ldflags), f"{tool.package}@{tool.version}"]
+    cmd = [go, "install", *build_flags(tool.ldflags, inline=tool.inline)]
+    cmd.append(f"{tool.package}@{tool.version}")
     if shutil.which("nice"):
         cmd = ["nice", "-n", "10", *cmd]
     log(f"building {tool.name} {tool.version} with {go_version} into {bin_dir} (cold: minutes)")

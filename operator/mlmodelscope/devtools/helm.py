@@ -50,6 +50,7 @@ HELM: Final = gotool.GoTool(
     version=HELM_VERSION,
     go_min=GO_MIN_VERSION,
     ldflags=ldflags(),
+    inline=False,
 )
 
 

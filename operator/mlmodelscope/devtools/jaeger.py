@@ -133,7 +133,7 @@ def _build(binary: Path, say: Log) -> None:
     src = base / "src"
     _copy_writable(src_dir, src)
     binary.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [go, "build", *build_flags(_ldflags()), "-o", str(binary), JAEGER_PACKAGE]
+    cmd = [go, "build", *build_flags(_ldflags(), inline=False), "-o", str(binary), JAEGER_PACKAGE]
     _run(cmd, src, say)
     took = time.monotonic() - started
     go_version = subprocess.run(
