@@ -29,9 +29,8 @@ stage "crd up to date" "$VENV/bin/mlms" crd --check
 # built, in order, in one process (one cluster per machine holds the real node)
 # (`--cluster-tests`, tests/cluster_split.py). Kueue and Jaeger may still be building: each
 # half runs their tests last, and a test that finds one building waits on its build lock
-# (devcluster/buildlock.py). The cluster's half runs at nice 15, above the late builds'
-# 17 (its control plane waits on no compile), the other half at nice 19, below both: it takes
-# what they leave.
+# (devcluster/buildlock.py). The cluster's half, the one the run waits for, runs at nice 15,
+# above the late builds' 17; the other half at nice 19, below both: it takes what they leave.
 # The first's output follows the second's. Exit status 5 (nothing selected, e.g. a path given
 # with no cluster test in it) counts as a pass when the other ran.
 BESIDE_LOG="$GO_LOGS/pytest-beside.log"

@@ -240,8 +240,13 @@ def kwok_stage_dir() -> Path:
     return stage
 
 
-def _nice(cmd: Sequence[str]) -> list[str]:
-    return ["nice", "-n", "10", *cmd] if shutil.which("nice") else list(cmd)
+BUILD_NICE: Final = 10
+"""Every Go build runs this many nice steps below its caller (two busy cores)."""
+
+
+def niced(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` under ``nice -n BUILD_NICE`` where ``nice`` exists: every Go build's argv."""
+    return ["nice", "-n", str(BUILD_NICE), *cmd] if shutil.which("nice") else list(cmd)
 
 
 def _run(
@@ -258,7 +263,7 @@ def _run(
             log(f"  … {label}: {count} packages compiled, {time.monotonic() - started:.0f}s")
 
     proc = subprocess.Popen(
-        _nice(cmd),
+        niced(cmd),
         cwd=cwd,
         env={**go_env(), **(env or {})},
         stdout=subprocess.PIPE,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlmodelscope.devcluster import versions
-from mlmodelscope.devcluster.build import build_flags, go_env
+from mlmodelscope.devcluster.build import build_flags, go_env, niced
 from mlmodelscope.devcluster.buildlock import build_lock
 
 Log = Callable[[str], None]
@@ -89,8 +89,7 @@ class SourceTool:
         binary.parent.mkdir(parents=True, exist_ok=True)
         self._stamp().unlink(missing_ok=True)
         cmd = [go, "build", *build_flags("-s -w"), "-o", str(binary), "."]
-        if shutil.which("nice"):
-            cmd = ["nice", "-n", "10", *cmd]
+        cmd = niced(cmd)
         log(f"building {self.binary} ({self.module} {self.version})")
         started = time.monotonic()
         env = go_env(GOFLAGS="-mod=readonly -buildvcs=false")

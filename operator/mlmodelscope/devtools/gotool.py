@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlmodelscope.devcluster.build import build_flags, go_env
+from mlmodelscope.devcluster.build import build_flags, go_env, niced
 from mlmodelscope.devcluster.buildlock import build_lock
 from mlmodelscope.devcluster.versions import cache_base
 
@@ -115,8 +115,7 @@ def _build(tool: GoTool, log: Log) -> float:
     go_version = check_go(tool, go, env)
     cmd = [go, "install", *build_flags(tool.ldflags, inline=tool.inline)]
     cmd.append(f"{tool.package}@{tool.version}")
-    if shutil.which("nice"):
-        cmd = ["nice", "-n", "10", *cmd]
+    cmd = niced(cmd)
     log(f"building {tool.name} {tool.version} with {go_version} into {bin_dir} (cold: minutes)")
     tool.stamp().unlink(missing_ok=True)
     started = time.monotonic()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from mlmodelscope.devcluster.build import build_flags, go_env
+from mlmodelscope.devcluster.build import build_flags, go_env, niced
 from mlmodelscope.devcluster.buildlock import build_lock
 from mlmodelscope.devcluster.versions import cache_base
 
@@ -83,10 +83,9 @@ def _go() -> str:
 
 
 def _run(cmd: Sequence[str], cwd: Path, log: Log) -> str:
-    nice = ["nice", "-n", "10"] if shutil.which("nice") else []
     started = time.monotonic()
     proc = subprocess.run(
-        [*nice, *cmd], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
+        niced(cmd), cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
