@@ -37,13 +37,10 @@ RUN if ! command -v python3 >/dev/null; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 
-# ------------------------------------------------------------------------ builder
-# A virtual environment at /opt/venv with the project and one framework's extra, resolved
-# against constraints.txt (the versions CI tests) plus images/constraints-images.txt (GPU builds).
-FROM base AS builder
-ARG EXTRAS=onnxruntime,datasets,tasks,opencv,parquet,kube,telemetry,s3,loadgen
-# An extra package index, e.g. https://download.pytorch.org/whl/cpu for CPU-only PyTorch wheels.
-ARG EXTRA_INDEX_URL=""
+# --------------------------------------------------------------------------- venv
+# An empty virtual environment at /opt/venv (pip only): python3-venv, where the base needs it,
+# stays in this stage.
+FROM base AS venv
 # hadolint ignore=DL3008
 RUN if ! python3 -c 'import ensurepip' 2>/dev/null; then \
       apt-get update \
@@ -51,11 +48,25 @@ RUN if ! python3 -c 'import ensurepip' 2>/dev/null; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi \
     && python3 -m venv /opt/venv
-WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
+
+# ------------------------------------------------------------------- requirements
+# What pip needs to resolve the dependencies and nothing else: pyproject.toml and the
+# constraints (the versions CI tests, plus images/constraints-images.txt for GPU builds) with
+# an empty package. A code change leaves this stage, and so the dependency layer, as it was.
+FROM base AS requirements
+WORKDIR /requirements
+COPY pyproject.toml constraints.txt ./
 COPY images/constraints-images.txt images/
-# Only what the agent runs (tests/packaging/test_images.py runs exactly these files): not the
-# operator (controller/), the dev cluster or the developer tools.
+RUN mkdir -p operator/mlmodelscope \
+    && touch README.md operator/mlmodelscope/__init__.py
+
+# ------------------------------------------------------------------------ builder
+# The project's wheel, built from only what the agent runs (tests/packaging/test_images.py
+# runs exactly these files): not the operator (controller/), the dev cluster or the developer
+# tools.
+FROM venv AS builder
+WORKDIR /src
+COPY pyproject.toml README.md ./
 COPY operator/mlmodelscope/__init__.py operator/mlmodelscope/__main__.py \
      operator/mlmodelscope/cli.py operator/mlmodelscope/py.typed \
      operator/mlmodelscope/tensorflow_import.py operator/mlmodelscope/
@@ -68,21 +79,44 @@ COPY operator/mlmodelscope/analysis/ operator/mlmodelscope/analysis/
 # WHEELHOUSE: install only from this --find-links location (no index), e.g. a folder of wheels
 # served on the build host and reached with `docker build --network host`. The secret "ca"
 # (`--secret id=ca,src=bundle.pem`): a CA bundle pip trusts in this step only, for a proxy that
-# intercepts TLS; a secret mount is never written to a layer, and this stage is not the image.
+# intercepts TLS; a secret mount is never written to a layer.
 ARG WHEELHOUSE=""
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
-    && /opt/venv/bin/pip install --no-cache-dir \
-      -c constraints.txt -c images/constraints-images.txt \
-      ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
-      ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} \
-      ".[${EXTRAS}]" \
-    && /opt/venv/bin/pip check \
-    && /opt/venv/bin/mlms version
+    && /opt/venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /dist \
+      ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} .
 
 # ------------------------------------------------------------------------ runtime
+# Two layers over the base: the dependencies (gigabytes; rebuilt only when pyproject.toml, the
+# constraints or the build arguments change) and the project (a few MB; rebuilt for a code
+# change). A registry and a node's containerd then take only the small layer again.
 FROM base AS runtime
+# A fixed non-root user (65532, as distroless "nonroot"); the operator's Job runs as this UID.
+RUN groupadd --system --gid 65532 mlms \
+    && useradd --system --uid 65532 --gid 65532 --no-create-home \
+         --home-dir /var/cache/mlmodelscope --shell /usr/sbin/nologin mlms \
+    && mkdir -p /var/cache/mlmodelscope \
+    && chown 65532:65532 /var/cache/mlmodelscope
+COPY --from=venv /opt/venv /opt/venv
 ARG EXTRAS=onnxruntime,datasets,tasks,opencv,parquet,kube,telemetry,s3,loadgen
+# An extra package index, e.g. https://download.pytorch.org/whl/cpu for CPU-only PyTorch wheels.
+ARG EXTRA_INDEX_URL=""
+ARG WHEELHOUSE=""
+# The dependencies of the project with one framework's extra: pip resolves them from the empty
+# package, which is then uninstalled.
+RUN --mount=type=bind,from=requirements,source=/requirements,target=/tmp/requirements,rw \
+    --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi \
+    && /opt/venv/bin/pip install --no-cache-dir \
+      -c /tmp/requirements/constraints.txt -c /tmp/requirements/images/constraints-images.txt \
+      ${EXTRA_INDEX_URL:+--extra-index-url "$EXTRA_INDEX_URL"} \
+      ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} \
+      "/tmp/requirements[${EXTRAS}]" \
+    && /opt/venv/bin/pip uninstall --yes mlmodelscope
+RUN --mount=type=bind,from=builder,source=/dist,target=/tmp/dist \
+    /opt/venv/bin/pip install --no-cache-dir --no-index --no-deps /tmp/dist/*.whl \
+    && /opt/venv/bin/pip check \
+    && /opt/venv/bin/mlms version
 ARG MLMS_IMAGE=""
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -99,13 +133,6 @@ LABEL org.opencontainers.image.title="mlmodelscope-agent" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.base.name="${BASE_IMAGE}" \
       io.mlmodelscope.extras="${EXTRAS}"
-# A fixed non-root user (65532, as distroless "nonroot"); the operator's Job runs as this UID.
-RUN groupadd --system --gid 65532 mlms \
-    && useradd --system --uid 65532 --gid 65532 --no-create-home \
-         --home-dir /var/cache/mlmodelscope --shell /usr/sbin/nologin mlms \
-    && mkdir -p /var/cache/mlmodelscope \
-    && chown 65532:65532 /var/cache/mlmodelscope
-COPY --from=builder /opt/venv /opt/venv
 # The only writable place: model/dataset caches, HOME for libraries that write to ~. The root
 # filesystem stays read-only (readOnlyRootFilesystem in the Job and the chart).
 ENV PATH=/opt/venv/bin:$PATH \

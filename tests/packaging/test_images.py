@@ -158,13 +158,13 @@ PACKAGE_ROOT = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["where"][0]
 
 
 def image_package(dockerfile: Path) -> dict[str, Path]:
-    """What ``pip install .`` in the builder stage puts into site-packages: the copied files
-    under ``<WORKDIR of the install>/<package root>/``, by their path there."""
+    """What the wheel the builder stage makes (``pip wheel .``) puts into site-packages: the
+    copied files under ``<WORKDIR of that step>/<package root>/``, by their path there."""
     workdir = PurePosixPath("/")
     for keyword, args in instructions(dockerfile):
         if keyword == "WORKDIR":
             workdir = workdir / args
-        if keyword == "RUN" and "pip install" in args:
+        if keyword == "RUN" and "pip wheel" in args:
             break
     base = workdir / PACKAGE_ROOT
     return {
@@ -226,27 +226,68 @@ def test_runtime_stage_is_non_root_read_only_friendly_and_labelled(dockerfile: P
     labels = " ".join(args for kw, args in final if kw == "LABEL")
     present = set(re.findall(r"(org\.opencontainers\.image\.[a-z.]+)=", labels))
     assert present >= OCI_LABELS, f"missing OCI labels: {sorted(OCI_LABELS - present)}"
-    assert "COPY --from=builder /opt/venv /opt/venv" in {f"{kw} {a}" for kw, a in final}
+    assert "COPY --from=venv /opt/venv /opt/venv" in {f"{kw} {a}" for kw, a in final}
 
 
-def _pip_install(dockerfile: Path) -> str:
-    runs = [args for kw, args in instructions(dockerfile) if kw == "RUN" and "pip install" in args]
-    assert len(runs) == 1, runs
-    return runs[0]
+def _runtime_installs(dockerfile: Path) -> tuple[str, str]:
+    """The runtime stage's two pip steps: the dependencies, then the project's wheel."""
+    runs = [args for kw, args in final_stage(dockerfile) if kw == "RUN" and "pip install" in args]
+    assert len(runs) == 2, runs
+    dependencies, project = runs
+    assert (
+        "from=requirements" in dependencies and "pip uninstall --yes mlmodelscope" in dependencies
+    )
+    assert "from=builder,source=/dist" in project and "--no-deps" in project
+    assert "pip check" in project and "mlms version" in project
+    return dependencies, project
 
 
 def test_agent_installs_the_project_with_the_build_arg_extras_and_constraints() -> None:
-    run = _pip_install(IMAGES / "agent.Dockerfile")
-    assert '".[${EXTRAS}]"' in run
-    assert "-c constraints.txt -c images/constraints-images.txt" in run
-    assert "pip check" in run and "mlms version" in run
+    dependencies, _ = _runtime_installs(IMAGES / "agent.Dockerfile")
+    assert '"/tmp/requirements[${EXTRAS}]"' in dependencies
+    constraints = (
+        "-c /tmp/requirements/constraints.txt -c /tmp/requirements/images/constraints-images.txt"
+    )
+    assert constraints in dependencies
 
 
 def test_operator_installs_the_operator_extra_with_constraints() -> None:
-    run = _pip_install(IMAGES / "operator.Dockerfile")
-    assert '".[operator,telemetry,serve]"' in run and "-c constraints.txt" in run
+    dependencies, _ = _runtime_installs(IMAGES / "operator.Dockerfile")
+    assert '"/tmp/requirements[operator,telemetry,serve]"' in dependencies
+    assert "-c /tmp/requirements/constraints.txt" in dependencies
     final = final_stage(IMAGES / "operator.Dockerfile")
     assert ("CMD", '["operator"]') in final
+
+
+def _stage(dockerfile: Path, name: str) -> list[tuple[str, str]]:
+    steps = instructions(dockerfile)
+    start = next(i for i, (kw, a) in enumerate(steps) if kw == "FROM" and a.endswith(f" AS {name}"))
+    end = next((i for i in range(start + 1, len(steps)) if steps[i][0] == "FROM"), len(steps))
+    return steps[start:end]
+
+
+PER_RELEASE_ARGS = {"MLMS_IMAGE", "VERSION", "REVISION", "CREATED"}
+"""Build arguments whose value changes with the tag or the commit: declared in a stage, each
+is in the cache key of every later RUN there."""
+
+
+@pytest.mark.parametrize("dockerfile", MLMS_DOCKERFILES, ids=lambda p: p.name)
+def test_a_code_change_leaves_the_dependency_layer_as_it_was(dockerfile: Path) -> None:
+    """The dependencies are a layer of their own, built from pyproject.toml and the
+    constraints alone, below the project's: a code change rebuilds a few MB, and a registry
+    and a node take only that layer again (tests/packaging/test_images_docker.py rebuilds
+    one to show it)."""
+    requirements = [a for kw, a in _stage(dockerfile, "requirements") if kw == "COPY"]
+    sources = {word for a in requirements for word in a.split()[:-1]}
+    assert sources <= {"pyproject.toml", "constraints.txt", "images/constraints-images.txt"}
+    final = final_stage(dockerfile)
+    assert not [a for kw, a in final if kw == "COPY" and "--from=" not in a], "no code here"
+    dependencies, project = _runtime_installs(dockerfile)
+    runs = [a for kw, a in final if kw == "RUN"]
+    assert runs.index(dependencies) < runs.index(project)
+    last_run = max(i for i, (kw, _) in enumerate(final) if kw == "RUN")
+    early = {a.split("=")[0] for kw, a in final[:last_run] if kw == "ARG"} & PER_RELEASE_ARGS
+    assert not early, f"declared before the pip steps: {sorted(early)}"
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

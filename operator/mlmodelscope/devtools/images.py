@@ -25,8 +25,11 @@ registry pipeline publishes. What it adds for a machine without a registry (imag
   part of a layer (tests/packaging/test_images_docker.py checks the image).
 - **A cache.** Every image is labelled ``io.mlmodelscope.inputs`` with a hash of what it is
   built from (Dockerfile, .dockerignore, constraints, the package files it copies, its build
-  arguments and the base image's id); an image whose label matches is not rebuilt. After a
-  build, BuildKit's cache is pruned: its builder stages would hold a second copy of each venv.
+  arguments and the base image's id); an image whose label matches is not rebuilt. A rebuild
+  reuses BuildKit's cache up to the layer that changed: the Dockerfiles install the
+  dependencies in a layer of their own, before the project, so a code change rebuilds a few MB.
+  After every build, what no image holds any more goes (`prune`): the images a rebuild left
+  untagged, then the build cache they alone held and the builder stages' results.
 
 Each image's size (``docker image inspect``) is compared with its target; a size over target
 fails the command unless :data:`SIZE_WAIVERS` says why the target cannot be met here.
@@ -664,33 +667,37 @@ def build(
     base_for = {wanted: ensure_base(docker, wanted, log) for wanted in sorted(bases)}
     results = []
     house = ensure_wheelhouse(targets, log) if wheelhouse and _all_extras(targets) else None
-    with contextlib.ExitStack() as stack:
-        url = stack.enter_context(serve_wheelhouse(house)) if house is not None else None
-        for target in targets:
-            base = base_for[target.args["BASE_IMAGE"]]
-            if base != target.args["BASE_IMAGE"] and target.name not in SIZE_TARGETS:
-                target = dataclasses.replace(target, tag=target.tag + STAND_IN_SUFFIX)
-            results.append(
-                build_target(
-                    docker,
-                    target,
-                    base,
-                    wheelhouse_url=url if target.extras else None,
-                    ca_bundle=ca_bundle if target.extras else None,
-                    force=force,
-                    log=log,
+    try:
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(serve_wheelhouse(house)) if house is not None else None
+            for target in targets:
+                base = base_for[target.args["BASE_IMAGE"]]
+                if base != target.args["BASE_IMAGE"] and target.name not in SIZE_TARGETS:
+                    target = dataclasses.replace(target, tag=target.tag + STAND_IN_SUFFIX)
+                results.append(
+                    build_target(
+                        docker,
+                        target,
+                        base,
+                        wheelhouse_url=url if target.extras else None,
+                        ca_bundle=ca_bundle if target.extras else None,
+                        force=force,
+                        log=log,
+                    )
                 )
-            )
-    if not keep_build_cache and not all(r.cached for r in results):
-        prune(docker, log)
+    finally:
+        if not keep_build_cache:
+            prune(docker, log)
     return results
 
 
 def prune(docker: Docker, log: Log = _log) -> None:
-    """Drop BuildKit's cache and the images a rebuild left untagged. The builder stages hold
-    a second copy of every venv (5 GB for the CUDA torch), which would double the disk the
-    images take; what spares a rebuild is the inputs label, not this cache."""
-    for args in (["builder", "prune", "-af"], ["image", "prune", "-f"]):
+    """Drop the images a rebuild left untagged, then the build cache no image shares: a
+    replaced dependency layer (gigabytes), the builder stages' small results, and what a
+    failed or killed build left. The cache records of the layers the tagged images hold cost
+    no disk of their own and stay, so the next rebuild starts from them (``builder prune``
+    without ``--all`` keeps a record an image shares)."""
+    for args in (["image", "prune", "-f"], ["builder", "prune", "-f"]):
         proc = docker(*args, check=False, timeout=600)
         last = (proc.stdout.strip().splitlines() or [""])[-1]
         log(f"docker {' '.join(args)}: {last or proc.stderr.strip()}")
@@ -711,7 +718,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--no-wheelhouse", action="store_true", help="install from the index")
     b.add_argument("--force", action="store_true", help="rebuild even when up to date")
     b.add_argument(
-        "--keep-build-cache", action="store_true", help="do not prune BuildKit's cache after"
+        "--keep-build-cache",
+        action="store_true",
+        help="keep the untagged images and the build cache no image shares",
     )
     b.add_argument("--json", type=Path, help="also write the measurements here")
     sub.add_parser("engine", help="start an engine if none answers; print its DOCKER_HOST")
