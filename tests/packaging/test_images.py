@@ -544,3 +544,19 @@ def test_only_names_any_image_of_the_bake_file_and_a_typo_lists_them() -> None:
         images.build(["agent-pytorch-gpus"])
     assert "unknown image ['agent-pytorch-gpus']" in str(err.value)
     assert "agent-pytorch-gpu" in str(err.value)
+
+
+def test_a_build_that_runs_out_of_disk_says_where_and_what_to_do(tmp_path: Path) -> None:
+    """The last CI run before the layered images failed with BuildKit's "no space left on
+    device" deep in a build log; the tool now says which disk, what is free and the fix."""
+    from mlmodelscope.devtools import images
+
+    tail = "#19 ERROR: failed to copy files: copy file range failed: no space left on device"
+    assert images.out_of_space("operator", "#19 DONE 100.3s", tmp_path) is None
+    said = images.out_of_space("agent-pytorch-cpu", tail, tmp_path)
+    assert said is not None and said.startswith("agent-pytorch-cpu: the build ran out of disk")
+    assert f"data root {tmp_path} (" in said and "GB free now)" in said
+    assert "docker builder prune" in said and "dockerd --data-root" in said
+    ours = images.engine_dir() / "data"
+    assert "MLMS_CACHE_DIR" in str(images.out_of_space("operator", tail, ours))
+    assert "the engine's disk" in str(images.out_of_space("operator", tail, None))

@@ -601,7 +601,10 @@ def build_target(
             )  # fmt: skip
         if proc.returncode != 0:
             tail = logfile.read_text(errors="replace")[-4000:]
-            raise ImageBuildError(f"{target.name}: docker build failed (log {logfile}):\n{tail}")
+            full = out_of_space(target.name, tail, docker_root(docker))
+            raise ImageBuildError(
+                full or f"{target.name}: docker build failed (log {logfile}):\n{tail}"
+            )
         cached = False
     seconds = time.monotonic() - start
     info = docker.inspect(target.tag)
@@ -620,6 +623,38 @@ def build_target(
     how = " (cached)" if cached else ""
     log(f"{target.name}: {built.size / 1e6:.0f} MB in {seconds:.0f}s{how}")
     return built
+
+
+NO_SPACE: Final = "no space left on device"
+
+
+def docker_root(docker: Docker) -> Path | None:
+    """The engine's data root (``docker info``), None when the engine does not say."""
+    proc = docker("info", "--format", "{{.DockerRootDir}}", check=False, timeout=60)
+    root = proc.stdout.strip()
+    return Path(root) if proc.returncode == 0 and root else None
+
+
+def out_of_space(name: str, log_tail: str, root: Path | None) -> str | None:
+    """What to say when a build failed because the disk is full (None when it did not): the
+    engine's data root, what is free there (when it is on this machine), and the fix."""
+    if NO_SPACE not in log_tail:
+        return None
+    where = f"the disk of the Docker engine's data root {root}" if root else "the engine's disk"
+    if root is not None and root.exists():
+        where += f" ({shutil.disk_usage(root).free / 1e9:.1f} GB free now)"
+    ours = root is not None and root.is_relative_to(engine_dir())
+    move = (
+        "point MLMS_CACHE_DIR at a larger disk (the engine this tool starts keeps its data there)"
+        if ours
+        else "move the engine's data root to a larger disk (dockerd --data-root)"
+    )
+    return (
+        f"{name}: the build ran out of disk space ({NO_SPACE}) on {where}. The CPU images "
+        "take about 10 GB, and a rebuild of an image's dependencies up to its size again "
+        f"(6 GB for PyTorch). Free space there (docker image prune; docker builder prune) or "
+        f"{move}, then build again"
+    )
 
 
 def report(results: Sequence[Built]) -> str:
