@@ -330,6 +330,23 @@ def test_a_first_time_success_makes_only_the_requests_it_needs() -> None:
     assert made == FIRST_TIME_SUCCESS, made
 
 
+def test_job_events_after_the_run_ended_read_nothing_more() -> None:
+    """The Job controller updates a finished Job's status again (its completion time, the
+    pods it stops tracking): the operator answers each from the evaluation it saw end, not
+    with a GET (a failed run's Job made one read per event)."""
+    for end in (OperatorLoop.complete, OperatorLoop.fail):
+        loop = running(OperatorLoop())
+        loop.publish()
+        end(loop, "e-g1")
+        loop.settle()
+        assert loop.status()["phase"] in ("Succeeded", "Failed")
+        before = dict(loop.operator_kube.requests)
+        for second in range(3):
+            loop._job_status("e-g1", {"completionTime": f"2026-11-24T00:01:0{second}Z"})
+            loop.settle()
+        assert dict(loop.operator_kube.requests) == before, end
+
+
 def test_a_pod_that_waits_for_its_image_shows_its_node_before_it_runs() -> None:
     """Placed but not running after the grace (a large image being pulled): the Scheduled
     condition names the node then, one patch more than a pod that starts at once."""

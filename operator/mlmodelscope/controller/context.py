@@ -93,9 +93,10 @@ class Context:
             self._locks.pop((namespace, name), None)
 
     def read_evaluation(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The evaluation's metadata and status as last watched or written, else as the API
-        server has it now (None when gone). Without its spec when it comes from the watch."""
-        held = self.watched.get(namespace, name)
+        """The evaluation's metadata and status as last watched or written (in flight, or
+        ended not long ago), else as the API server has it now (None when gone). Without its
+        spec when it comes from the watch."""
+        held = self.watched.recent(namespace, name)
         return held if held is not None else self.kube.get_or_none(evaluation_path(namespace, name))
 
     def update_status(

@@ -9,20 +9,26 @@ it carries the resourceVersion it read (:func:`..context.guarded`), so a stale r
 evaluation not seen yet) reads the API server.
 
 What is kept: metadata and status, no spec (:func:`..slim.slim_evaluation`; the one handler
-branch that needs the spec reads it), encoded (:class:`..slim.Packed`), and only while the run
-has not ended, so memory follows the evaluations in flight.
+branch that needs the spec reads it), encoded (:class:`..slim.Packed`), while the run has not
+ended, so memory follows the evaluations in flight; and the last :data:`ENDED_KEPT` that ended
+or are being deleted, for :meth:`WatchedEvaluations.recent`: the Job controller updates a
+Job's status after its run has ended, and each such event read the evaluation again.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from mlmodelscope.controller import status
 from mlmodelscope.controller.slim import Packed, slim_evaluation
 
 Key = tuple[str, str]
+
+ENDED_KEPT: Final = 256
+"""Evaluations kept after their run ended (the most recent): enough for the events that
+follow an end by seconds, a bounded memory whatever the number of evaluations."""
 
 
 def _version(body: Mapping[str, Any]) -> int | None:
@@ -37,6 +43,8 @@ class WatchedEvaluations:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._bodies: Packed[Key] = Packed()
+        self._ended: Packed[Key] = Packed()
+        """Ended or being deleted, oldest first, at most :data:`ENDED_KEPT`."""
         self._versions: dict[Key, int] = {}
         """The newest resourceVersion seen per evaluation (ended ones too): an event older
         than an answer the operator already holds does not replace it."""
@@ -51,16 +59,21 @@ class WatchedEvaluations:
             if deleted:
                 self._versions.pop(key, None)
                 self._bodies.discard(key)
+                self._ended.discard(key)
                 return
             seen = self._versions.get(key)
             if version is not None and seen is not None and version < seen:
                 return
             if version is not None:
                 self._versions[key] = version
+            self._ended.discard(key)
             if meta.get("deletionTimestamp") or status.is_terminal(
                 body.get("status") or {}, generation
             ):
                 self._bodies.discard(key)
+                self._ended[key] = slim_evaluation(body)
+                while len(self._ended) > ENDED_KEPT:
+                    self._ended.discard(next(iter(self._ended)))
             else:
                 self._bodies[key] = slim_evaluation(body)
 
@@ -68,6 +81,14 @@ class WatchedEvaluations:
         """The newest state held of an evaluation in flight (without its spec), else None."""
         with self._lock:
             return self._bodies.get((namespace, name))
+
+    def recent(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """What :meth:`get` holds, else the evaluation as last seen if its run ended (or its
+        deletion began) among the last :data:`ENDED_KEPT`; None otherwise."""
+        key = (namespace, name)
+        with self._lock:
+            held = self._bodies.get(key)
+            return held if held is not None else self._ended.get(key)
 
     def __len__(self) -> int:
         return len(self._bodies)
