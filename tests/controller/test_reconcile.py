@@ -333,7 +333,7 @@ def test_a_first_time_success_makes_only_the_requests_it_needs() -> None:
 def test_job_events_after_the_run_ended_read_nothing_more() -> None:
     """The Job controller updates a finished Job's status again (its completion time, the
     pods it stops tracking): the operator answers each from the evaluation it saw end, not
-    with a GET (a failed run's Job made one read per event)."""
+    with a GET."""
     for end in (OperatorLoop.complete, OperatorLoop.fail):
         loop = running(OperatorLoop())
         loop.publish()

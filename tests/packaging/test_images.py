@@ -547,8 +547,8 @@ def test_only_names_any_image_of_the_bake_file_and_a_typo_lists_them() -> None:
 
 
 def test_a_build_that_runs_out_of_disk_says_where_and_what_to_do(tmp_path: Path) -> None:
-    """The last CI run before the layered images failed with BuildKit's "no space left on
-    device" deep in a build log; the tool now says which disk, what is free and the fix."""
+    """BuildKit's "no space left on device", deep in a build log, becomes one message: which
+    disk, what is free there and the fix."""
     from mlmodelscope.devtools import images
 
     tail = "#19 ERROR: failed to copy files: copy file range failed: no space left on device"

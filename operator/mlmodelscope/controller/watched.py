@@ -12,7 +12,7 @@ What is kept: metadata and status, no spec (:func:`..slim.slim_evaluation`; the 
 branch that needs the spec reads it), encoded (:class:`..slim.Packed`), while the run has not
 ended, so memory follows the evaluations in flight; and the last :data:`ENDED_KEPT` that ended
 or are being deleted, for :meth:`WatchedEvaluations.recent`: the Job controller updates a
-Job's status after its run has ended, and each such event read the evaluation again.
+Job's status after its run has ended, and each such event reads the evaluation.
 """
 
 from __future__ import annotations
