@@ -143,24 +143,6 @@ def test_the_outbox_configmap_outlives_the_evaluation_and_is_found_by_label() ->
     assert json.loads(body["data"]["result.json"]) == doc
 
 
-@pytest.mark.parametrize(
-    ("namespace", "patterns", "watched"),
-    [
-        ("a", (), True),
-        ("team-a", ("team-a",), True),
-        ("team-b", ("team-a",), False),
-        ("ml-x", ("ml-*",), True),
-        ("ml-secret", ("ml-*", "!ml-secret"), False),
-        ("other", ("!kube-system",), True),
-        ("kube-system", ("!kube-system",), False),
-    ],
-)
-def test_retries_cover_the_watched_namespaces(
-    namespace: str, patterns: tuple[str, ...], watched: bool
-) -> None:
-    assert recording.watched(namespace, patterns) is watched
-
-
 # ------------------------------------------------------------------------ status transitions
 
 

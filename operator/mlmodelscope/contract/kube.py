@@ -331,12 +331,14 @@ class Kube:
     ) -> Iterator[list[dict[str, Any]]]:
         """A LIST in pages of ``limit`` (the API server's ``continue`` tokens): a caller that
         keeps only what it needs of each page never holds thousands of objects at once."""
-        for answer in self._list_answers(path, label_selector, limit):
+        for answer in self.list_answers(path, label_selector, limit):
             yield answer.get("items") or []
 
-    def _list_answers(
-        self, path: str, label_selector: str | None, limit: int
+    def list_answers(
+        self, path: str, label_selector: str | None, limit: int = LIST_PAGE
     ) -> Iterator[dict[str, Any]]:
+        """A LIST's answers, one per page of ``limit``: each with its items and the
+        resourceVersion the listing is at (the last page's is the one to watch from)."""
         params = {"limit": str(limit)}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -357,7 +359,7 @@ class Kube:
         """A LIST's objects and its resourceVersion, from which a :meth:`watch` follows it."""
         items: builtins.list[dict[str, Any]] = []
         version = ""
-        for answer in self._list_answers(path, label_selector, LIST_PAGE):
+        for answer in self.list_answers(path, label_selector, LIST_PAGE):
             items.extend(answer.get("items") or [])
             version = str((answer.get("metadata") or {}).get("resourceVersion") or "")
         return items, version

@@ -39,7 +39,7 @@ from mlmodelscope.controller import (
     builders,
     kueue,
     memory,
-    names,
+    object_watches,
     peering,
     recording,
     resync,
@@ -68,7 +68,6 @@ from mlmodelscope.spec.sweep import LABEL_SWEEP, SWEEP_PLURAL
 RESOURCE: Final = (API_GROUP, API_VERSION, PLURAL)
 SWEEPS: Final = (API_GROUP, API_VERSION, SWEEP_PLURAL)
 TRANSIENT_DELAY: Final = 5.0
-MANAGED: Final = {names.LABEL_MANAGED_BY: names.MANAGED_BY}
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +204,24 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
 
     object_events = ObjectEvents(job_progressed, pod_scheduling, acting=ctx.acting)
 
+    # Job and pod events are decided on their watch's thread (no API call): most need nothing;
+    # the others queue the object's newest slim state for the threads of object_events, which
+    # run the handlers above. A pod seen running or finished marks its Job started
+    # (ctx.started_jobs: no start-failure check lists its pods).
+    def job_observed(body: dict[str, Any], deleted: bool) -> None:
+        if deleted:
+            ctx.started_jobs.forget(object_watches.uid_of(body))
+        object_events.offer_job(body, deleted=deleted)
+
+    def pod_observed(body: dict[str, Any], deleted: bool) -> None:
+        ctx.started_jobs.observe_pod(body)
+        shown = handle_pod.repeats_what_is_shown(body, ctx.pod_memo)
+        object_events.offer_pod(body, deleted=deleted, shown=shown)
+
+    watches = object_watches.job_and_pod_watches(
+        ctx.kube, ctx.settings.namespaces, job_observed, pod_observed
+    )
+
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         handle_startup.configure(settings)
@@ -214,9 +231,13 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         evaluation_resync.start()
         reconciles.start()
         object_events.start()
+        for watcher in watches:
+            watcher.start()
 
     @kopf.on.cleanup(registry=registry)
     def stop_retrying(**_: Any) -> None:
+        for watcher in watches:
+            watcher.stop()
         reconciles.stop()
         object_events.stop()
         retrier.stop()
@@ -247,23 +268,6 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     @measured.handler("deleted")
     def evaluation_deleted(body: kopf.Body, **_: Any) -> None:
         handle_delete.evaluation_deleted(body, ctx)
-
-    # Job and pod events are decided in the event loop (async, no API call): most need
-    # nothing; the others queue the object's newest slim state for the threads of
-    # object_events, which run the handlers below (.object_events). A pod seen running or
-    # finished marks its Job started (ctx.started_jobs: no start-failure check lists its pods).
-    @kopf.on.event("batch", "v1", "jobs", id="job", labels=MANAGED, registry=registry)
-    async def job_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        deleted = _deleted(event)
-        if deleted:
-            ctx.started_jobs.forget(str(body.metadata.uid or ""))
-        object_events.offer_job(body, deleted=deleted)
-
-    @kopf.on.event("v1", "pods", id="pod", labels=MANAGED, registry=registry)
-    async def pod_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        ctx.started_jobs.observe_pod(body)
-        shown = handle_pod.repeats_what_is_shown(body, ctx.pod_memo)
-        object_events.offer_pod(body, deleted=_deleted(event), shown=shown)
 
     # EvaluationSweeps: every trigger runs the same level-based reconcile of the sweep
     # (handle_sweep.reconcile): its spec created, changed or found at start, and every event of

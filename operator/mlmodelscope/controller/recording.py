@@ -20,10 +20,8 @@ The store itself, opened on first use, is :class:`.run_store.Recorder`.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ from typing import Any, Final
 from mlmodelscope import API_GROUP
 from mlmodelscope.contract.kube import configmap_path
 from mlmodelscope.contract.wire import RESULT_KEY
-from mlmodelscope.controller import names, status
+from mlmodelscope.controller import names, scope, status
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.run_store import (
     DocumentRejectedError,
@@ -52,7 +50,6 @@ OUTBOX_SELECTOR: Final = f"{LABEL_RECORD}={PENDING}"
 ANNOTATION_RUN_ID: Final = f"{API_GROUP}/run-id"
 ANNOTATION_ERROR: Final = f"{API_GROUP}/record-error"
 OUTBOX_COMPONENT: Final = "unrecorded-result"
-_PLAIN_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 # ------------------------------------------------------------------------ documents and outbox
@@ -189,28 +186,17 @@ def _record(
 # ------------------------------------------------------------------------------ the retries
 
 
-def watched(namespace: str, patterns: tuple[str, ...]) -> bool:
-    """Whether ``MLMS_OPERATOR_NAMESPACES`` (names, globs, ``!exclusions``; empty = all)
-    covers ``namespace``."""
-    if not patterns:
-        return True
-    include = [p for p in patterns if not p.startswith("!")]
-    exclude = [p[1:] for p in patterns if p.startswith("!")]
-    included = not include or any(fnmatch.fnmatchcase(namespace, p) for p in include)
-    return included and not any(fnmatch.fnmatchcase(namespace, p) for p in exclude)
-
-
 def list_outboxes(ctx: Context) -> list[dict[str, Any]]:
     """Outbox ConfigMaps still to record, in the watched namespaces: listed per namespace
     when they are plain names (a namespaced install's RBAC suffices), else cluster-wide."""
     patterns = ctx.settings.namespaces
-    if patterns and all(_PLAIN_NAMESPACE.match(p) for p in patterns):
+    if (plain := scope.plain_names(patterns)) is not None:
         found: list[dict[str, Any]] = []
-        for namespace in patterns:
+        for namespace in plain:
             found.extend(ctx.kube.list(configmap_path(namespace), OUTBOX_SELECTOR))
         return found
     everywhere = ctx.kube.list("/api/v1/configmaps", OUTBOX_SELECTOR)
-    return [c for c in everywhere if watched(str(c["metadata"].get("namespace")), patterns)]
+    return [c for c in everywhere if scope.covers(str(c["metadata"].get("namespace")), patterns)]
 
 
 def retry_outbox(ctx: Context, configmap: Mapping[str, Any]) -> str:

@@ -24,7 +24,16 @@ from mlmodelscope.contract.kube import (
     job_path,
 )
 from mlmodelscope.contract.redact import redact_text
-from mlmodelscope.controller import builders, instrument, job_state, names, policy, runs, status
+from mlmodelscope.controller import (
+    builders,
+    instrument,
+    job_state,
+    names,
+    policy,
+    runs,
+    scope,
+    status,
+)
 from mlmodelscope.controller.admission import fifo, ledger
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import ForeignChildError, PolicyDeniedError
@@ -65,14 +74,15 @@ def created_at(evaluation: ModelEvaluation) -> str:
 def _pages_everywhere(
     ctx: Context, path_for: Callable[[str], str], everywhere: str, selector: str | None
 ) -> Iterator[list[dict[str, Any]]]:
-    """List across the watched namespaces (all of them when no plain list is configured),
-    page by page."""
-    spaces = ctx.settings.namespaces
-    if spaces and all(not any(c in ns for c in "*?!") for ns in spaces):
-        for ns in spaces:
+    """List across the watched namespaces, page by page: one namespace at a time when they
+    are plain names, else cluster-wide and filtered (:mod:`..scope`)."""
+    patterns = ctx.settings.namespaces
+    if (plain := scope.plain_names(patterns)) is not None:
+        for ns in plain:
             yield from ctx.kube.pages(path_for(ns), selector)
-    else:
-        yield from ctx.kube.pages(everywhere, selector)
+        return
+    for page in ctx.kube.pages(everywhere, selector):
+        yield [o for o in page if scope.covers(str(o["metadata"].get("namespace")), patterns)]
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 Kopf's bookkeeping (handler progress, the last handled spec, a finalizer if one were ever
 needed) lives under the project's API group instead of kopf.zalando.org, so `kubectl get -o
-yaml` shows whose annotations they are. Jobs and Pods are watched with a server-side label
-selector: the operator never receives other workloads' pods. Lifecycle transitions are posted as
-Events with their own reasons (Queued, JobCreated, Succeeded, InvalidSpec, ...).
+yaml` shows whose annotations they are. Kopf watches evaluations and EvaluationSweeps; Jobs
+and pods have the operator's own watches (:mod:`..object_watches`). Lifecycle transitions are
+posted as Events with their own reasons (Queued, JobCreated, Succeeded, InvalidSpec, ...).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from mlmodelscope.spec.sweep import SWEEP_KIND
 
 MAX_WORKERS = 8
 """Kopf's threads for its synchronous handlers (EvaluationSweeps, an evaluation's DELETED event);
-evaluations, Jobs and pods have the operator's own queues (:mod:`..workqueue`,
-:mod:`..object_events`)."""
+evaluations have the operator's own queue (:mod:`..workqueue`); Jobs and pods its own
+watches and queue (:mod:`..object_watches`, :mod:`..object_events`)."""
 
 
 class SweepDiffBase(kopf.AnnotationsDiffBaseStorage):
@@ -50,10 +50,8 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # Transitions are posted as Events with their own reasons; from the per-object loggers
     # only warnings and errors (a retried handler, a rejected request) become Events.
     settings.posting.level = logging.WARNING
-    settings.watching.label_selectors["batch", "jobs"] = names.MANAGED_SELECTOR
-    settings.watching.label_selectors["v1", "pods"] = names.MANAGED_SELECTOR
     # Kopf lists every watched kind at start and after each watch expiry: in pages, so that a
-    # relisting of thousands of Jobs and pods never sits in memory at once.
+    # relisting of thousands of evaluations never sits in memory at once.
     settings.watching.chunk_size = LIST_PAGE
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

@@ -17,12 +17,11 @@ the evaluations have none: Kopf would put a finalizer on every sweep for a timer
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import KubeError, evaluation_path, sweep_path
-from mlmodelscope.controller import model_refs, recording, sweeps
+from mlmodelscope.controller import model_refs, scope, sweeps
 from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import InvalidSpecError
 from mlmodelscope.controller.runtime.periodic import Periodic
@@ -42,7 +41,6 @@ log = logging.getLogger(__name__)
 RESYNC_SECONDS: Final = 30.0
 """How often every sweep is reconciled regardless of events (a missed watch event heals)."""
 KEPT_METADATA: Final = ("name", "namespace", "uid", "generation", "creationTimestamp", "labels")
-_PLAIN_NAMESPACE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def parse_body(body: Mapping[str, Any], models: ModelLookup | None = None) -> EvaluationSweep:
@@ -177,13 +175,13 @@ def list_sweeps(ctx: Context) -> list[dict[str, Any]]:
     """Sweeps in the watched namespaces: listed per namespace when they are plain names (a
     namespaced install's RBAC suffices), else cluster-wide and filtered."""
     patterns = ctx.settings.namespaces
-    if patterns and all(_PLAIN_NAMESPACE.match(p) for p in patterns):
-        return [item for ns in patterns for item in ctx.kube.list(sweep_path(ns))]
+    if (plain := scope.plain_names(patterns)) is not None:
+        return [item for ns in plain for item in ctx.kube.list(sweep_path(ns))]
     everywhere = ctx.kube.list(sweeps.all_sweeps_path())
     return [
         item
         for item in everywhere
-        if recording.watched(str(item["metadata"].get("namespace")), patterns)
+        if scope.covers(str(item["metadata"].get("namespace")), patterns)
     ]
 
 

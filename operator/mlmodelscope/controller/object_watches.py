@@ -1,0 +1,62 @@
+"""The operator's own watches of the Jobs and pods it manages, feeding :mod:`.object_events`.
+
+Kopf watches evaluations and sweeps, whose handlers it runs. A Job or pod event needs only to
+be triaged and queued, which :mod:`.object_events` does without a request; through Kopf each
+such event also passed its per-object worker, and Kopf kept a record of every Job and pod for
+as long as it existed. Here one thread per collection (:mod:`.runtime.watcher`) lists and
+watches the objects with the managed-by label (a server-side selector) and hands each to the
+triage as it arrives, keeping nothing per object.
+
+Plain namespace names are watched one namespace at a time (a namespaced install's Roles allow
+it); otherwise the collection is watched cluster-wide, and objects outside the patterns are
+dropped (:mod:`.scope`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mlmodelscope.contract.kube import Kube, all_jobs_path, job_path, pod_path
+from mlmodelscope.controller import names, scope
+from mlmodelscope.controller.runtime.watcher import Handle, Watcher
+
+ALL_PODS = "/api/v1/pods"
+
+
+def _in_scope(handle: Handle, patterns: tuple[str, ...]) -> Handle:
+    if not patterns:
+        return handle
+
+    def filtered(obj: dict[str, Any], deleted: bool) -> None:
+        if scope.covers(str((obj.get("metadata") or {}).get("namespace") or ""), patterns):
+            handle(obj, deleted)
+
+    return filtered
+
+
+def job_and_pod_watches(
+    kube: Kube, patterns: tuple[str, ...], on_job: Handle, on_pod: Handle
+) -> list[Watcher]:
+    """The watchers (not started) of the managed Jobs and pods in the namespaces
+    ``patterns`` name (``MLMS_OPERATOR_NAMESPACES``; empty: every namespace)."""
+    kinds: list[tuple[str, Callable[[str], str], str, Handle]] = [
+        ("jobs", job_path, all_jobs_path(), on_job),
+        ("pods", pod_path, ALL_PODS, on_pod),
+    ]
+    selector = names.MANAGED_SELECTOR
+    plain = scope.plain_names(patterns)
+    if plain is not None:
+        return [
+            Watcher(kube, path_for(ns), handle, label_selector=selector, name=f"{kind}-{ns}")
+            for kind, path_for, _, handle in kinds
+            for ns in plain
+        ]
+    return [
+        Watcher(kube, everywhere, _in_scope(handle, patterns), label_selector=selector, name=kind)
+        for kind, _, everywhere, handle in kinds
+    ]
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("uid") or "")
