@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from meval_docs import evaluation_doc
 from result_docs import row, summary
 
 from fakes import FakeApiServer, FakeKube, Request
@@ -552,12 +553,52 @@ def test_a_resync_tick_drops_each_copy_once_it_is_reconciled(monkeypatch: Any) -
         seen.append((evaluation["metadata"]["name"], sorted(listed)))
         return Handled.WAITING
 
-    monkeypatch.setattr(admit, "sync_ledger", lambda ctx: listing)
+    monkeypatch.setattr(admit, "sync_ledger", lambda ctx, **_: listing)
     monkeypatch.setattr(admit, "admit_queued", lambda ctx: [])
     monkeypatch.setattr(resync, "resync_one", reconciled)
     resync.EvaluationResync(ctx_with(None)).tick()
     assert seen == [("e1", [("a", "e1-g1"), ("a", "e2-g1")]), ("e2", [("a", "e2-g1")])]
     assert len(listing.evaluations) == 0 and len(listing.jobs) == 0
+
+
+def test_the_resync_reads_the_evaluations_from_the_watch_and_lists_them_every_tenth_tick(
+    monkeypatch: Any,
+) -> None:
+    """The API server encodes the evaluations for the first tick and every LIST_EVERY-th;
+    the ticks between read what the watch delivered. The listing forgets an evaluation whose
+    deletion the watch missed."""
+    from mlmodelscope.controller import resync
+
+    server = FakeApiServer()
+    server.add_namespace("a")
+    kube = FakeKube(server)
+    ctx = ctx_with(kube)
+    docs = {}
+    for name in ("e1", "e2"):
+        doc = evaluation_doc(name=name, namespace="a")
+        doc["status"] = {"observedGeneration": 1, "phase": "Pending", "jobName": f"{name}-g1"}
+        docs[name] = server.seed(evaluation_path("a"), doc)
+        ctx.watched.observe(docs[name])  # as the evaluation watch delivered it
+    seen: list[str] = []
+
+    def reconciled(ctx: Context, evaluation: dict[str, Any], listed: Any) -> Handled:
+        seen.append(evaluation["metadata"]["name"])
+        return Handled.WAITING
+
+    monkeypatch.setattr(resync, "resync_one", reconciled)
+    ticking = resync.EvaluationResync(ctx)
+    ticking.tick()
+    assert seen == ["e1", "e2"] and kube.requests[("list", "modelevaluations")] == 1
+    server.handle("DELETE", evaluation_path("a", "e2"), None, {})  # the watch never said so
+    for _ in range(resync.LIST_EVERY - 1):
+        seen.clear()
+        ticking.tick()
+        assert seen == ["e1", "e2"]  # read from the watch, which missed the deletion
+    assert kube.requests[("list", "modelevaluations")] == 1
+    seen.clear()
+    ticking.tick()  # the tenth after the first lists again
+    assert kube.requests[("list", "modelevaluations")] == 2
+    assert seen == ["e1"] and ctx.watched.get("a", "e2") is None
 
 
 def test_a_failed_run_the_resync_finds_reads_the_spec_its_copy_left_out() -> None:

@@ -66,3 +66,28 @@ def test_only_the_last_ended_runs_are_kept() -> None:
     assert held.recent("a", "e10") is not None
     assert held.recent("a", f"e{watched.ENDED_KEPT + 9}") is not None
     assert len(held._ended) == watched.ENDED_KEPT
+
+
+def test_in_flight_hands_out_each_run_not_ended_and_skips_one_that_ended_meanwhile() -> None:
+    held = WatchedEvaluations()
+    for i, name in enumerate(("e1", "e2", "e3")):
+        held.observe(body(name, 10 + i))
+    held.observe(body("done", 20, phase="Succeeded"))
+    reading = held.in_flight()
+    first_key, first = next(reading)
+    assert first_key == ("a", "e1") and "spec" not in first
+    held.observe(body("e2", 30, phase="Failed"))  # ends while the reader is at e1
+    assert [key for key, _ in reading] == [("a", "e3")]
+
+
+def test_a_listing_forgets_what_it_lacks_unless_an_event_since_showed_it() -> None:
+    """A relisting after 410 Gone delivers no DELETED: the resync's periodic listing shows
+    which evaluations went while the watch was away."""
+    held = WatchedEvaluations()
+    held.observe(body("kept", 10))
+    held.observe(body("gone", 11))
+    held.observe(body("ended-and-gone", 12, phase="Failed"))
+    held.observe(body("newer", 40))  # created after the listing was taken at 30
+    assert held.forget_missing({("a", "kept")}, listed_at=30) == 2
+    assert [key for key, _ in held.in_flight()] == [("a", "kept"), ("a", "newer")]
+    assert held.recent("a", "ended-and-gone") is None

@@ -7,9 +7,10 @@ it completed), would otherwise leave the evaluation Pending or Running for good.
 like the handlers: an existing Job (of this evaluation's UID) is handled as if it had just
 changed (which also ends a run whose pod never starts, after the start timeout); a Job that no
 longer exists ends the run from the agent's published result, else Failed/JobDeleted; queued
-evaluations are offered the free slots. The tick lists the evaluations and the Jobs once
-each, in pages, keeping only the unfinished evaluations and the Jobs they (or the ledger) need,
-and rebuilds the admission ledger from the same listings. A plain thread
+evaluations are offered the free slots. The tick lists the evaluation Jobs once, in pages,
+keeping only those the unfinished evaluations (or the ledger) need; it reads the evaluations
+from what their watch delivered, listing them only at the first tick and every
+:data:`LIST_EVERY`-th; and it rebuilds the admission ledger from the same reads. A plain thread
 (:class:`.periodic.Periodic`), not a Kopf timer, so no evaluation carries a finalizer.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from mlmodelscope.contract.kube import KubeError, job_path
 from mlmodelscope.controller import memory, names, status
@@ -30,6 +31,11 @@ from mlmodelscope.controller.runtime.periodic import Periodic
 log = logging.getLogger(__name__)
 
 UNFINISHED = admit.UNFINISHED
+
+LIST_EVERY: Final = 10
+"""Every tick reads the evaluations from the watch (``ctx.watched``) but the first and every
+tenth, which list them: at the start the watch may not have delivered them all yet, and a
+listing shows the deletions a watch missed (:func:`.admission.admit.sync_ledger`)."""
 
 
 def resync_one(
@@ -71,17 +77,19 @@ class EvaluationResync(Periodic):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx.acting)
         self.ctx = ctx
+        self.ticks = 0
 
     def interval(self) -> float:
         return self.ctx.settings.resync_seconds
 
     def tick(self) -> None:
         ctx = self.ctx
-        listing = admit.sync_ledger(ctx)
+        listing = admit.sync_ledger(ctx, from_watch=self.ticks % LIST_EVERY != 0)
+        self.ticks += 1
         listed = listing.jobs
         # Each copy, and its Job's, is dropped once reconciled: the tick's memory shrinks as
         # it goes instead of holding every unfinished evaluation to its end.
-        for _, item in listing.evaluations.drain():
+        for _, item in listing.unfinished():
             meta = item["metadata"]
             job_key = (str(meta.get("namespace")), str((item.get("status") or {}).get("jobName")))
             try:

@@ -18,7 +18,7 @@ Job's status after its run has ended, and each such event reads the evaluation.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from mlmodelscope.controller import status
@@ -31,7 +31,7 @@ ENDED_KEPT: Final = 256
 follow an end by seconds, a bounded memory whatever the number of evaluations."""
 
 
-def _version(body: Mapping[str, Any]) -> int | None:
+def version_of(body: Mapping[str, Any]) -> int | None:
     """The resourceVersion as a number (etcd's revision), None when it is not one."""
     text = str((body.get("metadata") or {}).get("resourceVersion") or "")
     return int(text) if text.isdigit() else None
@@ -53,7 +53,7 @@ class WatchedEvaluations:
         """A watch event, a listed object, or the answer to one of the operator's writes."""
         meta = body.get("metadata") or {}
         key = (str(meta.get("namespace")), str(meta.get("name")))
-        version = _version(body)
+        version = version_of(body)
         generation = int(meta.get("generation") or 1)
         with self._lock:
             if deleted:
@@ -89,6 +89,33 @@ class WatchedEvaluations:
         with self._lock:
             held = self._bodies.get(key)
             return held if held is not None else self._ended.get(key)
+
+    def in_flight(self) -> Iterator[tuple[Key, dict[str, Any]]]:
+        """Each evaluation held whose run has not ended, decoded when reached; the keys are
+        those held when called, and one that ended or went since is skipped."""
+        with self._lock:
+            keys = list(self._bodies)
+        for key in keys:
+            with self._lock:
+                body = self._bodies.get(key)
+            if body is not None:
+                yield key, body
+
+    def forget_missing(self, listed: set[Key], listed_at: int) -> int:
+        """Forget the evaluations a complete listing at resourceVersion ``listed_at`` lacks
+        and no event since has shown: deleted while the watch was away (a relisting after
+        410 Gone delivers no DELETED). Returns how many."""
+        with self._lock:
+            gone = [
+                key
+                for key, version in self._versions.items()
+                if key not in listed and version <= listed_at
+            ]
+            for key in gone:
+                self._versions.pop(key, None)
+                self._bodies.discard(key)
+                self._ended.discard(key)
+        return len(gone)
 
     def __len__(self) -> int:
         return len(self._bodies)

@@ -39,7 +39,9 @@ from mlmodelscope.controller.context import Context
 from mlmodelscope.controller.runs import ForeignChildError, PolicyDeniedError
 from mlmodelscope.controller.slim import Packed, slim_evaluation, slim_job
 from mlmodelscope.controller.specs import parse_body
+from mlmodelscope.controller.watched import WatchedEvaluations, version_of
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError
+from mlmodelscope.spec.status import Phase
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +75,23 @@ def created_at(evaluation: ModelEvaluation) -> str:
 
 def _pages_everywhere(
     ctx: Context, path_for: Callable[[str], str], everywhere: str, selector: str | None
-) -> Iterator[list[dict[str, Any]]]:
-    """List across the watched namespaces, page by page: one namespace at a time when they
-    are plain names, else cluster-wide and filtered (:mod:`..scope`)."""
+) -> Iterator[tuple[list[dict[str, Any]], int | None]]:
+    """List across the watched namespaces, page by page, each page with the resourceVersion
+    of its listing: one namespace at a time when they are plain names, else cluster-wide and
+    filtered (:mod:`..scope`)."""
     patterns = ctx.settings.namespaces
-    if (plain := scope.plain_names(patterns)) is not None:
-        for ns in plain:
-            yield from ctx.kube.pages(path_for(ns), selector)
-        return
-    for page in ctx.kube.pages(everywhere, selector):
-        yield [o for o in page if scope.covers(str(o["metadata"].get("namespace")), patterns)]
+    plain = scope.plain_names(patterns)
+    paths = [path_for(ns) for ns in plain] if plain is not None else [everywhere]
+    for path in paths:
+        for answer in ctx.kube.list_answers(path, selector):
+            items = answer.get("items") or []
+            if plain is None and patterns:
+                items = [o for o in items if scope.covers(_namespace(o), patterns)]
+            yield items, version_of(answer)
+
+
+def _namespace(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
 
 
 @dataclass
@@ -93,10 +102,23 @@ class Listing:
     dropped page by page, so a tick's memory follows the evaluations in flight, not all of
     them; what is kept is kept slim (:mod:`..slim`: no managedFields, no evaluation spec, no
     pod template) and encoded (:class:`..slim.Packed`), since with thousands in flight the
-    kept bodies were most of the tick's memory. Both by (namespace, name)."""
+    kept bodies were most of the tick's memory.
+
+    A listing from the watch (``watched``) keeps no evaluations: :meth:`unfinished` reads
+    each from :class:`..watched.WatchedEvaluations` as it is reached."""
 
     evaluations: Packed[tuple[str, str]] = field(default_factory=Packed)
     jobs: Packed[tuple[str, str]] = field(default_factory=Packed)
+    watched: WatchedEvaluations | None = None
+
+    def unfinished(self) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
+        """Each unfinished evaluation, decoded when reached and then no longer kept here."""
+        if self.watched is None:
+            yield from self.evaluations.drain()
+            return
+        for key, body in self.watched.in_flight():
+            if _unfinished_job(body) is not None:
+                yield key, body
 
 
 def _unfinished_job(evaluation: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -107,32 +129,59 @@ def _unfinished_job(evaluation: Mapping[str, Any]) -> tuple[str, str] | None:
     return str(evaluation["metadata"].get("namespace")), str(st.get("jobName") or "")
 
 
-def sync_ledger(ctx: Context) -> Listing:
-    """Rebuild the admission ledger from one listing of the evaluations and one of the
-    evaluation Jobs (at the first decision after start-up, and on every resync), in pages;
-    returns what the resync needs of them (:class:`Listing`)."""
+def sync_ledger(ctx: Context, *, from_watch: bool = False) -> Listing:
+    """Rebuild the admission ledger from the evaluations and one listing of the evaluation
+    Jobs (at the first decision after start-up, and on every resync), in pages; returns what
+    the resync needs of them (:class:`Listing`).
+
+    The evaluations are listed too, unless ``from_watch``: then they are read from what the
+    evaluation watch delivered (``ctx.watched``), and the API server encodes none of them. A
+    listing also shows which evaluations the watch missed the deletion of (deleted while it
+    was away: a relisting after 410 Gone delivers no DELETED), and ``ctx.watched`` forgets
+    them."""
     ctx.ledger.begin_rebuild()
-    listing = Listing()
+    listing = Listing(watched=ctx.watched if from_watch else None)
     wanted_jobs: set[tuple[str, str]] = set()
-    everywhere = all_evaluations_path()
-    for page in _pages_everywhere(ctx, evaluation_path, everywhere, None):
-        for item in page:
-            key = _unfinished_job(item)
-            if key is not None:
-                meta = item["metadata"]
-                listing.evaluations[str(meta["namespace"]), str(meta["name"])] = slim_evaluation(
-                    item
-                )
-                wanted_jobs.add(key)
+    waiting: list[dict[str, Any]] = []
+    for item in _watched(ctx) if from_watch else _listed(ctx, listing):
+        job_key = _unfinished_job(item)
+        if job_key is None:
+            continue
+        wanted_jobs.add(job_key)
+        if item["status"].get("phase") == Phase.QUEUED:
+            waiting.append(item)
     selector = names.MANAGED_SELECTOR
-    for page in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):
+    for page, _ in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):
         for job in page:
             meta = job["metadata"]
             key = (str(meta["namespace"]), str(meta["name"]))
             if key in wanted_jobs or job_state.holds_slot(job):
                 listing.jobs[key] = slim_job(job)
-    ctx.ledger.finish_rebuild(listing.jobs.values(), listing.evaluations.values())
+    ctx.ledger.finish_rebuild(listing.jobs.values(), waiting)
     return listing
+
+
+def _watched(ctx: Context) -> Iterator[dict[str, Any]]:
+    for _, body in ctx.watched.in_flight():
+        yield body
+
+
+def _listed(ctx: Context, listing: Listing) -> Iterator[dict[str, Any]]:
+    """Each listed evaluation, slim; the unfinished ones are also kept in ``listing``."""
+    present: set[tuple[str, str]] = set()
+    listed_at: int | None = None
+    for page, version in _pages_everywhere(ctx, evaluation_path, all_evaluations_path(), None):
+        if version is not None:
+            listed_at = version if listed_at is None else min(listed_at, version)
+        for item in page:
+            key = (_namespace(item), str(item["metadata"]["name"]))
+            present.add(key)
+            body = slim_evaluation(item)
+            if _unfinished_job(body) is not None:
+                listing.evaluations[key] = body
+            yield body
+    if listed_at is not None:
+        ctx.watched.forget_missing(present, listed_at)
 
 
 def admit(ctx: Context, evaluation: ModelEvaluation) -> str:

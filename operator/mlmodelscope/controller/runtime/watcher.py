@@ -141,5 +141,3 @@ class Watcher:
         return version
 
 
-def namespace_of(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "")
