@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 from mlmodelscope.contract.kube import LIST_PAGE, WATCH_GONE, Kube, KubeError, Watch
@@ -139,5 +139,3 @@ class Watcher:
             with self._lock:
                 self._watch = None
         return version
-
-
