@@ -1,5 +1,5 @@
-"""Job and pod events: which ones the event loop lets through, that what waits is the newest
-slim state per object, and that a settled Job's later events cost nothing
+"""Job and pod events: which ones the watch's thread lets through, that what waits is the
+newest slim state per object, packed, and that a settled Job's later events cost nothing
 (controller/object_events.py, controller/keyed.py)."""
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def test_events_of_a_waiting_job_run_its_handler_once_on_the_newest_slim_state()
     for ready in (0, 1, 1, 0):
         assert events.offer_job(job(ready=ready))
     assert events.waiting() == 1  # one key, however many events
+    [waiting] = events._queued.values()
+    assert isinstance(waiting.packed, str) and '"ready":0' in waiting.packed  # compact JSON
     events.start()
     try:
         wait_for("the handler", lambda: len(on_job.seen) == 1)

@@ -5,9 +5,10 @@ Each decorator says what it reacts to and how errors are classified; what happen
 its thread pool. They are registered into a registry built per operator instance and bound to
 its :class:`Context`, so tests can run one in-process. A ModelEvaluation itself is reconciled
 not in a Kopf create/update/resume handler but in the threads of a work queue its watch events
-feed (:mod:`.workqueue`), so an evaluation waiting for its turn costs a key, not a body; Job
-and pod events are triaged in the event loop and their handlers run in the threads of
-:mod:`.object_events`, so a Job or pod waiting for its turn costs one slim copy.
+feed (:mod:`.workqueue`), so an evaluation waiting for its turn costs a key, not a body; Jobs
+and pods are watched by the operator's own threads (:mod:`.object_watches`), which triage each
+event, and their handlers run in the threads of :mod:`.object_events`, so a Job or pod waiting
+for its turn costs one packed slim copy.
 There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
 deletions. Queued evaluations are admitted when a Job ends; work on a clock runs in plain

@@ -1,21 +1,20 @@
-"""Job and pod watch events: triaged in the watch's event loop, worked on by a few threads.
+"""Job and pod watch events: triaged on the watch's thread, worked on by a few threads.
 
-Kopf runs a synchronous event handler in a worker per object, and each worker waits there,
-holding the event's whole body, until one of Kopf's threads is free. With 5,000 evaluations
-draining on a 110-pod node, thousands of Job and pod events waited at once and the operator
-grew by about 20 MiB a minute (docs/benchmarks.md, "What the 5,000 run shows").
+The handlers make requests, so they run on a few threads of their own; the watch
+(:mod:`.object_watches`) only decides, without a request, whether an event needs one.
 
-Here each event is decided in the event loop, without a request:
+Each event is decided where it arrives:
 - **A pod event that repeats what is shown.** Its scheduling state is the one its
   evaluation's status was seen to show (:class:`.pod_memo.PodMemo`), and it shows no
   disruption: nothing to do. Most pod events are such repeats.
 - **An event of a settled Job.** The Job had ended, and its run was then found final or not
   current. A Job that ended does not start again, so a later event of it (the Job controller's
   last status updates, a relisting) changes nothing. Its DELETED event still counts.
-- **Anything else** queues the object's slim state (:mod:`.slim`) under its uid, the newest
-  state replacing one still waiting (:class:`.keyed.KeyedQueue`). A few threads run the Job and
-  pod handlers on it. What waits is bounded by the number of Jobs and pods, not by the number
-  of events, and a burst of events of one object costs one handler run.
+- **Anything else** queues the object's slim state (:mod:`.slim`), as compact JSON, under its
+  uid, the newest state replacing one still waiting (:class:`.keyed.KeyedQueue`). A few
+  threads run the Job and pod handlers on it. What waits is bounded by the number of Jobs and
+  pods, not by the number of events, and a burst of events of one object costs one handler
+  run.
 
 Handlers are level-based: they read the evaluation fresh and act on the newest state, so an
 intermediate state that was replaced while it waited is not missed. A state taken while this
@@ -24,6 +23,7 @@ replica stands by is dropped; the leader has its own watch.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,11 +49,23 @@ Handle = Callable[..., str]
 
 @dataclass(frozen=True)
 class Event:
-    """The newest state of a Job or pod that waits for a thread."""
+    """The newest state of a Job or pod that waits for a thread, as compact JSON: when Jobs
+    and pods appear faster than the handlers take them, thousands wait at once, and one
+    string each is a fraction of a decoded tree of small objects."""
 
     kind: str
-    body: dict[str, Any]
+    packed: str
     deleted: bool
+
+    @classmethod
+    def of(cls, kind: str, body: Mapping[str, Any], deleted: bool) -> Event:
+        return cls(kind, json.dumps(body, separators=(",", ":")), deleted)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The state, decoded afresh."""
+        decoded: dict[str, Any] = json.loads(self.packed)
+        return decoded
 
 
 class ObjectEvents(KeyedQueue[Key, Event]):
@@ -76,7 +88,7 @@ class ObjectEvents(KeyedQueue[Key, Event]):
 
     def offer_job(self, job: Mapping[str, Any], *, deleted: bool = False) -> bool:
         """A Job's watch event (the initial listing too); returns whether it was queued.
-        Cheap and non-blocking, so the watch's event loop may call it."""
+        Cheap and non-blocking, so the watch's thread may call it."""
         uid = str((job.get("metadata") or {}).get("uid") or "")
         if not uid:
             return False
@@ -84,7 +96,7 @@ class ObjectEvents(KeyedQueue[Key, Event]):
             self._settled.forget(uid)
         elif self._settled.shown(uid, True):
             return False
-        self.put(("job", uid), Event("job", slim_job(job), deleted))
+        self.put(("job", uid), Event.of("job", slim_job(job), deleted))
         return True
 
     def offer_pod(
@@ -95,7 +107,7 @@ class ObjectEvents(KeyedQueue[Key, Event]):
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         if not uid or (shown and not deleted):
             return False
-        self.put(("pod", uid), Event("pod", slim_pod(pod), deleted))
+        self.put(("pod", uid), Event.of("pod", slim_pod(pod), deleted))
         return True
 
     def settled(self) -> int:
@@ -104,17 +116,18 @@ class ObjectEvents(KeyedQueue[Key, Event]):
 
     def _run(self, key: Key, event: Event) -> None:
         kind, uid = key
-        name = str(event.body["metadata"].get("name"))
+        body = event.body
+        name = str(body["metadata"].get("name"))
         if not self._acting():
             log.debug("%s %s: standing by", kind, name)
             return
         try:
-            outcome = self._handlers[kind](body=event.body, deleted=event.deleted)
+            outcome = self._handlers[kind](body=body, deleted=event.deleted)
         except Exception:  # as Kopf did for an event handler: logged, not retried
             log.exception("%s %s: the handler failed", kind, name)
             return
         log.debug("%s %s: %s", kind, name, outcome)
-        if kind == "job" and not event.deleted and _settles(event.body, outcome):
+        if kind == "job" and not event.deleted and _settles(body, outcome):
             self._settled.remember(uid, True)
 
 

@@ -68,7 +68,7 @@ class StartedJobs(UidMemo[bool]):
     initial listing refills it after a restart."""
 
     def observe_pod(self, pod: Mapping[str, Any]) -> None:
-        """A pod's watch event (cheap: the event loop calls it)."""
+        """A pod's watch event (cheap: the watch's thread calls it)."""
         if (pod.get("status") or {}).get("phase") not in STARTED_PHASES:
             return
         for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:

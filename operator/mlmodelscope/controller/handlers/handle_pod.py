@@ -52,7 +52,7 @@ def scheduling_state(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 def repeats_what_is_shown(pod: Mapping[str, Any], memo: PodMemo) -> bool:
     """The pod's scheduling state is the one its evaluation's status was seen to show, or the
     pod runs (its placement is the Running transition's), and it shows no disruption: its
-    event needs nothing. No request, so the watch's event loop asks before a thread is spent
+    event needs nothing. No request, so the watch's thread asks before a handler thread is spent
     on it (:mod:`..object_events`)."""
     uid = str((pod.get("metadata") or {}).get("uid") or "")
     state = scheduling_state(pod)
