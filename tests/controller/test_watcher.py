@@ -59,6 +59,17 @@ def started() -> Iterator[list[Watcher]]:
         watcher.stop()
 
 
+def watching(
+    started: list[Watcher], kube: FakeKube, path: str, **options: Any
+) -> tuple[Watcher, Seen]:
+    """A started watcher of ``path`` and what it hands over (stopped after the test)."""
+    seen = Seen()
+    watcher = Watcher(kube, path, seen, name="cm", **options)
+    started.append(watcher)
+    watcher.start()
+    return watcher, seen
+
+
 def test_it_lists_in_pages_then_hands_over_each_change_with_the_selector(
     server: FakeApiServer, started: list[Watcher]
 ) -> None:
@@ -67,10 +78,7 @@ def test_it_lists_in_pages_then_hands_over_each_change_with_the_selector(
     for i in range(3):
         kube.create(path, configmap(f"before-{i}"))
     kube.create(path, configmap("unmanaged", {"app": "other"}))
-    seen = Seen()
-    watcher = Watcher(kube, path, seen, label_selector=names.MANAGED_SELECTOR, name="cm")
-    started.append(watcher)
-    watcher.start()
+    watcher, seen = watching(started, kube, path, label_selector=names.MANAGED_SELECTOR)
     wait_for("the listing", lambda: seen.has(*((f"before-{i}", False) for i in range(3))), 5)
     kube.create(path, configmap("after"))
     kube.delete(f"{path}/before-0")
@@ -85,10 +93,7 @@ def test_a_version_the_server_no_longer_holds_starts_a_new_listing(
     kube = FakeKube(server)
     path = configmap_path("team-a")
     kube.create(path, configmap("first"))
-    seen = Seen()
-    watcher = Watcher(kube, path, seen, name="cm", watch_seconds=1, retry_delays=(0.01,))
-    started.append(watcher)
-    watcher.start()
+    watcher, seen = watching(started, kube, path, watch_seconds=1, retry_delays=(0.01,))
     wait_for("the listing", lambda: seen.has(("first", False)), 5)
     kube.create(path, configmap("second"))
     wait_for("the change", lambda: seen.has(("second", False)), 5)
@@ -114,10 +119,7 @@ def test_after_a_failed_request_it_goes_on_from_the_version_it_reached(
         return real_watch(*args, **kwargs)
 
     kube.watch = watch_refused_once  # type: ignore[method-assign]
-    seen = Seen()
-    watcher = Watcher(kube, path, seen, name="cm", retry_delays=(0.01,))
-    started.append(watcher)
-    watcher.start()
+    watcher, seen = watching(started, kube, path, retry_delays=(0.01,))
     wait_for("the refusal", refused.is_set, 5)
     kube.create(path, configmap("while-away"))
     wait_for(

@@ -1,9 +1,9 @@
 """The operator's own watches of the Jobs and pods it manages, feeding :mod:`.object_events`.
 
 Kopf watches evaluations and sweeps, whose handlers it runs. A Job or pod event needs only to
-be triaged and queued, which :mod:`.object_events` does without a request; through Kopf each
-such event also passed its per-object worker, and Kopf kept a record of every Job and pod for
-as long as it existed. Here one thread per collection (:mod:`.runtime.watcher`) lists and
+be triaged and queued, which :mod:`.object_events` does without a request; Kopf would also
+run each such event through a per-object worker and keep a record of every Job and pod for as
+long as it exists. One thread per collection (:mod:`.runtime.watcher`) lists and
 watches the objects with the managed-by label (a server-side selector) and hands each to the
 triage as it arrives, keeping nothing per object.
 
@@ -29,7 +29,7 @@ def _in_scope(handle: Handle, patterns: tuple[str, ...]) -> Handle:
         return handle
 
     def filtered(obj: dict[str, Any], deleted: bool) -> None:
-        if scope.covers(str((obj.get("metadata") or {}).get("namespace") or ""), patterns):
+        if scope.holds(obj, patterns):
             handle(obj, deleted)
 
     return filtered

@@ -196,7 +196,7 @@ def list_outboxes(ctx: Context) -> list[dict[str, Any]]:
             found.extend(ctx.kube.list(configmap_path(namespace), OUTBOX_SELECTOR))
         return found
     everywhere = ctx.kube.list("/api/v1/configmaps", OUTBOX_SELECTOR)
-    return [c for c in everywhere if scope.covers(str(c["metadata"].get("namespace")), patterns)]
+    return [c for c in everywhere if scope.holds(c, patterns)]
 
 
 def retry_outbox(ctx: Context, configmap: Mapping[str, Any]) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 PLAIN_NAMESPACE: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -30,3 +31,8 @@ def covers(namespace: str, patterns: tuple[str, ...]) -> bool:
     exclude = [p[1:] for p in patterns if p.startswith("!")]
     included = not include or any(fnmatch.fnmatchcase(namespace, p) for p in include)
     return included and not any(fnmatch.fnmatchcase(namespace, p) for p in exclude)
+
+
+def holds(obj: Mapping[str, Any], patterns: tuple[str, ...]) -> bool:
+    """Whether ``patterns`` cover the namespace of the object ``obj``."""
+    return covers(str((obj.get("metadata") or {}).get("namespace") or ""), patterns)

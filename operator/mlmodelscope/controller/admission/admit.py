@@ -41,7 +41,6 @@ from mlmodelscope.controller.slim import Packed, slim_evaluation, slim_job
 from mlmodelscope.controller.specs import parse_body
 from mlmodelscope.controller.watched import WatchedEvaluations, version_of
 from mlmodelscope.spec import ModelEvaluation, SpecValidationError
-from mlmodelscope.spec.status import Phase
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +85,8 @@ def _pages_everywhere(
         for answer in ctx.kube.list_answers(path, selector):
             items = answer.get("items") or []
             if plain is None and patterns:
-                items = [o for o in items if scope.covers(_namespace(o), patterns)]
+                items = [o for o in items if scope.holds(o, patterns)]
             yield items, version_of(answer)
-
-
-def _namespace(obj: Mapping[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("namespace") or "")
 
 
 @dataclass
@@ -148,7 +143,7 @@ def sync_ledger(ctx: Context, *, from_watch: bool = False) -> Listing:
         if job_key is None:
             continue
         wanted_jobs.add(job_key)
-        if item["status"].get("phase") == Phase.QUEUED:
+        if ledger.waiting_entry(item) is not None:
             waiting.append(item)
     selector = names.MANAGED_SELECTOR
     for page, _ in _pages_everywhere(ctx, job_path, all_jobs_path(), selector):
@@ -167,18 +162,20 @@ def _watched(ctx: Context) -> Iterator[dict[str, Any]]:
 
 
 def _listed(ctx: Context, listing: Listing) -> Iterator[dict[str, Any]]:
-    """Each listed evaluation, slim; the unfinished ones are also kept in ``listing``."""
+    """Each listed evaluation whose run has not ended, slim, also kept in ``listing``."""
     present: set[tuple[str, str]] = set()
     listed_at: int | None = None
     for page, version in _pages_everywhere(ctx, evaluation_path, all_evaluations_path(), None):
         if version is not None:
             listed_at = version if listed_at is None else min(listed_at, version)
         for item in page:
-            key = (_namespace(item), str(item["metadata"]["name"]))
+            meta = item["metadata"]
+            key = (str(meta["namespace"]), str(meta["name"]))
             present.add(key)
+            if _unfinished_job(item) is None:
+                continue
             body = slim_evaluation(item)
-            if _unfinished_job(body) is not None:
-                listing.evaluations[key] = body
+            listing.evaluations[key] = body
             yield body
     if listed_at is not None:
         ctx.watched.forget_missing(present, listed_at)

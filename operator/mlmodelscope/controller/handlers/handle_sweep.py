@@ -178,11 +178,7 @@ def list_sweeps(ctx: Context) -> list[dict[str, Any]]:
     if (plain := scope.plain_names(patterns)) is not None:
         return [item for ns in plain for item in ctx.kube.list(sweep_path(ns))]
     everywhere = ctx.kube.list(sweeps.all_sweeps_path())
-    return [
-        item
-        for item in everywhere
-        if scope.covers(str(item["metadata"].get("namespace")), patterns)
-    ]
+    return [item for item in everywhere if scope.holds(item, patterns)]
 
 
 def resync(ctx: Context) -> dict[str, str]:
