@@ -219,6 +219,15 @@ def test_the_replica_acts_only_while_no_live_peer_has_its_priority_or_more() -> 
     assert replica.acting()
 
 
+def test_acting_again_after_standing_by_lists_the_evaluations_again() -> None:
+    answers = iter([True, True, False, False, True, True, False, True])
+    relisted: list[int] = []
+    acting = peering.resuming(lambda: next(answers), lambda: relisted.append(len(relisted)))
+    said = [acting() for _ in range(8)]
+    assert said == [True, True, False, False, True, True, False, True]
+    assert len(relisted) == 2  # after each standby, not at the first answer
+
+
 def test_an_unreadable_peering_keeps_the_last_answer_and_a_missing_one_means_no_peers() -> None:
     kube = peering_server()
     replica = me(kube, -5)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import kopf
 
+from mlmodelscope import API_GROUP, API_VERSION
 from mlmodelscope.controller.handlers.handle_startup import configure
+from mlmodelscope.spec.document import PLURAL
+from mlmodelscope.spec.sweep import LABEL_SWEEP, SWEEP_PLURAL
 
 
 def body(kind: str) -> kopf.Body:
@@ -28,3 +31,14 @@ def test_kopf_keeps_a_last_handled_spec_only_for_sweeps() -> None:
     assert storage.build(body=body("EvaluationSweep")) == {"spec": {"models": ["digits"]}}
     assert storage.build(body=body("ModelEvaluation")) == {}
     assert storage.build(body=body("Job")) == {}
+
+
+def test_kopf_watches_only_the_evaluations_of_a_sweep() -> None:
+    """Every evaluation has the operator's own watch (controller/object_watches.py); Kopf
+    needs a sweep's only, and the API server filters them (a server-side label selector)."""
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    evaluations = kopf.Resource(API_GROUP, API_VERSION, PLURAL)
+    sweeps = kopf.Resource(API_GROUP, API_VERSION, SWEEP_PLURAL)
+    assert settings.watching.label_selectors.collect(evaluations) == [LABEL_SWEEP]
+    assert settings.watching.label_selectors.collect(sweeps) == []

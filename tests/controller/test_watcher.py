@@ -1,6 +1,6 @@
 """The operator's own watches (controller/runtime/watcher.py, controller/object_watches.py) on
-the fake API server. The same watches feed every Job and pod event of the operator's cluster
-tests on the real one (tests/controller/test_*_cluster.py)."""
+the fake API server. The same watches feed every evaluation, Job and pod event of the operator's
+cluster tests on the real one (tests/controller/test_*_cluster.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from fakes import FakeApiServer, FakeKube
-from mlmodelscope.contract.kube import KubeError, configmap_path, job_path, pod_path
+from mlmodelscope.contract.kube import (
+    KubeError,
+    all_evaluations_path,
+    configmap_path,
+    evaluation_path,
+    job_path,
+    pod_path,
+)
 from mlmodelscope.controller import names, object_watches
 from mlmodelscope.controller.runtime.watcher import Watcher
 from mlmodelscope.devcluster.pytest_plugin import wait_for
@@ -104,6 +111,21 @@ def test_a_version_the_server_no_longer_holds_starts_a_new_listing(
     assert watcher.listings == 2
 
 
+def test_relist_ends_the_open_watch_and_hands_every_object_over_again(
+    server: FakeApiServer, started: list[Watcher]
+) -> None:
+    kube = FakeKube(server)
+    path = configmap_path("team-a")
+    kube.create(path, configmap("first"))
+    watcher, seen = watching(started, kube, path, retry_delays=(30.0,))
+    wait_for("the listing", lambda: seen.has(("first", False)), 5)
+    watcher.relist()
+    wait_for("a second listing", lambda: watcher.listings == 2, 5)
+    assert seen.events.count(("first", False)) == 2
+    kube.create(path, configmap("then"))  # and it watches again, with no wait for a retry
+    wait_for("the change after it", lambda: seen.has(("then", False)), 5)
+
+
 def test_after_a_failed_request_it_goes_on_from_the_version_it_reached(
     server: FakeApiServer, started: list[Watcher]
 ) -> None:
@@ -182,3 +204,38 @@ def test_plain_names_are_watched_one_namespace_at_a_time_globs_cluster_wide(
         wait_for(
             "other's", lambda: jobs.has(("job-other", False)) and pods.has(("pod-other", False)), 5
         )
+
+
+@pytest.mark.parametrize(
+    ("patterns", "paths"),
+    [
+        ((), {all_evaluations_path()}),
+        (("team-a", "team-b"), {evaluation_path("team-a"), evaluation_path("team-b")}),
+        (("team-*",), {all_evaluations_path()}),
+    ],
+)
+def test_every_evaluation_of_the_watched_namespaces_is_handed_over_unfiltered_by_label(
+    server: FakeApiServer, started: list[Watcher], patterns: tuple[str, ...], paths: set[str]
+) -> None:
+    kube = FakeKube(server)
+    seen = Seen()
+    watchers = object_watches.evaluation_watches(kube, patterns, seen)
+    assert {w.path for w in watchers} == paths
+    assert {w.label_selector for w in watchers} == {None}  # a user's evaluation has no label
+    started.extend(watchers)
+    for watcher in watchers:
+        watcher.start()
+    for namespace in ("team-a", "team-b", "other"):
+        kube.create(evaluation_path(namespace), evaluation(f"ev-{namespace}"))
+    kube.delete(evaluation_path("team-a", "ev-team-a"))
+    wait_for("team-a's, created and deleted", lambda: seen.has(("ev-team-a", True)), 5)
+    wait_for("team-b's", lambda: seen.has(("ev-team-b", False)), 5)
+    if patterns:
+        assert ("ev-other", False) not in seen.events
+    else:
+        wait_for("other's", lambda: seen.has(("ev-other", False)), 5)
+
+
+def evaluation(name: str) -> dict[str, Any]:
+    return {"apiVersion": "mlmodelscope.io/v1alpha1", "kind": "ModelEvaluation",
+            "metadata": {"name": name}}  # fmt: skip

@@ -3,12 +3,12 @@
 Each decorator says what it reacts to and how errors are classified; what happens is in
 ``handlers/handle_*.py``. Handlers are synchronous (the API client is), so Kopf runs them in
 its thread pool. They are registered into a registry built per operator instance and bound to
-its :class:`Context`, so tests can run one in-process. A ModelEvaluation itself is reconciled
-not in a Kopf create/update/resume handler but in the threads of a work queue its watch events
-feed (:mod:`.workqueue`), so an evaluation waiting for its turn costs a key, not a body; Jobs
-and pods are watched by the operator's own threads (:mod:`.object_watches`), which triage each
-event, and their handlers run in the threads of :mod:`.object_events`, so a Job or pod waiting
-for its turn costs one packed slim copy.
+its :class:`Context`, so tests can run one in-process. Kopf runs the EvaluationSweeps'
+handlers. Evaluations, Jobs and pods are watched by the operator's own threads
+(:mod:`.object_watches`), which triage each event: a ModelEvaluation is reconciled in the
+threads of a work queue its events feed (:mod:`.workqueue`), so an evaluation waiting for its
+turn costs a key, not a body; Job and pod handlers run in the threads of
+:mod:`.object_events`, so a Job or pod waiting for its turn costs one packed slim copy.
 There are no timers or daemons: Kopf
 would put a finalizer on every evaluation for them, and a stopped operator would then block
 deletions. Queued evaluations are admitted when a Job ends; work on a clock runs in plain
@@ -180,6 +180,15 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     on one evaluation run a span in its trace)."""
     registry = kopf.OperatorRegistry()
     measured = instruments or Instruments()
+    # A replica that acts again after standing by lists the evaluations again (its queue
+    # skipped them meanwhile), as Kopf's resumed watches would.
+    relist: list[Callable[[], None]] = []
+
+    def list_again() -> None:
+        for watcher_relist in relist:
+            watcher_relist()
+
+    ctx = replace(ctx, acting=peering.resuming(ctx.acting, list_again))
     # The operator's own threads (retries, resyncs, the queues) run outside Kopf's per-object
     # tasks, so they post Events through the API; they share ctx's locks, ledger and memos.
     threads_ctx = replace(ctx, post_event=api_event_poster(ctx.kube))
@@ -219,9 +228,31 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
         shown = handle_pod.repeats_what_is_shown(body, ctx.pod_memo)
         object_events.offer_pod(body, deleted=deleted, shown=shown)
 
-    watches = object_watches.job_and_pod_watches(
-        ctx.kube, ctx.settings.namespaces, job_observed, pod_observed
-    )
+    @measured.handler("deleted")
+    def evaluation_deleted(body: Mapping[str, Any], **_: Any) -> str:
+        return handle_delete.evaluation_deleted(body, ctx)
+
+    # Every event of every evaluation (the initial listing too) feeds the phase and result
+    # gauges, the admission ledger and the watched copies, and queues the evaluation for a
+    # reconcile when its generation has not been taken yet (created, spec changed, or found at
+    # start): the reconcile itself runs in the work queue's threads, which hold a key per
+    # waiting evaluation instead of its body (.workqueue). No API call: it runs on the
+    # watch's thread.
+    def evaluation_observed(body: dict[str, Any], deleted: bool) -> None:
+        ctx.ledger.observe_evaluation(body, deleted=deleted)
+        ctx.watched.observe(body, deleted=deleted)
+        measured.evaluation_seen(body, deleted=deleted)
+        reconciles.offer(body, deleted=deleted)
+        if deleted:
+            evaluation_deleted(body=body)
+
+    patterns = ctx.settings.namespaces
+    evaluation_watches = object_watches.evaluation_watches(ctx.kube, patterns, evaluation_observed)
+    relist.extend(watcher.relist for watcher in evaluation_watches)
+    watches = [
+        *evaluation_watches,
+        *object_watches.job_and_pod_watches(ctx.kube, patterns, job_observed, pod_observed),
+    ]
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -250,25 +281,6 @@ def build_registry(ctx: Context, instruments: Instruments | None = None) -> kopf
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         return service_account_login() or kopf.login_with_kubeconfig(**kwargs)
-
-    # Every event of every evaluation (the initial listing too) feeds the phase and result
-    # gauges and the admission ledger, and queues the evaluation for a reconcile when its
-    # generation has not been taken yet (created, spec changed, or found at start): the
-    # reconcile itself runs in the work queue's threads, which hold a key per waiting
-    # evaluation instead of its body (.workqueue). Async (it makes no API call): Kopf runs it
-    # in its event loop, so no event waits for a thread to be queued.
-    @kopf.on.event(*RESOURCE, id="observed", registry=registry)
-    async def evaluation_observed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        deleted = _deleted(event)
-        ctx.ledger.observe_evaluation(body, deleted=deleted)
-        ctx.watched.observe(body, deleted=deleted)
-        measured.evaluation_seen(body, deleted=deleted)
-        reconciles.offer(body, deleted=deleted)
-
-    @kopf.on.event(*RESOURCE, id="deleted", registry=registry, when=_deleted)
-    @measured.handler("deleted")
-    def evaluation_deleted(body: kopf.Body, **_: Any) -> None:
-        handle_delete.evaluation_deleted(body, ctx)
 
     # EvaluationSweeps: every trigger runs the same level-based reconcile of the sweep
     # (handle_sweep.reconcile): its spec created, changed or found at start, and every event of

@@ -22,6 +22,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -88,6 +89,28 @@ def rivals(peers: Iterable[Peer], identity: str, priority: int, now: datetime) -
     return [
         p for p in peers if p.identity != identity and p.deadline > now and p.priority >= priority
     ]
+
+
+def resuming(acting: Callable[[], bool], then: Callable[[], None]) -> Callable[[], bool]:
+    """``acting``, which also calls ``then`` when it says yes after it said no: the replica
+    acts again after standing by. Kopf's watches list again when Kopf resumes them; the
+    operator's own watches do the same through ``then``, so an evaluation created while the
+    replica stood by (and the leader did not reconcile) is reconciled."""
+    lock = threading.Lock()
+    stood_by = False
+
+    def ask() -> bool:
+        nonlocal stood_by
+        answer = acting()
+        with lock:
+            resumed = answer and stood_by
+            stood_by = not answer
+        if resumed:
+            log.info("acting again after standing by: listing the evaluations again")
+            then()
+        return answer
+
+    return ask
 
 
 def _matches(namespace: str, patterns: Iterable[str]) -> bool:

@@ -2,9 +2,10 @@
 
 Kopf's bookkeeping (handler progress, the last handled spec, a finalizer if one were ever
 needed) lives under the project's API group instead of kopf.zalando.org, so `kubectl get -o
-yaml` shows whose annotations they are. Kopf watches evaluations and EvaluationSweeps; Jobs
-and pods have the operator's own watches (:mod:`..object_watches`). Lifecycle transitions are
-posted as Events with their own reasons (Queued, JobCreated, Succeeded, InvalidSpec, ...).
+yaml` shows whose annotations they are. Kopf watches EvaluationSweeps and, with a server-side
+label selector, only the evaluations a sweep made; every evaluation, Job and pod has the
+operator's own watches (:mod:`..object_watches`). Lifecycle transitions are posted as Events
+with their own reasons (Queued, JobCreated, Succeeded, InvalidSpec, ...).
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ import kopf
 from mlmodelscope import API_GROUP
 from mlmodelscope.contract.kube import LIST_PAGE
 from mlmodelscope.controller import names
-from mlmodelscope.spec.sweep import SWEEP_KIND
+from mlmodelscope.spec.document import PLURAL
+from mlmodelscope.spec.sweep import LABEL_SWEEP, SWEEP_KIND
 
 MAX_WORKERS = 8
-"""Kopf's threads for its synchronous handlers (EvaluationSweeps, an evaluation's DELETED event);
-evaluations have the operator's own queue (:mod:`..workqueue`); Jobs and pods its own
-watches and queue (:mod:`..object_watches`, :mod:`..object_events`)."""
+"""Kopf's threads for its synchronous handlers (EvaluationSweeps and their evaluations' events);
+evaluations have the operator's own watches and queue (:mod:`..object_watches`,
+:mod:`..workqueue`), Jobs and pods too (:mod:`..object_events`)."""
 
 
 class SweepDiffBase(kopf.AnnotationsDiffBaseStorage):
     """Kopf's last-handled spec, for EvaluationSweeps only: the one kind with create/update
     handlers. Kopf builds this essence (a deep copy of the object) for every event of every
-    kind it watches, and evaluations, Jobs and pods, which have only event handlers, never
-    use it; for them it is empty."""
+    kind it watches, and a sweep's evaluations, which have only an event handler, never use
+    it; for them it is empty."""
 
     def build(self, *, body: Any, extra_fields: Any = None) -> Any:
         if body.get("kind") != SWEEP_KIND:
@@ -50,8 +52,10 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # Transitions are posted as Events with their own reasons; from the per-object loggers
     # only warnings and errors (a retried handler, a rejected request) become Events.
     settings.posting.level = logging.WARNING
+    # Of the evaluations, Kopf needs only a sweep's (their events reconcile the sweep).
+    settings.watching.label_selectors[API_GROUP, PLURAL] = LABEL_SWEEP
     # Kopf lists every watched kind at start and after each watch expiry: in pages, so that a
-    # relisting of thousands of evaluations never sits in memory at once.
+    # relisting of a thousand-run sweep never sits in memory at once.
     settings.watching.chunk_size = LIST_PAGE
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

@@ -57,6 +57,7 @@ class Watcher:
         self._watch_seconds = watch_seconds
         self._retry_delays = retry_delays
         self._stop = threading.Event()
+        self._relist = threading.Event()
         self._lock = threading.Lock()
         self._watch: Watch | None = None
         self._thread: threading.Thread | None = None
@@ -86,11 +87,23 @@ class Watcher:
             self._thread.join(timeout_s)
             self._thread = None
 
+    def relist(self) -> None:
+        """List again now and hand every object over again (a replica that acts again after
+        standing by, as Kopf's resumed watches do): ends the open watch."""
+        self._relist.set()
+        with self._lock:
+            watch = self._watch
+        if watch is not None:
+            watch.close()
+
     def _loop(self) -> None:
         version = ""
         failures = 0
         while not self._stop.is_set():
             try:
+                if self._relist.is_set():
+                    self._relist.clear()
+                    version = ""
                 if not version:
                     version = self._list()
                 version = self._follow(version)
@@ -102,6 +115,8 @@ class Watcher:
                     continue
                 failures = self._wait_after(exc, failures)
             except Exception as exc:  # a dropped connection, a refused one: go on from version
+                if self._relist.is_set():  # relist() closed the watch
+                    continue
                 failures = self._wait_after(exc, failures)
 
     def _wait_after(self, exc: Exception, failures: int) -> int:
@@ -128,7 +143,7 @@ class Watcher:
         )
         with self._lock:
             self._watch = watch
-        if self._stop.is_set():
+        if self._stop.is_set() or self._relist.is_set():
             watch.close()
         try:
             for event in watch.events():
