@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kubernetes.config import kube_config
+from kubernetes.client import Configuration
+from kubernetes.config import incluster_config, kube_config
 
-from mlmodelscope.contract.kube import POOL_SIZE, Kube, KubeError, configmap_path, request_kind
+from mlmodelscope.contract.kube import (
+    POOL_SIZE,
+    Kube,
+    KubeError,
+    configmap_path,
+    request_kind,
+    throttle_credential_refresh,
+)
 from mlmodelscope.devcluster.cluster import Cluster
 
 KUBECONFIG = """\
@@ -48,6 +57,47 @@ def test_a_client_in_a_pod_keeps_a_connection_per_operator_thread(
     kube = Kube.in_cluster(str(tmp_path / "token"), str(tmp_path / "ca.crt"))
     assert kube.api_client.configuration.host == "https://10.0.0.1:443"
     assert pool_size(kube) == POOL_SIZE
+
+
+def test_a_client_in_a_pod_checks_its_token_every_few_seconds_not_every_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "token").write_text("t")
+    (tmp_path / "ca.crt").write_text("not parsed until the first request")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    applied: list[str] = []
+    real = incluster_config.InClusterConfigLoader._set_config
+
+    def counted(loader: Any, configuration: Any) -> None:
+        applied.append(loader.token)
+        real(loader, configuration)
+
+    monkeypatch.setattr(incluster_config.InClusterConfigLoader, "_set_config", counted)
+    kube = Kube.in_cluster(str(tmp_path / "token"), str(tmp_path / "ca.crt"))
+    applied.clear()
+    for _ in range(100):  # what each request asks before it is sent
+        settings = kube.api_client.configuration.auth_settings()
+    assert settings["BearerToken"]["value"] == "bearer t"
+    assert len(applied) == 1  # the loader's hook once, not per request
+
+
+def test_the_credential_hook_runs_again_after_its_interval_and_stays_throttled() -> None:
+    now = [0.0]
+    runs: list[float] = []
+    configuration = Configuration()
+
+    def loaders_hook(config: Any) -> None:  # as the official loaders do: reinstall itself
+        runs.append(now[0])
+        config.refresh_api_key_hook = loaders_hook
+
+    configuration.refresh_api_key_hook = loaders_hook
+    throttle_credential_refresh(configuration, every_s=5.0, clock=lambda: now[0])
+    for t in (0.0, 1.0, 4.9, 5.0, 6.0, 10.5):
+        now[0] = t
+        configuration.refresh_api_key_hook(configuration)
+    assert runs == [0.0, 5.0, 10.5]
+    assert configuration.refresh_api_key_hook is not loaders_hook
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,21 @@ def test_spec_configmap_round_trips_through_the_agents_parser(make_evaluation: M
     assert again.spec == ev.spec
 
 
+def test_spec_configmap_is_written_by_libyaml_and_reads_back_the_same(
+    make_evaluation: Make,
+) -> None:
+    # libyaml's emitter (builders.YAML_DUMPER): Python's text for a plain document; where it
+    # folds an escaped line differently, the same document read back.
+    assert builders.YAML_DUMPER is yaml.CSafeDumper
+    ev = make_evaluation(scenario={"type": "Server", "targetQPS": 12.5})
+    document = builders.evaluation_document(ev)
+    text = builders.build_spec_configmap(ev)["data"]["evaluation.yaml"]
+    assert text == yaml.safe_dump(document, sort_keys=False)
+    document["metadata"]["annotations"] = {"note": "Ünïcode — a line long enough to fold " * 4}
+    written = yaml.dump(document, Dumper=builders.YAML_DUMPER, sort_keys=False)
+    assert yaml.safe_load(written) == document
+
+
 def test_results_configmap_starts_empty(make_evaluation: Make) -> None:
     cm = builders.build_results_configmap(make_evaluation())
     assert cm["metadata"]["name"] == "digits-cpu-results"

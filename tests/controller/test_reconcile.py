@@ -330,6 +330,16 @@ def test_a_first_time_success_makes_only_the_requests_it_needs() -> None:
     assert made == FIRST_TIME_SUCCESS, made
 
 
+def test_a_run_that_ended_without_results_lists_its_pods_once() -> None:
+    """The termination messages and the nodes the pods ran on come from one listing."""
+    loop = running(OperatorLoop())
+    before = loop.operator_kube.requests[("list", "pods")]
+    loop.complete("e-g1")
+    loop.settle()
+    assert _condition_reason(loop, "Failed") == Reason.RESULTS_MISSING
+    assert loop.operator_kube.requests[("list", "pods")] - before == 1
+
+
 def test_job_events_after_the_run_ended_read_nothing_more() -> None:
     """The Job controller updates a finished Job's status again (its completion time, the
     pods it stops tracking): the operator answers each from the evaluation it saw end, not

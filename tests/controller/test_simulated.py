@@ -63,3 +63,25 @@ def test_forbidden_nodes_in_a_namespaced_install_are_no_error() -> None:
     kube.server.before = forbid_nodes
     assert simulated.missing_results(kube, "ns", "e-g1") is None
     assert kube.requests[("get", "nodes")] == 1
+
+
+def test_pods_the_caller_listed_are_not_listed_again() -> None:
+    kube = cluster("team-a", [pod("h100-kwok-0")], KWOK_NODE)
+    listed = [pod("h100-kwok-0")]
+    reason, _ = simulated.missing_results(kube, "team-a", "e-g1", pods=listed) or ("", "")
+    assert reason == "SimulatedNode"
+    assert kube.requests == {("get", "nodes"): 1}
+
+
+def test_a_node_is_read_once_while_what_it_said_is_believed() -> None:
+    kube = cluster("team-a", [pod("h100-kwok-0")], KWOK_NODE)
+    now = [0.0]
+    nodes = simulated.SimulatedNodes(clock=lambda: now[0])
+    for t in (0.0, 10.0, simulated.NODE_KEPT_S - 1):
+        now[0] = t
+        assert simulated.simulated_node(kube, "team-a", "e-g1", nodes=nodes) == "h100-kwok-0"
+    assert kube.requests[("get", "nodes")] == 1
+    now[0] = simulated.NODE_KEPT_S + 1  # then read again: a new node may carry the name
+    assert simulated.simulated_node(kube, "team-a", "e-g1", nodes=nodes) == "h100-kwok-0"
+    assert kube.requests[("get", "nodes")] == 2
+    assert kube.requests[("list", "pods")] == 4

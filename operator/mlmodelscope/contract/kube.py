@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,9 @@ cores), fewer than the operator's threads that may call at once (the 32 fanout t
 make a reconcile's independent requests, the 16 reconciles by default, six Job and pod
 handlers, the resync, the retries); past it urllib3 drops each extra connection after its
 request ("Connection pool is full") and the next one opens a new TLS connection."""
+CREDENTIAL_RECHECK_S: Final = 5.0
+"""How often at most the client checks whether its token needs renewing
+(:func:`throttle_credential_refresh`)."""
 SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 EVALUATIONS: Final = "modelevaluations"
 JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
@@ -224,6 +230,37 @@ def _configuration() -> Any:
     return configuration
 
 
+def throttle_credential_refresh(
+    configuration: Any,
+    every_s: float = CREDENTIAL_RECHECK_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Run the configuration's credential hook at most once per ``every_s`` seconds.
+
+    The official client's loaders (in-cluster and kubeconfig) install a hook that re-applies
+    the whole configuration (host, CA, proxy, token) before every request, and reinstalls
+    itself each time; the token it renews (read again a minute after it was read, or when a
+    kubeconfig's token expires) stays valid for minutes, so checking it every few seconds
+    renews it as surely for a fraction of the work."""
+    hook = configuration.refresh_api_key_hook
+    if hook is None:
+        return
+    lock = threading.Lock()
+    last = [-math.inf]
+
+    def refresh(config: Any) -> None:
+        with lock:
+            now = clock()
+            due = now - last[0] >= every_s
+            if due:
+                last[0] = now
+        if due:
+            hook(config)
+        config.refresh_api_key_hook = refresh  # the loader's hook puts itself back
+
+    configuration.refresh_api_key_hook = refresh
+
+
 class Kube:
     """JSON requests through an authenticated ``kubernetes.client.ApiClient`` (thread-safe)."""
 
@@ -243,7 +280,10 @@ class Kube:
         account = ServiceAccount.of_pod()
         if account is not None:
             return cls.in_cluster(str(account.token), str(account.ca))
-        return cls(config.new_client_from_config(client_configuration=_configuration()))  # type: ignore[no-untyped-call]
+        configuration = _configuration()
+        api_client = config.new_client_from_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        throttle_credential_refresh(configuration)
+        return cls(api_client)
 
     @classmethod
     def in_cluster(cls, token_file: str, ca_file: str) -> Kube:
@@ -257,6 +297,7 @@ class Kube:
             token_filename=token_file, cert_filename=ca_file
         )
         loader.load_and_set(configuration)  # type: ignore[no-untyped-call]
+        throttle_credential_refresh(configuration)
         return cls(client.ApiClient(configuration))
 
     def request(

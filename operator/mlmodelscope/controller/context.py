@@ -26,6 +26,7 @@ from mlmodelscope.controller.run_store import Recorder
 from mlmodelscope.controller.runtime.fanout import Fanout
 from mlmodelscope.controller.runtime.retry_timer import RetryTimer
 from mlmodelscope.controller.settings import OperatorSettings
+from mlmodelscope.controller.simulated import SimulatedNodes
 from mlmodelscope.controller.watched import WatchedEvaluations
 
 log = logging.getLogger("mlmodelscope.controller")
@@ -74,6 +75,8 @@ class Context:
     """Each pod's scheduling state its evaluation's status shows (shared by copies)."""
     started_jobs: StartedJobs = field(default_factory=StartedJobs)
     """Jobs a pod of which was seen running or finished (shared by copies)."""
+    simulated_nodes: SimulatedNodes = field(default_factory=SimulatedNodes)
+    """Whether each node read lately is simulated (shared by copies)."""
     watched: WatchedEvaluations = field(default_factory=WatchedEvaluations)
     """The newest state of each evaluation in flight, from the watch and the operator's own
     writes (shared by copies)."""

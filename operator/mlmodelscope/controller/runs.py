@@ -388,15 +388,19 @@ def oom_message(kill: OOMKill, limit_from_spec: bool = True) -> str:
 
 
 def oom_failure(
-    ctx: Context, job: Mapping[str, Any], evaluation: Mapping[str, Any]
+    ctx: Context,
+    job: Mapping[str, Any],
+    evaluation: Mapping[str, Any],
+    listed: Sequence[Mapping[str, Any]] | None = None,
 ) -> tuple[str, str] | None:
     """(OOMKilled, message) when the failed Job's last attempt was OOM-killed, else None.
     Only the Job's own pods count (by owner UID): a pod of an earlier Job of the same name
-    may still be waiting for the garbage collector."""
+    may still be waiting for the garbage collector. ``listed``: the pods with the Job's name
+    label when the caller has listed them."""
     meta = job.get("metadata") or {}
-    pods = ctx.kube.list(
+    pods = list(listed) if listed is not None else ctx.kube.list(
         pod_path(str(meta.get("namespace"))), f"{JOB_NAME_LABEL}={meta.get('name')}"
-    )
+    )  # fmt: skip
     if meta.get("uid"):
         pods = [p for p in pods if names.owned_by(p, meta["uid"])]
     kill = oom_kill(pods)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Flag, StrEnum, auto
 from typing import Any, Final
@@ -69,10 +69,11 @@ def collect_outcome(
     evaluation: str,
     generation: int,
     uid: str | None = None,
+    pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
 ) -> results.Outcome | None:
     """The agent's outcome for ``job``: the results ConfigMap (the evaluation's own, when its
-    ``uid`` is given), else the newest termination message; with the Job's creationTimestamp,
-    for ``status.startup.jobSeconds``."""
+    ``uid`` is given), else the newest termination message of its pods (``pods``: how the
+    caller lists them); with the Job's creationTimestamp, for ``status.startup.jobSeconds``."""
     job_name = str(job["metadata"]["name"])
     job_created_at = job["metadata"].get("creationTimestamp")
     configmap = ctx.kube.get_or_none(
@@ -82,11 +83,16 @@ def collect_outcome(
         configmap = None  # an earlier evaluation's of the same name, about to be collected
     outcome = results.outcome_from_configmap(configmap, generation)
     if outcome is None:
-        pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
-        outcome = results.outcome_from_pods(pods, generation)
+        listed = pods() if pods is not None else list_pods(ctx, namespace, job_name)
+        outcome = results.outcome_from_pods(listed, generation)
     if outcome is not None and job_created_at:
         outcome = dataclasses.replace(outcome, job_created_at=job_created_at)
     return outcome
+
+
+def list_pods(ctx: Context, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    """The pods of Job ``job_name`` (by the Job controller's label)."""
+    return ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={job_name}")
 
 
 def failure(
@@ -175,6 +181,9 @@ class Found:
     """OOM: (OOMKilled, message) when the last attempt was killed for memory."""
     live_pod: bool = False
     """LIVE_PODS: a pod of the Job is ready and live."""
+    pods: tuple[Mapping[str, Any], ...] | None = None
+    """The Job's pods, once a read listed them (OUTCOME without a published result, NODES,
+    LIVE_PODS): one reconcile lists them once."""
 
 
 NOTHING_FOUND: Final = Found()
@@ -487,18 +496,28 @@ def _read(
         fields["timeout"] = (evaluation.get("spec") or {}).get("timeout")
     if Need.PUBLISHED in need:
         fields["outcome"] = runs.published_outcome(ctx, namespace, name, uid, generation)
+    listed = found.pods
+
+    def pods() -> tuple[Mapping[str, Any], ...]:
+        nonlocal listed
+        if listed is None:
+            listed = tuple(list_pods(ctx, namespace, seen.job_name))
+        return listed
+
     if Need.OUTCOME in need:
         assert job is not None
-        fields["outcome"] = collect_outcome(ctx, job, namespace, name, generation, uid)
+        fields["outcome"] = collect_outcome(ctx, job, namespace, name, generation, uid, pods)
     if Need.NODES in need:
-        fields["simulated"] = simulated.missing_results(ctx.kube, namespace, seen.job_name)
+        fields["simulated"] = simulated.missing_results(
+            ctx.kube, namespace, seen.job_name, pods(), ctx.simulated_nodes
+        )
     if Need.OOM in need:
         assert job is not None
-        fields["oom"] = runs.oom_failure(ctx, job, evaluation)
+        fields["oom"] = runs.oom_failure(ctx, job, evaluation, pods())
     if Need.LIVE_PODS in need:
-        pods = ctx.kube.list(pod_path(namespace), f"{JOB_NAME_LABEL}={seen.job_name}")
-        fields["live_pod"] = any(runs.is_live_and_ready(pod) for pod in pods)
-    return dataclasses.replace(found, read=found.read | need, **fields), evaluation
+        fields["live_pod"] = any(runs.is_live_and_ready(pod) for pod in pods())
+    found = dataclasses.replace(found, read=found.read | need, pods=listed, **fields)
+    return found, evaluation
 
 
 def act(
