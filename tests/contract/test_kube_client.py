@@ -47,13 +47,19 @@ def test_a_client_from_a_kubeconfig_keeps_a_connection_per_operator_thread(
     assert pool_size(kube) == POOL_SIZE > 10  # the client's default on two cores is 10
 
 
-def test_a_client_in_a_pod_keeps_a_connection_per_operator_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service account's token and CA in ``tmp_path``, the API server's address in the
+    environment, as a pod has them."""
     (tmp_path / "token").write_text("t")
     (tmp_path / "ca.crt").write_text("not parsed until the first request")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+
+
+def test_a_client_in_a_pod_keeps_a_connection_per_operator_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    in_a_pod(tmp_path, monkeypatch)
     kube = Kube.in_cluster(str(tmp_path / "token"), str(tmp_path / "ca.crt"))
     assert kube.api_client.configuration.host == "https://10.0.0.1:443"
     assert pool_size(kube) == POOL_SIZE
@@ -62,10 +68,7 @@ def test_a_client_in_a_pod_keeps_a_connection_per_operator_thread(
 def test_a_client_in_a_pod_checks_its_token_every_few_seconds_not_every_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "token").write_text("t")
-    (tmp_path / "ca.crt").write_text("not parsed until the first request")
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    in_a_pod(tmp_path, monkeypatch)
     applied: list[str] = []
     real = incluster_config.InClusterConfigLoader._set_config
 

@@ -40,7 +40,7 @@ from mlmodelscope.spec.uris import pvc_claims
 
 YAML_DUMPER: Final = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 """libyaml's emitter where PyYAML was built with it (its wheels are): the same document as
-``yaml.safe_dump`` writes, for a quarter of its CPU, on every evaluation's spec ConfigMap."""
+``yaml.safe_dump`` writes, for far less CPU, on every evaluation's spec ConfigMap."""
 
 CACHE_DIR: Final = "/var/cache/mlmodelscope"
 TMP_DIR: Final = "/tmp"
